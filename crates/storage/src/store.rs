@@ -1,0 +1,52 @@
+use std::ops::Range;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::{ObjectKey, StorageResult};
+
+/// An opaque object version: a generation counter, an ETag or a RADOS object version.
+/// Only equality means anything; it is handed back to [`PutMode::Update`] for compare-and-swap.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Version(pub String);
+
+/// How a put may treat an existing object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PutMode {
+    /// Succeed only if no object exists at the key (`AlreadyExists` otherwise).
+    Create,
+    /// Succeed only if the object exists with exactly this version (`Precondition` otherwise).
+    Update(Version),
+}
+
+/// What a listing says about one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    pub key: ObjectKey,
+    pub size: u64,
+}
+
+/// The storage contract. Every operation is atomic for one object: readers see the whole old
+/// object or the whole new one, never a mix, and a put that returned `Ok` is durable.
+#[async_trait]
+pub trait ObjectStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Writes a whole object, conditionally. Returns the new version.
+    async fn put(&self, key: &ObjectKey, data: Bytes, mode: PutMode) -> StorageResult<Version>;
+
+    /// Reads a whole object and its version.
+    async fn get(&self, key: &ObjectKey) -> StorageResult<(Bytes, Version)>;
+
+    /// Reads `range` of an object. A range running past the end is cut at the end; a range that
+    /// starts past the end is `Invalid`.
+    async fn get_range(&self, key: &ObjectKey, range: Range<u64>) -> StorageResult<Bytes>;
+
+    /// Lists objects whose key starts with `prefix`, sorted by key.
+    async fn list(&self, prefix: &str) -> StorageResult<Vec<ObjectMeta>>;
+
+    /// Deletes an object. Deleting a missing object is not an error (deletes are idempotent so a
+    /// retried collector never fails).
+    async fn delete(&self, key: &ObjectKey) -> StorageResult<()>;
+
+    /// A short name for logs and metrics ("memory", "file", "s3", "rados").
+    fn backend_name(&self) -> &'static str;
+}
