@@ -1,1 +1,31 @@
-//! placeholder
+//! The partition log: everything between "a validated produce request" and "bytes durable in
+//! object storage", and back again for fetches. It owns the topic catalog, offset assignment,
+//! the broker-wide group-commit writer (many partitions' batches in one write-ahead object),
+//! the fixed-size offset index, per-partition manifests replaced by compare-and-swap,
+//! compaction of write-ahead objects into per-partition segments, retention, the shared tail
+//! cache, and idempotent-producer state.
+//!
+//! It never speaks the Kafka wire protocol (the broker converts) and never touches a file or a
+//! socket directly: all durable state goes through [`strata_storage::ObjectStore`].
+
+mod cache;
+pub mod catalog;
+pub mod config;
+mod error;
+mod index;
+mod maintenance;
+mod manager;
+mod manifest;
+mod partition;
+mod producer;
+mod read;
+mod wal;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+pub use catalog::{TopicId, TopicInfo};
+pub use config::{LogConfig, TimestampType, TopicConfig};
+pub use error::{LogError, LogResult};
+pub use manager::{Acks, AppendOutcome, LogManager, ReadOutcome, Watermarks};

@@ -1,0 +1,207 @@
+//! Settings of the log layer (broker-wide) and of a topic (per-topic Kafka configs).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{LogError, LogResult};
+
+/// Broker-wide log settings. The server fills these from its configuration file; defaults suit
+/// a local directory or RADOS (millisecond group commit).
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    /// A group-commit write starts when this much data is queued…
+    pub flush_bytes: usize,
+    /// …or when the oldest queued batch has waited this long.
+    pub flush_interval: Duration,
+    /// How many group-commit writes may be in flight at once. Offsets stay dense because a
+    /// write's partitions are only published once every earlier write has landed.
+    pub max_inflight_flushes: usize,
+    /// Produce bytes accepted but not yet durable, broker-wide. At the limit, appends wait
+    /// (backpressure) up to their timeout instead of growing memory.
+    pub max_pending_bytes: usize,
+    /// A partition's write-ahead tail is compacted into a segment once it holds this much…
+    pub segment_bytes: usize,
+    /// …or is this old.
+    pub segment_interval: Duration,
+    /// Size of the shared tail cache, in bytes of record batches.
+    pub cache_bytes: usize,
+    /// Offsets covered by one index chunk (fixed: index chunk k covers [k·span, (k+1)·span)).
+    pub index_chunk_span: i64,
+    /// How often retention is enforced.
+    pub retention_check_interval: Duration,
+    /// Partitions given to topics created without an explicit count (auto-creation).
+    pub default_partitions: i32,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            flush_bytes: 1 << 20,
+            flush_interval: Duration::from_millis(1),
+            max_inflight_flushes: 4,
+            max_pending_bytes: 256 << 20,
+            segment_bytes: 16 << 20,
+            segment_interval: Duration::from_secs(10),
+            cache_bytes: 256 << 20,
+            index_chunk_span: 1 << 16,
+            retention_check_interval: Duration::from_secs(30),
+            default_partitions: 1,
+        }
+    }
+}
+
+/// Whether record timestamps come from the producer or from the broker at append time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TimestampType {
+    CreateTime,
+    LogAppendTime,
+}
+
+/// The topic-level configs Strata honours, with Kafka's names and defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicConfig {
+    /// `retention.ms`; -1 keeps data forever.
+    pub retention_ms: i64,
+    /// `retention.bytes` per partition; -1 means no size limit.
+    pub retention_bytes: i64,
+    /// `max.message.bytes`: the largest record batch accepted.
+    pub max_message_bytes: i32,
+    /// `message.timestamp.type`.
+    pub timestamp_type: TimestampType,
+}
+
+impl Default for TopicConfig {
+    fn default() -> Self {
+        Self {
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+            max_message_bytes: 1_048_588,
+            timestamp_type: TimestampType::CreateTime,
+        }
+    }
+}
+
+/// One config as DescribeConfigs reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigEntry {
+    pub name: &'static str,
+    pub value: String,
+    pub is_default: bool,
+    pub read_only: bool,
+}
+
+/// Names accepted in topic configs. `cleanup.policy` accepts only `delete`: compaction by key
+/// is not implemented and is refused rather than faked.
+pub const TOPIC_CONFIG_NAMES: &[&str] = &[
+    "retention.ms",
+    "retention.bytes",
+    "max.message.bytes",
+    "cleanup.policy",
+    "message.timestamp.type",
+];
+
+impl TopicConfig {
+    /// Builds a config from explicit overrides, rejecting unknown names and bad values.
+    pub fn from_overrides(overrides: &BTreeMap<String, String>) -> LogResult<Self> {
+        let mut config = TopicConfig::default();
+        for (name, value) in overrides {
+            config.apply(name, value)?;
+        }
+        Ok(config)
+    }
+
+    fn apply(&mut self, name: &str, value: &str) -> LogResult<()> {
+        let bad = |why: &str| LogError::InvalidConfig(format!("{name}={value:?}: {why}"));
+        match name {
+            "retention.ms" => {
+                let v: i64 = value.trim().parse().map_err(|_| bad("not an integer"))?;
+                if v < -1 {
+                    return Err(bad("must be -1 or a non-negative number of milliseconds"));
+                }
+                self.retention_ms = v;
+            }
+            "retention.bytes" => {
+                let v: i64 = value.trim().parse().map_err(|_| bad("not an integer"))?;
+                if v < -1 {
+                    return Err(bad("must be -1 or a non-negative number of bytes"));
+                }
+                self.retention_bytes = v;
+            }
+            "max.message.bytes" => {
+                let v: i32 = value.trim().parse().map_err(|_| bad("not an integer"))?;
+                if v < 0 {
+                    return Err(bad("must be non-negative"));
+                }
+                self.max_message_bytes = v;
+            }
+            "cleanup.policy" => {
+                if value.trim() != "delete" {
+                    return Err(bad(
+                        "only cleanup.policy=delete is supported (no log compaction)",
+                    ));
+                }
+            }
+            "message.timestamp.type" => {
+                self.timestamp_type = match value.trim() {
+                    "CreateTime" => TimestampType::CreateTime,
+                    "LogAppendTime" => TimestampType::LogAppendTime,
+                    _ => return Err(bad("must be CreateTime or LogAppendTime")),
+                }
+            }
+            _ => {
+                return Err(LogError::InvalidConfig(format!(
+                    "unknown or unsupported topic config {name:?}"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// Every supported config with its effective value, for DescribeConfigs.
+    pub fn entries(&self, overrides: &BTreeMap<String, String>) -> Vec<ConfigEntry> {
+        let value = |name: &'static str, v: String| ConfigEntry {
+            name,
+            value: v,
+            is_default: !overrides.contains_key(name),
+            read_only: false,
+        };
+        vec![
+            value("retention.ms", self.retention_ms.to_string()),
+            value("retention.bytes", self.retention_bytes.to_string()),
+            value("max.message.bytes", self.max_message_bytes.to_string()),
+            value("cleanup.policy", "delete".to_string()),
+            value(
+                "message.timestamp.type",
+                match self.timestamp_type {
+                    TimestampType::CreateTime => "CreateTime".to_string(),
+                    TimestampType::LogAppendTime => "LogAppendTime".to_string(),
+                },
+            ),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_unknown_names_and_bad_values() {
+        let one = |k: &str, v: &str| {
+            TopicConfig::from_overrides(&BTreeMap::from([(k.to_string(), v.to_string())]))
+        };
+        assert!(one("retention.ms", "1000").is_ok());
+        assert!(one("retention.ms", "-2").is_err());
+        assert!(one("retention.ms", "soon").is_err());
+        assert!(one("cleanup.policy", "compact").is_err());
+        assert!(one("segment.bytes.typo", "1").is_err());
+        assert_eq!(
+            one("message.timestamp.type", "LogAppendTime")
+                .unwrap()
+                .timestamp_type,
+            TimestampType::LogAppendTime
+        );
+    }
+}

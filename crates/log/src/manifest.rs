@@ -1,0 +1,50 @@
+//! The per-partition manifest: the one object that says what a partition durably is. It is
+//! replaced only by compare-and-swap, so two writers can never both think they advanced it.
+//!
+//! Everything below `checkpoint` lives in segments listed here and indexed by chunk objects;
+//! everything from `checkpoint` on is replayed from write-ahead objects at recovery.
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::TopicId;
+use crate::index::SegmentRef;
+use crate::producer::ProducerStates;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub log_start: i64,
+    /// First offset not yet compacted into a segment.
+    pub checkpoint: i64,
+    pub segments: Vec<SegmentMeta>,
+    /// Producer state as of `checkpoint` (replay adds the tail's batches).
+    pub producers: ProducerStates,
+    /// The stream (broker incarnation) that last wrote this manifest.
+    pub writer_stream: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentMeta {
+    pub segment: SegmentRef,
+    pub last_offset: i64,
+    pub size: u64,
+    pub max_timestamp: i64,
+}
+
+pub fn topic_prefix(topic: TopicId) -> String {
+    format!("log/{topic}/")
+}
+
+pub fn manifest_key(topic: TopicId, partition: i32) -> String {
+    format!("log/{topic}/{partition}/manifest")
+}
+
+pub fn chunk_key(topic: TopicId, partition: i32, chunk: i64) -> String {
+    format!("log/{topic}/{partition}/index/{chunk:020}")
+}
+
+pub fn segment_key(topic: TopicId, partition: i32, segment: SegmentRef) -> String {
+    format!(
+        "log/{topic}/{partition}/seg/{:020}-{:08x}",
+        segment.base_offset, segment.stream
+    )
+}

@@ -1,0 +1,154 @@
+//! In-memory state of one partition this broker serves: offsets, the uncompacted tail, the
+//! cached batches, loaded index chunks and producer state. One short-held mutex guards it;
+//! nothing awaits while holding it.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use strata_core::{Offset, TopicPartition};
+use strata_storage::Version;
+use tokio::sync::watch;
+
+use crate::cache::CachedBatch;
+use crate::catalog::TopicId;
+use crate::index::IndexEntry;
+use crate::manifest::Manifest;
+use crate::producer::ProducerStates;
+
+/// Where a durable but not yet compacted batch lives: a range of a write-ahead object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TailEntry {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub max_timestamp: i64,
+    pub stream: u32,
+    pub seq: u64,
+    pub position: u32,
+    pub length: u32,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+    pub record_count: i32,
+}
+
+/// A loaded index chunk and the version to compare-and-swap it against.
+#[derive(Debug, Clone)]
+pub struct LoadedChunk {
+    pub entries: Arc<Vec<IndexEntry>>,
+    pub version: Option<Version>,
+}
+
+/// Index chunks kept in memory per partition; older ones are dropped and re-read on demand.
+pub const CHUNKS_KEPT: usize = 16;
+
+#[derive(Debug)]
+pub struct PartState {
+    /// Next offset to assign (includes appends not yet durable).
+    pub next_offset: i64,
+    /// One past the last durable offset.
+    pub high_watermark: i64,
+    pub log_start: i64,
+    /// Durable batches not yet compacted, in offset order.
+    pub tail: VecDeque<TailEntry>,
+    pub tail_bytes: usize,
+    /// When the oldest tail entry became durable (monotonic), to trigger compaction by age.
+    pub tail_since: Option<Duration>,
+    /// Recent durable batches, in offset order (the tail cache's share of this partition).
+    pub cache: VecDeque<CachedBatch>,
+    /// Producer state including appends not yet durable: used to check new appends.
+    pub producers: ProducerStates,
+    pub manifest: Manifest,
+    pub manifest_version: Option<Version>,
+    pub chunks: BTreeMap<i64, LoadedChunk>,
+    pub deleted: bool,
+}
+
+#[derive(Debug)]
+pub struct Partition {
+    pub tp: TopicPartition,
+    pub topic_id: TopicId,
+    state: Mutex<PartState>,
+    pub hw: watch::Sender<Offset>,
+    /// Serialises compaction, retention and record deletion, which all replace the manifest.
+    pub maintenance: tokio::sync::Mutex<()>,
+}
+
+impl Partition {
+    pub fn new(tp: TopicPartition, topic_id: TopicId, state: PartState) -> Self {
+        let (hw, _) = watch::channel(Offset(state.high_watermark));
+        Self {
+            tp,
+            topic_id,
+            state: Mutex::new(state),
+            hw,
+            maintenance: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Locks the state. A panic while holding the lock cannot leave offsets half-updated in a
+    /// way that matters more than the panic itself, so a poisoned lock is simply taken over.
+    pub fn lock(&self) -> MutexGuard<'_, PartState> {
+        match self.state.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Drops the cached batch at `base_offset` (called only by the cache's FIFO).
+    pub fn evict_cached(&self, base_offset: i64) {
+        let mut st = self.lock();
+        if st
+            .cache
+            .front()
+            .is_some_and(|c| c.base_offset == base_offset)
+        {
+            st.cache.pop_front();
+        } else if let Ok(i) = st
+            .cache
+            .binary_search_by_key(&base_offset, |c| c.base_offset)
+        {
+            st.cache.remove(i);
+        }
+    }
+}
+
+impl PartState {
+    pub fn fresh(manifest: Manifest, manifest_version: Option<Version>) -> Self {
+        Self {
+            next_offset: manifest.checkpoint,
+            high_watermark: manifest.checkpoint,
+            log_start: manifest.log_start,
+            tail: VecDeque::new(),
+            tail_bytes: 0,
+            tail_since: None,
+            cache: VecDeque::new(),
+            producers: manifest.producers.clone(),
+            manifest,
+            manifest_version,
+            chunks: BTreeMap::new(),
+            deleted: false,
+        }
+    }
+
+    /// The cached bytes of the batch starting at `base_offset`, if still cached.
+    pub fn cached(&self, base_offset: i64) -> Option<Bytes> {
+        self.cache
+            .binary_search_by_key(&base_offset, |c| c.base_offset)
+            .ok()
+            .map(|i| self.cache[i].bytes.clone())
+    }
+
+    pub fn checkpoint(&self) -> i64 {
+        self.manifest.checkpoint
+    }
+
+    pub fn remember_chunk(&mut self, k: i64, chunk: LoadedChunk) {
+        self.chunks.insert(k, chunk);
+        while self.chunks.len() > CHUNKS_KEPT {
+            // Keep the newest chunks: readers that keep up and compaction use those.
+            self.chunks.pop_first();
+        }
+    }
+}

@@ -1,0 +1,392 @@
+//! The fetch path: from the tail cache when the reader keeps up, from write-ahead objects for
+//! the uncompacted tail, and through the fixed-size index into segments for everything older.
+
+use std::sync::Arc;
+
+use bytes::{Buf, Bytes};
+use strata_core::Offset;
+
+use crate::index;
+use crate::manager::{load_chunk, read_range, ReadOutcome, Shared, Watermarks};
+use crate::manifest;
+use crate::partition::{Partition, TailEntry};
+use crate::wal;
+use crate::{LogError, LogResult};
+
+/// Adds batches to a response while they fit; the first always fits when `min_one`.
+struct Budget {
+    max: usize,
+    used: usize,
+    min_one: bool,
+}
+
+impl Budget {
+    fn admits(&self, len: usize) -> bool {
+        self.used + len <= self.max || (self.used == 0 && self.min_one)
+    }
+    fn take(&mut self, len: usize) {
+        self.used += len;
+    }
+}
+
+enum Plan {
+    Done(Vec<Bytes>),
+    Tail(Vec<TailEntry>),
+    Index,
+}
+
+pub(crate) async fn read(
+    shared: &Shared,
+    part: &Arc<Partition>,
+    offset: i64,
+    max_bytes: usize,
+    min_one: bool,
+) -> LogResult<ReadOutcome> {
+    let mut budget = Budget {
+        max: max_bytes,
+        used: 0,
+        min_one,
+    };
+    let (plan, wm) = {
+        let st = part.lock();
+        let wm = Watermarks {
+            log_start: Offset(st.log_start),
+            high: Offset(st.high_watermark),
+        };
+        if offset < st.log_start || offset > st.high_watermark {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start: st.log_start,
+                high_watermark: st.high_watermark,
+            });
+        }
+        let from_cache = if st.cache.front().is_some_and(|c| c.base_offset <= offset) {
+            let mut out = Vec::new();
+            let mut i = st.cache.partition_point(|c| c.last_offset < offset);
+            let mut expect = None;
+            while let Some(c) = st.cache.get(i) {
+                if expect.is_some_and(|e| e != c.base_offset) || !budget.admits(c.bytes.len()) {
+                    break;
+                }
+                budget.take(c.bytes.len());
+                out.push(c.bytes.clone());
+                expect = Some(c.last_offset + 1);
+                i += 1;
+            }
+            out
+        } else {
+            Vec::new()
+        };
+        let plan = if offset == st.high_watermark || !from_cache.is_empty() {
+            Plan::Done(from_cache)
+        } else if offset >= st.checkpoint() {
+            let i = st.tail.partition_point(|t| t.last_offset < offset);
+            let mut out = Vec::new();
+            for t in st.tail.iter().skip(i) {
+                if !budget.admits(t.length as usize) {
+                    break;
+                }
+                budget.take(t.length as usize);
+                out.push(*t);
+            }
+            Plan::Tail(out)
+        } else {
+            Plan::Index
+        };
+        (plan, wm)
+    };
+    let batches = match plan {
+        Plan::Done(b) => b,
+        Plan::Tail(entries) => read_tail(shared, &entries).await?,
+        Plan::Index => read_indexed(shared, part, offset, &mut budget).await?,
+    };
+    Ok(ReadOutcome {
+        batches,
+        watermarks: Some(wm),
+    })
+}
+
+/// Reads tail batches from their write-ahead objects, one ranged read per run of adjacent
+/// batches in the same object.
+async fn read_tail(shared: &Shared, entries: &[TailEntry]) -> LogResult<Vec<Bytes>> {
+    let mut out = Vec::with_capacity(entries.len());
+    let mut i = 0;
+    while i < entries.len() {
+        let first = entries[i];
+        let mut j = i + 1;
+        let mut end = first.position + first.length;
+        while j < entries.len()
+            && entries[j].stream == first.stream
+            && entries[j].seq == first.seq
+            && entries[j].position == end
+        {
+            end += entries[j].length;
+            j += 1;
+        }
+        let key = wal::key(first.stream, first.seq);
+        let run = read_range(
+            shared.store.as_ref(),
+            &key,
+            first.position,
+            end - first.position,
+        )
+        .await?;
+        for e in &entries[i..j] {
+            let from = (e.position - first.position) as usize;
+            out.push(run.slice(from..from + e.length as usize));
+        }
+        i = j;
+    }
+    Ok(out)
+}
+
+/// Finds `offset` through the index and reads a run of batches of one segment.
+async fn read_indexed(
+    shared: &Shared,
+    part: &Arc<Partition>,
+    offset: i64,
+    budget: &mut Budget,
+) -> LogResult<Vec<Bytes>> {
+    let span = shared.config.index_chunk_span;
+    let mut k = index::chunk_of(offset, span);
+    let checkpoint = part.lock().checkpoint();
+    // The batch holding `offset` may have started in the previous chunk.
+    if k > 0 {
+        let prev = load_chunk(shared, part, k - 1).await?;
+        if let Some(last) = prev.entries.last() {
+            if last.last_offset() >= offset {
+                k -= 1;
+            }
+        }
+    }
+    let last_chunk = index::chunk_of(checkpoint.max(1) - 1, span);
+    while k <= last_chunk {
+        let chunk = load_chunk(shared, part, k).await?;
+        if let Some(i) = index::find_at_or_after(&chunk.entries, offset) {
+            let first = chunk.entries[i];
+            let mut j = i + 1;
+            let mut end = first.position + first.length;
+            if !budget.admits(first.length as usize) {
+                return Ok(Vec::new());
+            }
+            budget.take(first.length as usize);
+            while let Some(e) = chunk.entries.get(j) {
+                if e.segment != first.segment
+                    || e.position != end
+                    || !budget.admits(e.length as usize)
+                {
+                    break;
+                }
+                budget.take(e.length as usize);
+                end += e.length;
+                j += 1;
+            }
+            let key = manifest::segment_key(part.topic_id, part.tp.partition, first.segment);
+            let run = match read_range(
+                shared.store.as_ref(),
+                &key,
+                first.position,
+                end - first.position,
+            )
+            .await
+            {
+                Ok(r) => r,
+                // Retention removed the segment between our bounds check and the read.
+                Err(LogError::Storage(e)) if e.is_not_found() => {
+                    let st = part.lock();
+                    return Err(LogError::OffsetOutOfRange {
+                        offset,
+                        log_start: st.log_start,
+                        high_watermark: st.high_watermark,
+                    });
+                }
+                Err(e) => return Err(e),
+            };
+            return Ok(chunk.entries[i..j]
+                .iter()
+                .map(|e| {
+                    let from = (e.position - first.position) as usize;
+                    run.slice(from..from + e.length as usize)
+                })
+                .collect());
+        }
+        k += 1;
+    }
+    Err(LogError::CorruptStorage(format!(
+        "{}: offset {offset} is below the checkpoint {checkpoint} but not in the index",
+        part.tp
+    )))
+}
+
+/// A located batch, for timestamp searches.
+struct Located {
+    base_offset: i64,
+    max_timestamp: i64,
+    bytes: Bytes,
+}
+
+pub(crate) async fn offset_for_timestamp(
+    shared: &Shared,
+    part: &Arc<Partition>,
+    timestamp: i64,
+) -> LogResult<Option<(Offset, i64)>> {
+    let Some(found) = first_batch_reaching(shared, part, timestamp).await? else {
+        return Ok(None);
+    };
+    let log_start = part.lock().log_start;
+    let (offset, ts) = first_record_at_or_after(&found.bytes, timestamp)
+        .unwrap_or((found.base_offset, found.max_timestamp));
+    Ok(Some((Offset(offset.max(log_start)), ts)))
+}
+
+pub(crate) async fn max_timestamp(
+    shared: &Shared,
+    part: &Arc<Partition>,
+) -> LogResult<Option<(Offset, i64)>> {
+    let best = {
+        let st = part.lock();
+        let segs = st.manifest.segments.iter().map(|s| s.max_timestamp);
+        let tail = st.tail.iter().map(|t| t.max_timestamp);
+        segs.chain(tail).max()
+    };
+    match best {
+        None => Ok(None),
+        Some(ts) => offset_for_timestamp(shared, part, ts).await,
+    }
+}
+
+/// The first batch (at or after the log start) whose max timestamp reaches `timestamp`.
+async fn first_batch_reaching(
+    shared: &Shared,
+    part: &Arc<Partition>,
+    timestamp: i64,
+) -> LogResult<Option<Located>> {
+    let (segment, tail_hit, log_start) = {
+        let st = part.lock();
+        let segment = st
+            .manifest
+            .segments
+            .iter()
+            .find(|s| s.last_offset >= st.log_start && s.max_timestamp >= timestamp)
+            .copied();
+        let tail_hit = st
+            .tail
+            .iter()
+            .find(|t| t.last_offset >= st.log_start && t.max_timestamp >= timestamp)
+            .copied();
+        (segment, tail_hit, st.log_start)
+    };
+    if let Some(seg) = segment {
+        let span = shared.config.index_chunk_span;
+        let from = seg.segment.base_offset.max(log_start);
+        for k in index::chunk_of(from, span)..=index::chunk_of(seg.last_offset, span) {
+            let chunk = load_chunk(shared, part, k).await?;
+            let hit = chunk.entries.iter().find(|e| {
+                e.last_offset() >= from
+                    && e.base_offset <= seg.last_offset
+                    && e.max_timestamp >= timestamp
+            });
+            if let Some(e) = hit {
+                let key = manifest::segment_key(part.topic_id, part.tp.partition, e.segment);
+                let bytes = read_range(shared.store.as_ref(), &key, e.position, e.length).await?;
+                return Ok(Some(Located {
+                    base_offset: e.base_offset,
+                    max_timestamp: e.max_timestamp,
+                    bytes,
+                }));
+            }
+        }
+    }
+    if let Some(t) = tail_hit {
+        let cached = part.lock().cached(t.base_offset);
+        let bytes = match cached {
+            Some(b) => b,
+            None => {
+                read_range(
+                    shared.store.as_ref(),
+                    &wal::key(t.stream, t.seq),
+                    t.position,
+                    t.length,
+                )
+                .await?
+            }
+        };
+        return Ok(Some(Located {
+            base_offset: t.base_offset,
+            max_timestamp: t.max_timestamp,
+            bytes,
+        }));
+    }
+    Ok(None)
+}
+
+/// Within one stored batch, the first record whose timestamp is >= `target`. Only
+/// uncompressed batches are looked inside (the hot path never decompresses); for compressed
+/// ones the caller falls back to the batch's first offset.
+fn first_record_at_or_after(batch: &[u8], target: i64) -> Option<(i64, i64)> {
+    const HEADER: usize = 61;
+    if batch.len() < HEADER {
+        return None;
+    }
+    let mut h = batch;
+    let base_offset = h.get_i64();
+    h.advance(4 + 4 + 1 + 4);
+    let attributes = h.get_i16();
+    if attributes & 0x7 != 0 {
+        return None;
+    }
+    let log_append_time = attributes & 0x8 != 0;
+    h.advance(4);
+    let base_ts = h.get_i64();
+    let max_ts = h.get_i64();
+    if log_append_time {
+        return (max_ts >= target).then_some((base_offset, max_ts));
+    }
+    let mut r = &batch[HEADER..];
+    while !r.is_empty() {
+        let len = read_varint(&mut r)?;
+        if len < 0 || len as usize > r.len() {
+            return None;
+        }
+        let (mut rec, rest) = r.split_at(len as usize);
+        r = rest;
+        rec.get_i8();
+        let ts_delta = read_varint(&mut rec)?;
+        let off_delta = read_varint(&mut rec)?;
+        let ts = base_ts + ts_delta;
+        if ts >= target {
+            return Some((base_offset + off_delta, ts));
+        }
+    }
+    None
+}
+
+/// Kafka's zig-zag varint (up to 64 bits).
+fn read_varint(buf: &mut &[u8]) -> Option<i64> {
+    let mut value: u64 = 0;
+    for shift in (0..70).step_by(7) {
+        let (&b, rest) = buf.split_first()?;
+        *buf = rest;
+        value |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            return Some(((value >> 1) as i64) ^ -((value & 1) as i64));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints_decode_as_kafka_writes_them() {
+        let mut b: &[u8] = &[0x00, 0x01, 0x02, 0x03, 0xac, 0x02];
+        assert_eq!(read_varint(&mut b), Some(0));
+        assert_eq!(read_varint(&mut b), Some(-1));
+        assert_eq!(read_varint(&mut b), Some(1));
+        assert_eq!(read_varint(&mut b), Some(-2));
+        assert_eq!(read_varint(&mut b), Some(150));
+        assert_eq!(read_varint(&mut b), None);
+    }
+}

@@ -1,0 +1,396 @@
+//! Log-layer tests on the in-memory store: offsets, durability across a crash (tasks aborted,
+//! nothing flushed), compaction and the index, idempotence, retention and record deletion.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use strata_core::{BrokerId, Offset, SystemClock, TopicPartition};
+use strata_storage::{MemoryStore, ObjectStore};
+
+use crate::{Acks, LogConfig, LogError, LogManager};
+
+const DURABLE: Acks = Acks::Durable {
+    timeout: Duration::from_secs(10),
+};
+
+fn put_varint(buf: &mut BytesMut, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    loop {
+        let b = (z & 0x7f) as u8;
+        z >>= 7;
+        if z == 0 {
+            buf.put_u8(b);
+            return;
+        }
+        buf.put_u8(b | 0x80);
+    }
+}
+
+/// An uncompressed v2 batch of `values`, timestamps `ts0`, `ts0+1`, …
+pub(crate) fn batch(values: &[&str], ts0: i64, producer: Option<(i64, i16, i32)>) -> Bytes {
+    let mut records = BytesMut::new();
+    for (i, v) in values.iter().enumerate() {
+        let mut r = BytesMut::new();
+        r.put_i8(0);
+        put_varint(&mut r, i as i64);
+        put_varint(&mut r, i as i64);
+        put_varint(&mut r, -1);
+        put_varint(&mut r, v.len() as i64);
+        r.put_slice(v.as_bytes());
+        put_varint(&mut r, 0);
+        put_varint(&mut records, r.len() as i64);
+        records.put_slice(&r);
+    }
+    let (pid, epoch, seq) = producer.unwrap_or((-1, -1, -1));
+    let mut body = BytesMut::new();
+    body.put_i16(0);
+    body.put_i32(values.len() as i32 - 1);
+    body.put_i64(ts0);
+    body.put_i64(ts0 + values.len() as i64 - 1);
+    body.put_i64(pid);
+    body.put_i16(epoch);
+    body.put_i32(seq);
+    body.put_i32(values.len() as i32);
+    body.put_slice(&records);
+    let mut out = BytesMut::new();
+    out.put_i64(0);
+    out.put_i32((4 + 1 + 4 + body.len()) as i32);
+    out.put_i32(-1);
+    out.put_i8(2);
+    out.put_u32(crc32c::crc32c(&body));
+    out.put_slice(&body);
+    out.freeze()
+}
+
+fn config() -> LogConfig {
+    LogConfig {
+        flush_interval: Duration::from_millis(1),
+        // Compaction only when a test asks for it (shutdown), unless it sets otherwise.
+        segment_interval: Duration::from_secs(3600),
+        segment_bytes: usize::MAX,
+        index_chunk_span: 8,
+        ..LogConfig::default()
+    }
+}
+
+async fn open(store: &Arc<dyn ObjectStore>, config: LogConfig) -> Arc<LogManager> {
+    LogManager::open(store.clone(), SystemClock::shared(), config, BrokerId(0))
+        .await
+        .unwrap()
+}
+
+fn tp(topic: &str, p: i32) -> TopicPartition {
+    TopicPartition::new(topic, p)
+}
+
+/// Reads every batch from `from` to the high watermark and returns the stored base offsets.
+async fn base_offsets(log: &LogManager, tp: &TopicPartition, from: i64) -> Vec<i64> {
+    let mut offsets = Vec::new();
+    let mut at = from;
+    loop {
+        let out = log.read(tp, Offset(at), 1 << 20, true).await.unwrap();
+        if out.batches.is_empty() {
+            return offsets;
+        }
+        for b in &out.batches {
+            let base = i64::from_be_bytes(b[..8].try_into().unwrap());
+            let last_delta = i32::from_be_bytes(b[23..27].try_into().unwrap());
+            offsets.push(base);
+            at = base + last_delta as i64 + 1;
+        }
+    }
+}
+
+#[tokio::test]
+async fn offsets_are_dense_and_reads_return_what_was_appended() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let log = open(&store, config()).await;
+    log.create_topic("t", Some(2), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    for i in 0..10 {
+        let out = log
+            .append(
+                &tp("t", 0),
+                batch(&["a", "b", "c"], 1000 + i, None),
+                DURABLE,
+            )
+            .await
+            .unwrap();
+        assert_eq!(out.base_offset, Offset(i * 3));
+    }
+    let wm = log.watermarks(&tp("t", 0)).unwrap();
+    assert_eq!((wm.log_start, wm.high), (Offset(0), Offset(30)));
+    assert_eq!(
+        base_offsets(&log, &tp("t", 0), 0).await,
+        (0..10).map(|i| i * 3).collect::<Vec<_>>()
+    );
+    // An offset inside a batch returns that whole batch.
+    let mid = log
+        .read(&tp("t", 0), Offset(4), 1 << 20, true)
+        .await
+        .unwrap();
+    assert_eq!(
+        i64::from_be_bytes(mid.batches[0][..8].try_into().unwrap()),
+        3
+    );
+    assert!(matches!(
+        log.read(&tp("t", 0), Offset(31), 100, true).await,
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    assert!(matches!(
+        log.append(&tp("t", 2), batch(&["x"], 0, None), DURABLE)
+            .await,
+        Err(LogError::UnknownTopicOrPartition)
+    ));
+}
+
+#[tokio::test]
+async fn corrupt_batches_are_refused_and_nothing_is_appended() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let log = open(&store, config()).await;
+    log.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    let mut bad = batch(&["a"], 0, None).to_vec();
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff;
+    assert!(matches!(
+        log.append(&tp("t", 0), Bytes::from(bad), DURABLE).await,
+        Err(LogError::CorruptMessage(_))
+    ));
+    assert_eq!(log.watermarks(&tp("t", 0)).unwrap().high, Offset(0));
+}
+
+#[tokio::test]
+async fn acknowledged_appends_survive_a_crash_without_flush() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let log = open(&store, config()).await;
+    log.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    for i in 0..20 {
+        log.append(&tp("t", 0), batch(&["x", "y"], i, None), DURABLE)
+            .await
+            .unwrap();
+    }
+    log.abort_for_test();
+    drop(log);
+    let log = open(&store, config()).await;
+    assert_eq!(log.watermarks(&tp("t", 0)).unwrap().high, Offset(40));
+    assert_eq!(base_offsets(&log, &tp("t", 0), 0).await.len(), 20);
+    // And appends continue densely after recovery.
+    let out = log
+        .append(&tp("t", 0), batch(&["z"], 0, None), DURABLE)
+        .await
+        .unwrap();
+    assert_eq!(out.base_offset, Offset(40));
+}
+
+#[tokio::test]
+async fn compacted_data_is_read_through_the_index_after_restart() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let log = open(&store, config()).await;
+    log.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    for i in 0..30 {
+        log.append(&tp("t", 0), batch(&["a", "b", "c"], i, None), DURABLE)
+            .await
+            .unwrap();
+    }
+    log.shutdown().await.unwrap();
+    assert!(
+        store.list("wal/").await.unwrap().is_empty(),
+        "write-ahead objects are deleted once compacted"
+    );
+    let log = open(&store, config()).await;
+    assert_eq!(log.watermarks(&tp("t", 0)).unwrap().high, Offset(90));
+    // Chunks span 8 offsets, so this walks many chunks and batches that straddle them.
+    assert_eq!(
+        base_offsets(&log, &tp("t", 0), 0).await,
+        (0..30).map(|i| i * 3).collect::<Vec<_>>()
+    );
+    let mid = log.read(&tp("t", 0), Offset(47), 1, true).await.unwrap();
+    assert_eq!(mid.batches.len(), 1);
+    assert_eq!(
+        i64::from_be_bytes(mid.batches[0][..8].try_into().unwrap()),
+        45
+    );
+    // New data after the compacted part, then a crash: both parts readable.
+    log.append(&tp("t", 0), batch(&["d"], 99, None), DURABLE)
+        .await
+        .unwrap();
+    log.abort_for_test();
+    let log = open(&store, config()).await;
+    assert_eq!(base_offsets(&log, &tp("t", 0), 84).await, vec![84, 87, 90]);
+}
+
+#[tokio::test]
+async fn idempotent_retries_are_deduplicated_across_restarts() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let log = open(&store, config()).await;
+    log.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    let (pid, epoch) = log.init_producer_id().await.unwrap();
+    let b0 = batch(&["a", "b"], 0, Some((pid, epoch, 0)));
+    let b1 = batch(&["c"], 0, Some((pid, epoch, 2)));
+    assert_eq!(
+        log.append(&tp("t", 0), b0.clone(), DURABLE)
+            .await
+            .unwrap()
+            .base_offset,
+        Offset(0)
+    );
+    assert_eq!(
+        log.append(&tp("t", 0), b1.clone(), DURABLE)
+            .await
+            .unwrap()
+            .base_offset,
+        Offset(2)
+    );
+    assert_eq!(
+        log.append(&tp("t", 0), b0.clone(), DURABLE)
+            .await
+            .unwrap()
+            .base_offset,
+        Offset(0)
+    );
+    let gap = batch(&["e"], 0, Some((pid, epoch, 9)));
+    assert!(matches!(
+        log.append(&tp("t", 0), gap, DURABLE).await,
+        Err(LogError::OutOfOrderSequence { .. })
+    ));
+    log.abort_for_test();
+    let log = open(&store, config()).await;
+    assert_eq!(
+        log.append(&tp("t", 0), b1.clone(), DURABLE)
+            .await
+            .unwrap()
+            .base_offset,
+        Offset(2)
+    );
+    log.shutdown().await.unwrap();
+    let log = open(&store, config()).await;
+    assert_eq!(
+        log.append(&tp("t", 0), b1, DURABLE)
+            .await
+            .unwrap()
+            .base_offset,
+        Offset(2)
+    );
+    assert_eq!(log.watermarks(&tp("t", 0)).unwrap().high, Offset(3));
+    let (pid2, _) = log.init_producer_id().await.unwrap();
+    assert_ne!(pid, pid2, "producer ids are never reused across restarts");
+}
+
+#[tokio::test]
+async fn delete_records_and_retention_move_the_log_start() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let mut cfg = config();
+    cfg.segment_interval = Duration::from_millis(20);
+    cfg.retention_check_interval = Duration::from_millis(20);
+    let log = open(&store, cfg.clone()).await;
+    let overrides = BTreeMap::from([("retention.ms".to_string(), "60000".to_string())]);
+    log.create_topic("t", Some(1), overrides, false)
+        .await
+        .unwrap();
+    let now = strata_core::Clock::wall_millis(&SystemClock::new());
+    // Old records (two hours ago) and fresh ones, in separate segments.
+    for _ in 0..5 {
+        log.append(&tp("t", 0), batch(&["old"], now - 7_200_000, None), DURABLE)
+            .await
+            .unwrap();
+    }
+    log.shutdown().await.unwrap();
+    let log = open(&store, cfg).await;
+    log.append(&tp("t", 0), batch(&["new"], now, None), DURABLE)
+        .await
+        .unwrap();
+    let mut rx = log.subscribe(&tp("t", 0)).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while log.watermarks(&tp("t", 0)).unwrap().log_start < Offset(5) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "retention never ran"
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(50), rx.changed()).await;
+    }
+    assert_eq!(log.watermarks(&tp("t", 0)).unwrap().log_start, Offset(5));
+    assert!(matches!(
+        log.read(&tp("t", 0), Offset(0), 100, true).await,
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    assert_eq!(
+        log.delete_records(&tp("t", 0), None).await.unwrap(),
+        Offset(6)
+    );
+    assert_eq!(log.watermarks(&tp("t", 0)).unwrap().log_start, Offset(6));
+}
+
+#[tokio::test]
+async fn timestamps_find_the_first_record_at_or_after() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let log = open(&store, config()).await;
+    log.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    log.append(&tp("t", 0), batch(&["a", "b", "c"], 100, None), DURABLE)
+        .await
+        .unwrap();
+    log.append(&tp("t", 0), batch(&["d", "e"], 200, None), DURABLE)
+        .await
+        .unwrap();
+    let at = |ts| {
+        let log = log.clone();
+        async move { log.offset_for_timestamp(&tp("t", 0), ts).await.unwrap() }
+    };
+    assert_eq!(at(0).await, Some((Offset(0), 100)));
+    assert_eq!(at(101).await, Some((Offset(1), 101)));
+    assert_eq!(at(150).await, Some((Offset(3), 200)));
+    assert_eq!(at(201).await, Some((Offset(4), 201)));
+    assert_eq!(at(202).await, None);
+    log.shutdown().await.unwrap();
+    let log = open(&store, config()).await;
+    assert_eq!(
+        log.offset_for_timestamp(&tp("t", 0), 101).await.unwrap(),
+        Some((Offset(1), 101))
+    );
+    assert_eq!(
+        log.max_timestamp(&tp("t", 0)).await.unwrap(),
+        Some((Offset(4), 201))
+    );
+}
+
+#[tokio::test]
+async fn topics_survive_restarts_and_deleted_topics_lose_their_data() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let log = open(&store, config()).await;
+    log.create_topic("keep", Some(3), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    log.create_topic("drop", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    assert!(matches!(
+        log.create_topic("keep", Some(1), BTreeMap::new(), false)
+            .await,
+        Err(LogError::TopicAlreadyExists(_))
+    ));
+    log.append(&tp("drop", 0), batch(&["x"], 0, None), DURABLE)
+        .await
+        .unwrap();
+    log.delete_topic("drop").await.unwrap();
+    log.create_partitions("keep", 5, false).await.unwrap();
+    log.shutdown().await.unwrap();
+    let log = open(&store, config()).await;
+    assert_eq!(log.topics().len(), 1);
+    assert_eq!(log.topic("keep").unwrap().partitions, 5);
+    log.create_topic("drop", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    assert_eq!(log.watermarks(&tp("drop", 0)).unwrap().high, Offset(0));
+}

@@ -1,0 +1,283 @@
+//! The broker-wide group-commit writer.
+//!
+//! Appends queue here in offset order per partition. The writer takes whatever has queued
+//! when the size or time trigger fires, writes it as one write-ahead object (create-only, so a
+//! fenced writer fails instead of overwriting) and, once durable, publishes each batch to its
+//! partition: high watermark, tail, cache, and the waiting producers' acknowledgements.
+//!
+//! Several writes may be in flight, but results are published strictly in sequence order, so
+//! a partition's high watermark never jumps over data that is not yet durable.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::stream::{FuturesOrdered, StreamExt};
+use strata_storage::{ObjectKey, ObjectStore, PutMode, StorageError};
+use tokio::sync::{oneshot, watch, Notify, OwnedSemaphorePermit};
+
+use crate::partition::Partition;
+use crate::wal::{self, WalEntry};
+use crate::{LogError, LogResult};
+
+/// One batch waiting for its group commit.
+#[derive(Debug)]
+pub struct PendingAppend {
+    pub partition: Arc<Partition>,
+    pub entry: WalEntry,
+    /// The stored batch in two pieces: rewritten header, client's records (shared).
+    pub parts: [Bytes; 2],
+    pub done: Option<oneshot::Sender<LogResult<()>>>,
+    /// Holds this append's share of the in-flight byte budget until it is durable.
+    pub permit: Option<OwnedSemaphorePermit>,
+}
+
+#[derive(Debug, Default)]
+struct QueueInner {
+    items: Vec<PendingAppend>,
+    bytes: usize,
+    first_at: Option<Duration>,
+    closed: bool,
+    /// Set once a write failed for good (fenced or a permanent storage error): nothing more
+    /// is accepted, since offsets after the failed write could no longer be made dense.
+    failed: Option<String>,
+}
+
+#[derive(Debug, Default)]
+pub struct WriterQueue {
+    inner: Mutex<QueueInner>,
+    notify: Notify,
+}
+
+impl WriterQueue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueInner> {
+        match self.inner.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Whether appends are accepted; checked before offsets are assigned.
+    pub fn check_accepting(&self) -> LogResult<()> {
+        let q = self.lock();
+        if let Some(why) = &q.failed {
+            return Err(LogError::Storage(StorageError::Unavailable(why.clone())));
+        }
+        if q.closed {
+            return Err(LogError::ShuttingDown);
+        }
+        Ok(())
+    }
+
+    /// Queues one batch. Called with the partition's lock held so queue order is offset order.
+    pub fn push(&self, item: PendingAppend, now: Duration) {
+        let mut q = self.lock();
+        q.bytes += item.parts[0].len() + item.parts[1].len();
+        q.first_at.get_or_insert(now);
+        q.items.push(item);
+        drop(q);
+        self.notify.notify_one();
+    }
+
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.notify.notify_one();
+    }
+
+    fn fail(&self, why: String) -> Vec<PendingAppend> {
+        let mut q = self.lock();
+        q.failed = Some(why);
+        q.bytes = 0;
+        q.first_at = None;
+        std::mem::take(&mut q.items)
+    }
+
+    /// Waits for the next group: returns when `flush_bytes` are queued, or the oldest item has
+    /// waited `interval`, or the queue is closed. None when closed and empty.
+    async fn next_group(
+        &self,
+        flush_bytes: usize,
+        interval: Duration,
+        clock: &dyn strata_core::Clock,
+    ) -> Option<Vec<PendingAppend>> {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let wait = {
+                let mut q = self.lock();
+                if q.items.is_empty() {
+                    if q.closed || q.failed.is_some() {
+                        return None;
+                    }
+                    None
+                } else {
+                    let now = clock.monotonic();
+                    let due = q.first_at.map_or(now, |t| t + interval);
+                    if q.bytes >= flush_bytes || now >= due || q.closed {
+                        q.bytes = 0;
+                        q.first_at = None;
+                        return Some(std::mem::take(&mut q.items));
+                    }
+                    Some(due - now)
+                }
+            };
+            match wait {
+                None => notified.await,
+                Some(d) => {
+                    let _ = tokio::time::timeout(d, notified).await;
+                }
+            }
+        }
+    }
+}
+
+/// Publishes a durable group: (sequence, the object as written, its batches).
+pub type OnDurable = dyn Fn(u64, &Bytes, Vec<(PendingAppend, WalEntry)>) + Send + Sync;
+
+/// What the writer needs from the log manager.
+pub struct WriterContext {
+    pub store: Arc<dyn ObjectStore>,
+    pub clock: Arc<dyn strata_core::Clock>,
+    pub queue: Arc<WriterQueue>,
+    pub stream: u32,
+    pub flush_bytes: usize,
+    pub flush_interval: Duration,
+    pub max_inflight: usize,
+    /// Called for each durable group with its sequence and entries (positions filled in).
+    pub on_durable: Arc<OnDurable>,
+    /// Set when the writer should stop retrying a write that keeps failing (shutdown with
+    /// storage down): the pending appends then fail instead of hanging forever.
+    pub give_up: watch::Receiver<bool>,
+}
+
+type WriteResult = (u64, Bytes, Vec<PendingAppend>, Vec<WalEntry>, LogResult<()>);
+
+/// Runs until the queue is closed and drained (or a write failed for good).
+pub async fn run(ctx: WriterContext) {
+    let mut inflight: FuturesOrdered<futures::future::BoxFuture<'static, WriteResult>> =
+        FuturesOrdered::new();
+    let mut seq: u64 = 0;
+    let mut draining = false;
+    loop {
+        let can_start = !draining && inflight.len() < ctx.max_inflight.max(1);
+        tokio::select! {
+            biased;
+            Some((seq_done, object, items, entries, result)) = inflight.next(), if !inflight.is_empty() => {
+                match result {
+                    Ok(()) => (ctx.on_durable)(seq_done, &object, items.into_iter().zip(entries).collect()),
+                    Err(e) => {
+                        tracing::error!(stream = ctx.stream, seq = seq_done, error = %e,
+                            "group-commit write failed for good; no further appends are accepted");
+                        let why = e.to_string();
+                        fail_all(items, &e);
+                        // Later writes may have landed, but publishing them would skip the
+                        // failed offsets: fail them too. Recovery sorts out what is durable.
+                        while let Some((_, _, items, _, _)) = inflight.next().await {
+                            fail_all(items, &e);
+                        }
+                        fail_all(ctx.queue.fail(why), &e);
+                        return;
+                    }
+                }
+            }
+            group = ctx.queue.next_group(ctx.flush_bytes, ctx.flush_interval, ctx.clock.as_ref()), if can_start => {
+                match group {
+                    Some(items) => {
+                        seq += 1;
+                        inflight.push_back(Box::pin(write_group(
+                            ctx.store.clone(), ctx.stream, seq, items, ctx.give_up.clone(),
+                        )));
+                    }
+                    None => draining = true,
+                }
+            }
+            else => {
+                if draining && inflight.is_empty() {
+                    return;
+                }
+            }
+        }
+        if draining && inflight.is_empty() {
+            return;
+        }
+    }
+}
+
+fn fail_all(items: Vec<PendingAppend>, e: &LogError) {
+    for item in items {
+        if let Some(done) = item.done {
+            let err = match e {
+                LogError::Fenced => LogError::Fenced,
+                other => LogError::Storage(StorageError::Unavailable(other.to_string())),
+            };
+            let _ = done.send(Err(err));
+        }
+    }
+}
+
+async fn write_group(
+    store: Arc<dyn ObjectStore>,
+    stream: u32,
+    seq: u64,
+    items: Vec<PendingAppend>,
+    give_up: watch::Receiver<bool>,
+) -> WriteResult {
+    let mut batches: Vec<(WalEntry, [Bytes; 2])> = items
+        .iter()
+        .map(|i| (i.entry.clone(), i.parts.clone()))
+        .collect();
+    let object = wal::encode(stream, seq, &mut batches);
+    let entries: Vec<WalEntry> = batches.into_iter().map(|(e, _)| e).collect();
+    let result = put_durably(
+        store.as_ref(),
+        &wal::key(stream, seq),
+        object.clone(),
+        give_up,
+    )
+    .await;
+    (seq, object, items, entries, result)
+}
+
+/// Writes a write-ahead object create-only, retrying transient failures with capped backoff.
+///
+/// A retried create can find the object present because an earlier attempt did land even
+/// though we saw an error: reading it back and comparing tells ours (success) from somebody
+/// else's seal (we are fenced).
+async fn put_durably(
+    store: &dyn ObjectStore,
+    key: &str,
+    object: Bytes,
+    mut give_up: watch::Receiver<bool>,
+) -> LogResult<()> {
+    let key = ObjectKey::new(key)?;
+    let mut backoff = Duration::from_millis(2);
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        match store.put(&key, object.clone(), PutMode::Create).await {
+            Ok(_) => return Ok(()),
+            Err(StorageError::AlreadyExists(_)) => {
+                return match store.get(&key).await {
+                    Ok((existing, _)) if existing == object => Ok(()),
+                    Ok(_) => Err(LogError::Fenced),
+                    Err(e) => Err(e.into()),
+                };
+            }
+            Err(e) if e.is_retryable() => {
+                if attempts == 1 || attempts.is_multiple_of(20) {
+                    tracing::warn!(%key, attempts, error = %e, "write-ahead put failed; retrying");
+                }
+                if *give_up.borrow() {
+                    return Err(e.into());
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = give_up.changed() => return Err(e.into()),
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
