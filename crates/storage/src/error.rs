@@ -42,7 +42,10 @@ impl StorageError {
 
     /// Whether the outcome is unknown: the write may have landed even though we saw an error.
     pub fn is_ambiguous(&self) -> bool {
-        matches!(self, StorageError::Timeout(_) | StorageError::Unavailable(_))
+        matches!(
+            self,
+            StorageError::Timeout(_) | StorageError::Unavailable(_)
+        )
     }
 
     pub fn is_not_found(&self) -> bool {

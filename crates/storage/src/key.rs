@@ -12,21 +12,35 @@ impl ObjectKey {
     /// Builds a key, rejecting anything that could escape a directory or confuse a listing.
     pub fn new(key: impl AsRef<str>) -> Result<Self, crate::StorageError> {
         let key = key.as_ref();
-        let valid_segment = |s: &str| {
-            !s.is_empty()
-                && s != "."
-                && s != ".."
-                && s.bytes().all(|b| {
-                    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'=' | b'%' | b'+')
-                })
-        };
-        if key.is_empty() || key.len() > 1024 || !key.split('/').all(valid_segment) {
-            return Err(crate::StorageError::Invalid(format!("bad object key {key:?}")));
+        if key.is_empty() || key.len() > 1024 || !key.split('/').all(is_valid_segment) {
+            return Err(crate::StorageError::Invalid(format!(
+                "bad object key {key:?}"
+            )));
         }
         Ok(Self(key.into()))
     }
 
     pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Whether `segment` may appear between two `/` of a key. Backends rely on the characters this
+/// excludes: the local directory marks its object, temp and lock files with `@`, which no key
+/// segment can contain, so they can never collide with a key's directory.
+pub(crate) fn is_valid_segment(segment: &str) -> bool {
+    !segment.is_empty()
+        && segment != "."
+        && segment != ".."
+        && segment.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'=' | b'%' | b'+')
+        })
+}
+
+/// Keys compare, hash and order exactly as their strings do, so maps keyed by `ObjectKey` can be
+/// searched with a plain `&str` (the memory store's prefix listing uses this).
+impl std::borrow::Borrow<str> for ObjectKey {
+    fn borrow(&self) -> &str {
         &self.0
     }
 }
@@ -43,10 +57,17 @@ mod tests {
 
     #[test]
     fn rejects_keys_that_escape_or_confuse() {
-        for bad in ["", "/a", "a/", "a//b", "../x", "a/../b", "a/./b", "a b", "a\0b"] {
+        for bad in [
+            "", "/a", "a/", "a//b", "../x", "a/../b", "a/./b", "a b", "a\0b",
+        ] {
             assert!(ObjectKey::new(bad).is_err(), "{bad:?} accepted");
         }
-        for good in ["a", "wal/1/0/00000000000000000001", "log/my-topic/3/manifest", "x.y=z%20"] {
+        for good in [
+            "a",
+            "wal/1/0/00000000000000000001",
+            "log/my-topic/3/manifest",
+            "x.y=z%20",
+        ] {
             assert!(ObjectKey::new(good).is_ok(), "{good:?} rejected");
         }
     }

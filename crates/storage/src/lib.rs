@@ -5,11 +5,58 @@
 //!
 //! It must never know about Kafka: no wire structs, no offsets, no topics. Keys are opaque
 //! `/`-separated strings chosen by the layers above.
+//!
+//! # Modules
+//!
+//! - Backends: [`MemoryStore`] (in-process; tests, simulation, broker benchmarks) and
+//!   [`LocalStore`] (a directory: fsync'd temp file + `link`/`rename`, `flock` for
+//!   compare-and-swap; safe for several processes sharing the directory). S3 and RADOS live in
+//!   their own crates.
+//! - [`open_store`] and [`StoreRegistry`] turn a configured URL (`memory://`, `file:///path`, a
+//!   plain path, or a scheme registered by another crate) into an `Arc<dyn ObjectStore>`.
+//! - Wrappers, each an `ObjectStore` around an `Arc<dyn ObjectStore>`: [`RetryStore`] (backoff
+//!   with seeded full jitter; resolves ambiguous puts by reading back), [`TimeoutStore`],
+//!   [`ConcurrencyLimitStore`], [`MetricsStore`] (per-kind counters and latency histograms into
+//!   [`StorageMetrics`], success/failure into [`StorageHealth`]) and [`FaultInjectingStore`]
+//!   (seeded random errors and latency, outages, scripted and ambiguous failures).
+//!   [`StorageStack`] composes the production ones in the right order.
+//! - `conformance` (cargo feature `conformance`): the checks every backend must pass.
+//!
+//! Errors are [`StorageError`], classified by meaning ([`StorageError::is_retryable`],
+//! [`StorageError::is_ambiguous`]); every backend maps its own failures onto it.
 
 mod error;
+mod fault;
+mod health;
 mod key;
+mod limit;
+mod local;
+mod memory;
+mod metrics;
+mod op;
+mod retry;
+mod stack;
 mod store;
+mod timeout;
+mod url;
+
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
 
 pub use error::{StorageError, StorageResult};
+pub use fault::{Fault, FaultConfig, FaultInjectingStore, InjectedError, OpFaults};
+pub use health::{is_storage_failure, StorageHealth, StorageHealthSnapshot};
 pub use key::ObjectKey;
+pub use limit::ConcurrencyLimitStore;
+pub use local::LocalStore;
+pub use memory::MemoryStore;
+pub use metrics::{
+    requests_per_gb, LatencyHistogram, MetricsStore, OpMetricsSnapshot, StorageMetrics,
+    StorageMetricsSnapshot, LATENCY_BUCKET_BOUNDS,
+};
+pub use op::OpKind;
+pub use retry::{RetryPolicy, RetryStore};
+pub use stack::{StackConfig, StorageStack};
 pub use store::{ObjectMeta, ObjectStore, PutMode, Version};
+pub use timeout::TimeoutStore;
+pub use url::{open_store, url_scheme, StoreOpener, StoreRegistry};
