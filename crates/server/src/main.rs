@@ -1,1 +1,267 @@
-fn main() {}
+//! The `strata` binary: command line, settings (file, environment, flags), logging, and the
+//! `serve` lifecycle — open storage and the log, serve Kafka clients, and on SIGINT/SIGTERM stop
+//! accepting, finish in-flight requests, flush and checkpoint the log, exit 0.
+//!
+//! It owns no protocol or storage logic of its own: it only wires the layers together. Logs go
+//! to stderr; once the listener is bound, one line says `listening on <address>` with the
+//! actual port (tests start the binary with `--listen 127.0.0.1:0` and wait for that line).
+
+mod settings;
+
+use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use strata_broker::{Broker, BrokerParts, BrokerSettings};
+use strata_core::{BrokerId, Clock, SystemClock};
+use strata_log::LogManager;
+use strata_storage::{open_store, StackConfig, StorageStack};
+use tokio::net::TcpListener;
+use tracing::{error, info, warn};
+use tracing_subscriber::EnvFilter;
+
+use crate::settings::{parse_host_port, FlagOverrides, Settings};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "strata",
+    version,
+    about = "A Kafka-compatible broker on object storage"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a broker.
+    ///
+    /// Settings come from defaults, then the --config file (TOML), then STRATA_* environment
+    /// variables, then these flags; later ones win. Unknown keys in the file are errors.
+    ///
+    /// The file takes the flag names with underscores (listen, advertised_listener, node_id,
+    /// cluster_id, storage, auto_create_topics, max_request_bytes, max_connections,
+    /// max_inflight_requests_per_connection, shutdown_grace) and a [log] section (flush_interval,
+    /// flush_bytes, max_pending_bytes, segment_bytes, segment_interval, cache_bytes,
+    /// retention_check_interval, default_partitions, max_inflight_flushes). Environment
+    /// variables: STRATA_ + the upper-cased key, STRATA_LOG_ + key for the [log] section
+    /// (e.g. STRATA_LISTEN, STRATA_STORAGE, STRATA_NODE_ID, STRATA_LOG_FLUSH_INTERVAL).
+    /// Durations are human-readable ("1ms", "30s", "5m"); byte sizes are integers or
+    /// "64MiB"/"1GB".
+    Serve(ServeArgs),
+    /// Print the version.
+    Version,
+}
+
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// TOML settings file.
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Address to bind [default: 127.0.0.1:9092]; port 0 picks a free port.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// host:port advertised to clients [default: listen address and bound port].
+    #[arg(long, value_name = "HOST:PORT")]
+    advertised_listener: Option<String>,
+    /// This broker's node id [default: 0].
+    #[arg(long, value_name = "ID")]
+    node_id: Option<i32>,
+    /// Cluster id reported to clients [default: strata].
+    #[arg(long, value_name = "ID")]
+    cluster_id: Option<String>,
+    /// Storage: a directory, file:///path or memory:// [default: ./strata-data].
+    #[arg(long, value_name = "URL")]
+    storage: Option<String>,
+    /// Create unknown topics on first use [default: true].
+    #[arg(long, value_name = "BOOL")]
+    auto_create_topics: Option<bool>,
+    /// Largest request accepted, e.g. 100MiB [default: 100MiB].
+    #[arg(long, value_name = "SIZE")]
+    max_request_bytes: Option<String>,
+    /// Client connections served at once [default: 4096].
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+    /// Log filter (error, warn, info, debug, trace, or a tracing directive like
+    /// "strata_broker=debug"); overrides RUST_LOG [default: info].
+    #[arg(long, value_name = "FILTER")]
+    log_level: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Version => {
+            let _ = writeln!(std::io::stdout(), "strata {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Command::Serve(args) => {
+            if let Err(e) = init_logging(args.log_level.as_deref()) {
+                let _ = writeln!(std::io::stderr(), "strata: {e:#}");
+                return ExitCode::FAILURE;
+            }
+            let result = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")
+                .and_then(|runtime| runtime.block_on(serve(args)));
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    // One line (plus the TOML excerpt for file errors), no backtrace: these are
+                    // configuration and environment problems, not bugs.
+                    error!("{e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn init_logging(level: Option<&str>) -> anyhow::Result<()> {
+    let filter = match level {
+        Some(level) => {
+            EnvFilter::try_new(level).with_context(|| format!("--log-level {level:?}"))?
+        }
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        // Colour codes only for a person watching; logs captured to files stay plain text.
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    Ok(())
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let flags = FlagOverrides {
+        listen: args.listen,
+        advertised_listener: args.advertised_listener,
+        node_id: args.node_id,
+        cluster_id: args.cluster_id,
+        storage: args.storage,
+        auto_create_topics: args.auto_create_topics,
+        max_request_bytes: args.max_request_bytes,
+        max_connections: args.max_connections,
+    };
+    let (settings, unknown_env) = settings::load(args.config.as_deref(), std::env::vars(), &flags)?;
+    for var in unknown_env {
+        warn!(variable = %var, "ignoring unknown STRATA_* environment variable");
+    }
+
+    let clock: Arc<dyn Clock> = SystemClock::shared();
+    let backend = open_store(&settings.storage)
+        .with_context(|| format!("opening storage {:?}", settings.storage))?;
+    let storage = StorageStack::build(backend, &StackConfig::default(), Arc::clone(&clock));
+    let node_id = BrokerId(settings.node_id);
+    let log = LogManager::open(
+        storage.store,
+        Arc::clone(&clock),
+        settings.log.to_log_config()?,
+        node_id,
+    )
+    .await
+    .with_context(|| format!("opening the log on {}", settings.storage))?;
+
+    let listener = TcpListener::bind(settings.listen)
+        .await
+        .with_context(|| format!("binding {}", settings.listen))?;
+    let bound = listener.local_addr().context("reading the bound address")?;
+    let (advertised_host, advertised_port) = advertised(&settings, bound)?;
+    let broker = Arc::new(Broker::new(BrokerParts {
+        log: Arc::clone(&log),
+        clock,
+        settings: BrokerSettings {
+            node_id,
+            advertised_host: advertised_host.clone(),
+            advertised_port,
+            cluster_id: settings.cluster_id.clone(),
+            max_request_bytes: usize::try_from(settings.max_request_bytes.0)
+                .context("max_request_bytes")?,
+            max_connections: settings.max_connections,
+            max_inflight_requests_per_connection: settings.max_inflight_requests_per_connection,
+            auto_create_topics: settings.auto_create_topics,
+            shutdown_grace: settings.shutdown_grace,
+            ..BrokerSettings::default()
+        },
+    }));
+    info!(
+        node_id = settings.node_id,
+        storage = %settings.storage,
+        advertised = %format!("{advertised_host}:{advertised_port}"),
+        "strata {} started",
+        env!("CARGO_PKG_VERSION")
+    );
+    info!("listening on {bound}");
+
+    broker.serve(listener, shutdown_signal()).await;
+    info!("flushing and checkpointing the log");
+    log.shutdown().await.context("shutting down the log")?;
+    info!("stopped");
+    Ok(())
+}
+
+/// The address clients are told to use: the configured one, or the bound one (with the host
+/// name instead of a wildcard address, which clients cannot connect to).
+fn advertised(settings: &Settings, bound: SocketAddr) -> anyhow::Result<(String, u16)> {
+    if let Some(advertised) = &settings.advertised_listener {
+        return parse_host_port(advertised)
+            .map_err(|e| anyhow::anyhow!("advertised_listener: {e}"));
+    }
+    let host = if bound.ip().is_unspecified() {
+        let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|n| n.trim().to_string())
+            .unwrap_or_default();
+        let name = if name.is_empty() {
+            "localhost".to_string()
+        } else {
+            name
+        };
+        warn!(host = %name, "listening on all interfaces; advertising the host name (set advertised_listener to choose)");
+        name
+    } else {
+        bound.ip().to_string()
+    };
+    Ok((host, bound.port()))
+}
+
+/// Completes on the first SIGINT or SIGTERM. A second signal exits at once, for when a graceful
+/// shutdown hangs.
+async fn shutdown_signal() {
+    wait_for_signal().await;
+    info!("shutdown requested; stopping (signal again to exit at once)");
+    tokio::spawn(async {
+        wait_for_signal().await;
+        warn!("second signal; exiting without finishing");
+        std::process::exit(130);
+    });
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot watch SIGTERM; only SIGINT stops the broker");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

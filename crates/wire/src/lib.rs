@@ -1,1 +1,33 @@
-//! placeholder
+//! Kafka wire framing and v2 record batches, with no IO.
+//!
+//! This crate owns the bytes that cross the socket: splitting length-prefixed request frames out
+//! of a read buffer (rejecting hostile sizes before anything is buffered), reading request
+//! headers so that even unknown or unsupported requests can be answered by correlation id,
+//! decoding request bodies without letting a malformed body crash or exhaust the process, and
+//! encoding responses — including a vectored form that carries record batches as shared
+//! [`bytes::Bytes`] instead of copying them. It also owns record batches (magic 2) as raw bytes:
+//! splitting a produce request's records into batches, validating header, CRC-32C and record
+//! framing, and rewriting the base offset and leader epoch for storage while sharing the record
+//! bytes with the client's buffer.
+//!
+//! It never performs IO, never looks at a clock and never decompresses: callers hand it bytes and
+//! values and get bytes and values back. Everything here is a pure function of its input, which is
+//! what lets the request decoder and the batch validator be fuzzed.
+
+pub mod batch;
+pub mod decode;
+pub mod frame;
+
+#[cfg(test)]
+mod testutil;
+
+pub use batch::{
+    find_batch_containing, read_batch_header, rewrite_for_append, split_batches,
+    validate_client_batch, validate_records, BatchError, BatchHeader, BatchView, Compression,
+    RecordsCheck, StoredBatch, TimestampType,
+};
+pub use decode::decode_request;
+pub use frame::{
+    encode_response, encode_response_frame, parse_request_header, try_split_frame, EncodeError,
+    FrameError, RequestApi, RequestHeaderInfo, ResponseFrame,
+};

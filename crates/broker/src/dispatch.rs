@@ -1,0 +1,199 @@
+//! From a request frame to a reply: header, version check, decode, handler, encode.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Encodable, HeaderVersion};
+use strata_wire::frame::{parse_request_header, RequestApi};
+use tokio::sync::watch;
+use tracing::{debug, error, warn};
+
+use crate::api_versions;
+use crate::errors::code;
+use crate::framing::{encode_response, EncodeError, ResponseFrame};
+use crate::handlers;
+use crate::server::Broker;
+use crate::RequestContext;
+
+/// What the connection does with a finished request.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    /// Write this response.
+    Frame(ResponseFrame),
+    /// No response (acks=0 produce).
+    Nothing,
+    /// Close the connection once earlier responses are written: a request the protocol gives
+    /// no way to refuse, or a failed acks=0 produce (closing is how Kafka tells such a producer
+    /// to refresh its metadata).
+    Close,
+}
+
+/// Handles one request frame. Never panics on client input; every refusal is logged with what
+/// we know about the request.
+pub(crate) async fn handle_frame(
+    broker: Arc<Broker>,
+    mut frame: Bytes,
+    peer: SocketAddr,
+    shutdown: watch::Receiver<bool>,
+) -> Reply {
+    let header = match parse_request_header(&mut frame) {
+        Ok(header) => header,
+        Err(e) => {
+            warn!(%peer, error = %e, "unreadable request header; closing connection");
+            return Reply::Close;
+        }
+    };
+    let ctx = RequestContext {
+        api_version: header.api_version,
+        correlation_id: header.correlation_id,
+        client_id: header.client_id().map(str::to_string),
+        peer,
+        shutdown,
+    };
+    let api_key = match &header.api {
+        RequestApi::Supported { key, .. } | RequestApi::UnsupportedVersion { key, .. } => *key,
+        RequestApi::UnknownKey => {
+            warn!(%peer, api_key = header.api_key, correlation_id = ctx.correlation_id,
+                "unknown API key; closing connection");
+            return Reply::Close;
+        }
+    };
+    let served = api_versions::supported_versions(api_key)
+        .is_some_and(|range| (range.min..=range.max).contains(&header.api_version));
+    if !served {
+        if api_key == ApiKey::ApiVersions {
+            // Kafka answers an ApiVersions of an unknown version in version 0 with
+            // UNSUPPORTED_VERSION and the supported list, so newer clients can downgrade.
+            debug!(%peer, version = header.api_version, "ApiVersions version not supported");
+            return unsupported_api_versions(ctx.correlation_id);
+        }
+        warn!(%peer, ?api_key, version = header.api_version, correlation_id = ctx.correlation_id,
+            client_id = ?ctx.client_id, "API or version not supported; closing connection");
+        return Reply::Close;
+    }
+
+    let request = match strata_wire::decode_request(&header, &frame) {
+        Ok(request) => request,
+        Err(e) => {
+            warn!(%peer, ?api_key, version = ctx.api_version, correlation_id = ctx.correlation_id,
+                client_id = ?ctx.client_id, error = %e, "undecodable request");
+            return error_answer(api_key, &ctx).unwrap_or(Reply::Close);
+        }
+    };
+    match route(&broker, request, &ctx).await {
+        Ok(reply) => reply,
+        Err(e) => {
+            error!(%peer, ?api_key, version = ctx.api_version, error = %e,
+                "could not encode response (bug); closing connection");
+            Reply::Close
+        }
+    }
+}
+
+/// Encodes a handler's response at the request's version.
+pub(crate) fn respond<R: Encodable + HeaderVersion>(
+    ctx: &RequestContext,
+    response: &R,
+) -> Result<ResponseFrame, EncodeError> {
+    encode_response(
+        ctx.correlation_id,
+        R::header_version(ctx.api_version),
+        response,
+        ctx.api_version,
+    )
+}
+
+fn reply<R: Encodable + HeaderVersion>(
+    ctx: &RequestContext,
+    response: &R,
+) -> Result<Reply, EncodeError> {
+    Ok(Reply::Frame(respond(ctx, response)?))
+}
+
+async fn route(
+    broker: &Broker,
+    request: RequestKind,
+    ctx: &RequestContext,
+) -> Result<Reply, EncodeError> {
+    use handlers::*;
+    match request {
+        RequestKind::ApiVersions(r) => reply(ctx, &crate::api_versions::handle(r, ctx)),
+        RequestKind::Produce(r) => match produce::handle(broker, r, ctx).await {
+            produce::Outcome::Respond(response) => reply(ctx, &response),
+            produce::Outcome::NoResponse => Ok(Reply::Nothing),
+            produce::Outcome::CloseConnection => Ok(Reply::Close),
+        },
+        RequestKind::Fetch(r) => Ok(Reply::Frame(fetch::handle(broker, r, ctx).await?)),
+        RequestKind::ListOffsets(r) => reply(ctx, &list_offsets::handle(broker, r, ctx).await),
+        RequestKind::Metadata(r) => reply(ctx, &metadata::handle(broker, r, ctx).await),
+        RequestKind::CreateTopics(r) => reply(ctx, &topics::create_topics(broker, r, ctx).await),
+        RequestKind::DeleteTopics(r) => reply(ctx, &topics::delete_topics(broker, r, ctx).await),
+        RequestKind::CreatePartitions(r) => {
+            reply(ctx, &topics::create_partitions(broker, r, ctx).await)
+        }
+        RequestKind::DeleteRecords(r) => reply(ctx, &records::delete_records(broker, r, ctx).await),
+        RequestKind::DescribeConfigs(r) => reply(ctx, &configs::describe_configs(broker, r, ctx)),
+        RequestKind::AlterConfigs(r) => reply(ctx, &configs::alter_configs(broker, r, ctx).await),
+        RequestKind::IncrementalAlterConfigs(r) => reply(
+            ctx,
+            &configs::incremental_alter_configs(broker, r, ctx).await,
+        ),
+        RequestKind::DescribeCluster(r) => reply(ctx, &cluster::describe_cluster(broker, r, ctx)),
+        RequestKind::InitProducerId(r) => {
+            reply(ctx, &producer::init_producer_id(broker, r, ctx).await)
+        }
+        RequestKind::OffsetForLeaderEpoch(r) => {
+            reply(ctx, &leader_epoch::offset_for_leader_epoch(broker, r, ctx))
+        }
+        // Consumer-group requests are routed here once the groups layer is wired in (and
+        // advertised in api_versions::IMPLEMENTED). The version check above only lets through
+        // keys of that table, so a key advertised without a route is refused, not answered
+        // wrongly.
+        _ => {
+            error!(peer = %ctx.peer, "API advertised but not routed (bug); closing connection");
+            Ok(Reply::Close)
+        }
+    }
+}
+
+/// The ApiVersions v0 answer to an ApiVersions request of a version we do not serve.
+fn unsupported_api_versions(correlation_id: i32) -> Reply {
+    let response = api_versions::error_response(code::UNSUPPORTED_VERSION);
+    match encode_response(correlation_id, 0, &response, 0) {
+        Ok(frame) => Reply::Frame(frame),
+        Err(e) => {
+            error!(error = %e, "could not encode ApiVersions v0 (bug)");
+            Reply::Close
+        }
+    }
+}
+
+/// An answer to an undecodable request, for the APIs whose response carries a top-level error
+/// code (so the error says something without echoing the request's items). For the others
+/// there is no honest answer and the connection is closed, as Kafka does.
+fn error_answer(api_key: ApiKey, ctx: &RequestContext) -> Option<Reply> {
+    let frame = match api_key {
+        ApiKey::ApiVersions => respond(ctx, &api_versions::error_response(code::INVALID_REQUEST)),
+        ApiKey::Fetch if ctx.api_version >= 7 => {
+            let mut response = FetchResponse::default();
+            response.error_code = code::INVALID_REQUEST;
+            respond(ctx, &response)
+        }
+        ApiKey::InitProducerId => {
+            let mut response = InitProducerIdResponse::default();
+            response.error_code = code::INVALID_REQUEST;
+            response.producer_epoch = -1;
+            respond(ctx, &response)
+        }
+        ApiKey::DescribeCluster => {
+            let mut response = DescribeClusterResponse::default();
+            response.error_code = code::INVALID_REQUEST;
+            response.error_message = crate::errors::message("undecodable request");
+            respond(ctx, &response)
+        }
+        _ => return None,
+    };
+    frame.ok().map(Reply::Frame)
+}

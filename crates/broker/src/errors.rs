@@ -1,0 +1,202 @@
+//! The one table that turns Strata's errors into Kafka error codes.
+//!
+//! Every layer below the broker has its own detailed error enum; this module is the only place
+//! that decides which Kafka code a client sees for each of them. Clients act on the code alone
+//! (retry, refresh metadata, fail the message), so the choice is about what the client should do
+//! next, not about how the failure happened. When the groups layer is wired in, its errors get
+//! their own `fn` here, next to [`error_code`].
+
+use kafka_protocol::protocol::StrBytes;
+use strata_log::LogError;
+use strata_storage::StorageError;
+use strata_wire::batch::BatchError;
+
+/// Kafka error codes used by the broker, with the numbers of Kafka's `Errors` enum.
+pub mod code {
+    pub const UNKNOWN_SERVER_ERROR: i16 = -1;
+    pub const NONE: i16 = 0;
+    pub const OFFSET_OUT_OF_RANGE: i16 = 1;
+    pub const CORRUPT_MESSAGE: i16 = 2;
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    pub const REQUEST_TIMED_OUT: i16 = 7;
+    pub const MESSAGE_TOO_LARGE: i16 = 10;
+    pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
+    pub const RECORD_LIST_TOO_LARGE: i16 = 18;
+    pub const INVALID_REQUIRED_ACKS: i16 = 21;
+    pub const INVALID_TIMESTAMP: i16 = 32;
+    pub const UNSUPPORTED_VERSION: i16 = 35;
+    pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+    pub const INVALID_PARTITIONS: i16 = 37;
+    pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+    pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
+    pub const INVALID_CONFIG: i16 = 40;
+    pub const NOT_CONTROLLER: i16 = 41;
+    pub const INVALID_REQUEST: i16 = 42;
+    pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
+    pub const POLICY_VIOLATION: i16 = 44;
+    pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+    pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
+    pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+    pub const KAFKA_STORAGE_ERROR: i16 = 56;
+    pub const UNKNOWN_PRODUCER_ID: i16 = 59;
+    pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+    pub const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
+    pub const FENCED_LEADER_EPOCH: i16 = 74;
+    pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
+    pub const INVALID_RECORD: i16 = 87;
+    pub const THROTTLING_QUOTA_EXCEEDED: i16 = 89;
+    pub const UNKNOWN_TOPIC_ID: i16 = 100;
+    pub const MISMATCHED_ENDPOINT_TYPE: i16 = 114;
+    pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
+}
+
+/// The Kafka error code a client gets for a log-layer failure.
+///
+/// Retryable conditions map to codes clients retry on (usually after refreshing metadata);
+/// anything that would fail again unchanged maps to a non-retriable code.
+pub fn error_code(error: &LogError) -> i16 {
+    match error {
+        LogError::UnknownTopicOrPartition => code::UNKNOWN_TOPIC_OR_PARTITION,
+        LogError::TopicAlreadyExists(_) => code::TOPIC_ALREADY_EXISTS,
+        LogError::InvalidTopic(_) => code::INVALID_TOPIC_EXCEPTION,
+        LogError::InvalidPartitions(_) => code::INVALID_PARTITIONS,
+        LogError::InvalidConfig(_) => code::INVALID_CONFIG,
+        LogError::CorruptMessage(e) => batch_error_code(e),
+        LogError::MessageTooLarge { .. } => code::MESSAGE_TOO_LARGE,
+        LogError::OffsetOutOfRange { .. } => code::OFFSET_OUT_OF_RANGE,
+        LogError::OutOfOrderSequence { .. } => code::OUT_OF_ORDER_SEQUENCE_NUMBER,
+        LogError::InvalidProducerEpoch { .. } => code::INVALID_PRODUCER_EPOCH,
+        LogError::UnknownProducerId(_) => code::UNKNOWN_PRODUCER_ID,
+        // Transactions are not implemented. INVALID_REQUEST (with an error message where the
+        // response has one) says "this broker cannot do what you asked"; the alternatives
+        // mislead: UNSUPPORTED_FOR_MESSAGE_FORMAT blames the topic's message format, and
+        // TRANSACTIONAL_ID_AUTHORIZATION_FAILED blames ACLs that do not exist.
+        LogError::TransactionsUnsupported => code::INVALID_REQUEST,
+        LogError::InvalidTimestamp(_) => code::INVALID_TIMESTAMP,
+        LogError::InvalidRequest(_) => code::INVALID_REQUEST,
+        LogError::Storage(e) => storage_error_code(e),
+        // The partition has a newer owner: the client must refresh metadata and go there.
+        LogError::Fenced => code::NOT_LEADER_OR_FOLLOWER,
+        LogError::Timeout => code::REQUEST_TIMED_OUT,
+        // Produce backpressure outlasted the request's timeout: retriable, and the client's
+        // own backoff is exactly the relief we want.
+        LogError::Backpressure => code::REQUEST_TIMED_OUT,
+        // Like a Kafka broker in controlled shutdown: the client refreshes metadata and
+        // retries, by then against the partition's next owner (or this broker restarted).
+        LogError::ShuttingDown => code::NOT_LEADER_OR_FOLLOWER,
+        // Not retriable: the same read would hit the same bytes.
+        LogError::CorruptStorage(_) => code::UNKNOWN_SERVER_ERROR,
+    }
+}
+
+/// Record-batch validation failures: damaged bytes are CORRUPT_MESSAGE (the producer may retry
+/// a batch damaged in transit), old formats UNSUPPORTED_FOR_MESSAGE_FORMAT, and well-formed
+/// batches that break the producer rules INVALID_RECORD (not retried).
+fn batch_error_code(error: &BatchError) -> i16 {
+    match error {
+        BatchError::Truncated { .. }
+        | BatchError::LengthMismatch { .. }
+        | BatchError::CorruptCrc { .. }
+        | BatchError::InvalidRecords(_) => code::CORRUPT_MESSAGE,
+        BatchError::UnsupportedMagic(_) => code::UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        BatchError::InvalidRecordCount { .. }
+        | BatchError::UnknownCompression(_)
+        | BatchError::ControlBatchFromClient
+        | BatchError::InvalidSequence { .. } => code::INVALID_RECORD,
+    }
+}
+
+fn storage_error_code(error: &StorageError) -> i16 {
+    if error.is_retryable() {
+        // Transient: KAFKA_STORAGE_ERROR is retriable in every client.
+        return code::KAFKA_STORAGE_ERROR;
+    }
+    match error {
+        // A conditional write lost to another writer: someone else owns the partition now.
+        StorageError::Precondition(_) | StorageError::AlreadyExists(_) => {
+            code::NOT_LEADER_OR_FOLLOWER
+        }
+        _ => code::UNKNOWN_SERVER_ERROR,
+    }
+}
+
+/// The human-readable message for a response's `error_message` field.
+pub fn error_message(error: &LogError) -> Option<StrBytes> {
+    Some(StrBytes::from_string(error.to_string()))
+}
+
+/// Shorthand for an owned error message.
+pub(crate) fn message(text: impl Into<String>) -> Option<StrBytes> {
+    Some(StrBytes::from_string(text.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryable_log_errors_map_to_retriable_kafka_codes() {
+        let retriable = [
+            code::NOT_LEADER_OR_FOLLOWER,
+            code::REQUEST_TIMED_OUT,
+            code::KAFKA_STORAGE_ERROR,
+        ];
+        let cases = [
+            LogError::Timeout,
+            LogError::Backpressure,
+            LogError::ShuttingDown,
+            LogError::Fenced,
+            LogError::Storage(StorageError::Unavailable("down".into())),
+            LogError::Storage(StorageError::Throttled("slow down".into())),
+        ];
+        for e in cases {
+            assert!(e.is_retryable(), "{e}");
+            assert!(
+                retriable.contains(&error_code(&e)),
+                "{e} -> {}",
+                error_code(&e)
+            );
+        }
+    }
+
+    #[test]
+    fn client_mistakes_map_to_their_kafka_codes() {
+        assert_eq!(error_code(&LogError::UnknownTopicOrPartition), 3);
+        assert_eq!(error_code(&LogError::InvalidTopic("x".into())), 17);
+        assert_eq!(error_code(&LogError::TopicAlreadyExists("t".into())), 36);
+        assert_eq!(error_code(&LogError::InvalidPartitions("0".into())), 37);
+        assert_eq!(error_code(&LogError::InvalidConfig("x".into())), 40);
+        assert_eq!(
+            error_code(&LogError::MessageTooLarge { size: 2, max: 1 }),
+            10
+        );
+        assert_eq!(
+            error_code(&LogError::OffsetOutOfRange {
+                offset: 9,
+                log_start: 0,
+                high_watermark: 1
+            }),
+            1
+        );
+        assert_eq!(
+            error_code(&LogError::OutOfOrderSequence {
+                producer_id: 1,
+                expected: 1,
+                got: 3
+            }),
+            45
+        );
+        assert_eq!(
+            error_code(&LogError::InvalidProducerEpoch {
+                producer_id: 1,
+                got: 0,
+                current: 1
+            }),
+            47
+        );
+        assert_eq!(error_code(&LogError::UnknownProducerId(7)), 59);
+        assert_eq!(error_code(&LogError::InvalidTimestamp("x".into())), 32);
+        assert_eq!(error_code(&LogError::CorruptStorage("x".into())), -1);
+    }
+}

@@ -1,0 +1,435 @@
+//! DescribeConfigs (v1–v4), AlterConfigs (v0–v2), IncrementalAlterConfigs (v0–v1).
+//!
+//! Topic configs are the log's (`TopicConfig`); they can be described and changed. Broker
+//! configs are a small read-only set describing this broker: they come from `strata.toml` and
+//! are not dynamically changeable, so altering a broker resource is refused with a message
+//! that says where to change it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
+};
+use kafka_protocol::messages::{
+    alter_configs_response, incremental_alter_configs_response, AlterConfigsRequest,
+    AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use strata_log::config::ConfigEntry;
+use strata_log::{TopicConfig, TopicInfo};
+
+use super::str_bytes;
+use crate::errors::{code, error_code, message};
+use crate::server::Broker;
+use crate::RequestContext;
+
+/// Kafka's ConfigResource types.
+mod resource {
+    pub const TOPIC: i8 = 2;
+    pub const BROKER: i8 = 4;
+}
+
+/// Kafka's ConfigSource values.
+mod source {
+    pub const TOPIC_CONFIG: i8 = 1;
+    pub const STATIC_BROKER_CONFIG: i8 = 4;
+    pub const DEFAULT_CONFIG: i8 = 5;
+}
+
+/// Kafka's ConfigType values (DescribeConfigs v3+).
+mod config_type {
+    pub const BOOLEAN: i8 = 1;
+    pub const STRING: i8 = 2;
+    pub const INT: i8 = 3;
+    pub const SHORT: i8 = 4;
+    pub const LONG: i8 = 5;
+    pub const LIST: i8 = 7;
+}
+
+/// IncrementalAlterConfigs operations.
+mod op {
+    pub const SET: i8 = 0;
+    pub const DELETE: i8 = 1;
+    pub const APPEND: i8 = 2;
+    pub const SUBTRACT: i8 = 3;
+}
+
+/// A topic's configs as DescribeConfigs and CreateTopics report them.
+pub(crate) fn topic_entries(info: &TopicInfo) -> Vec<ConfigEntry> {
+    info.config.entries(&info.overrides)
+}
+
+pub(crate) fn config_source(entry: &ConfigEntry) -> i8 {
+    if entry.is_default {
+        source::DEFAULT_CONFIG
+    } else {
+        source::TOPIC_CONFIG
+    }
+}
+
+fn type_of(name: &str) -> i8 {
+    match name {
+        "retention.ms" | "retention.bytes" | "log.retention.ms" => config_type::LONG,
+        "max.message.bytes"
+        | "message.max.bytes"
+        | "num.partitions"
+        | "node.id"
+        | "broker.id"
+        | "socket.request.max.bytes"
+        | "min.insync.replicas" => config_type::INT,
+        "default.replication.factor" => config_type::SHORT,
+        "cleanup.policy" => config_type::LIST,
+        "auto.create.topics.enable" => config_type::BOOLEAN,
+        _ => config_type::STRING,
+    }
+}
+
+fn documentation(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "retention.ms" => "How long records are kept before they may be deleted; -1 keeps them forever.",
+        "retention.bytes" => "Bytes a partition may hold before its oldest records may be deleted; -1 means no limit.",
+        "max.message.bytes" => "The largest record batch the topic accepts.",
+        "cleanup.policy" => "Only 'delete' is supported: Strata does not compact logs by key.",
+        "message.timestamp.type" => "CreateTime (the producer's timestamp) or LogAppendTime (the broker's).",
+        _ => return None,
+    })
+}
+
+pub(crate) fn describe_configs(
+    broker: &Broker,
+    request: DescribeConfigsRequest,
+    ctx: &RequestContext,
+) -> DescribeConfigsResponse {
+    let v = ctx.api_version;
+    let results = request
+        .resources
+        .into_iter()
+        .map(|res| {
+            let mut result = DescribeConfigsResult::default();
+            result.resource_type = res.resource_type;
+            result.resource_name = res.resource_name.clone();
+            let entries: Result<Vec<(ConfigEntry, i8)>, (i16, String)> = match res.resource_type {
+                resource::TOPIC => match broker.log.topic(res.resource_name.as_str()) {
+                    Some(info) => Ok(topic_entries(&info)
+                        .into_iter()
+                        .map(|e| {
+                            let s = config_source(&e);
+                            (e, s)
+                        })
+                        .collect()),
+                    None => Err((
+                        code::UNKNOWN_TOPIC_OR_PARTITION,
+                        format!("topic {} does not exist", res.resource_name.as_str()),
+                    )),
+                },
+                resource::BROKER => broker_entries(broker, res.resource_name.as_str()),
+                other => Err((
+                    code::INVALID_REQUEST,
+                    format!("config resource type {other} is not supported"),
+                )),
+            };
+            match entries {
+                Ok(entries) => {
+                    result.error_code = code::NONE;
+                    result.error_message = None;
+                    result.configs = entries
+                        .into_iter()
+                        .filter(|(e, _)| match &res.configuration_keys {
+                            Some(keys) => keys.iter().any(|k| k.as_str() == e.name),
+                            None => true,
+                        })
+                        .map(|(e, src)| {
+                            described(
+                                e,
+                                src,
+                                v,
+                                request.include_synonyms,
+                                request.include_documentation,
+                            )
+                        })
+                        .collect();
+                }
+                Err((error, text)) => {
+                    result.error_code = error;
+                    result.error_message = message(text);
+                }
+            }
+            result
+        })
+        .collect();
+    let mut response = DescribeConfigsResponse::default();
+    response.results = results;
+    response
+}
+
+fn described(
+    entry: ConfigEntry,
+    src: i8,
+    v: i16,
+    include_synonyms: bool,
+    include_documentation: bool,
+) -> DescribeConfigsResourceResult {
+    let mut c = DescribeConfigsResourceResult::default();
+    c.name = str_bytes(entry.name);
+    c.value = Some(str_bytes(&entry.value));
+    c.read_only = entry.read_only;
+    c.config_source = src;
+    c.is_sensitive = false;
+    if include_synonyms {
+        let mut synonym = DescribeConfigsSynonym::default();
+        synonym.name = str_bytes(entry.name);
+        synonym.value = Some(str_bytes(&entry.value));
+        synonym.source = src;
+        c.synonyms = vec![synonym];
+    }
+    if v >= 3 {
+        c.config_type = type_of(entry.name);
+        c.documentation = if include_documentation {
+            documentation(entry.name).map(StrBytes::from_static_str)
+        } else {
+            None
+        };
+    }
+    c
+}
+
+/// This broker's read-only configs. The resource name is the broker id, or empty for the
+/// cluster-wide defaults, as in Kafka.
+fn broker_entries(broker: &Broker, name: &str) -> Result<Vec<(ConfigEntry, i8)>, (i16, String)> {
+    let me = broker.settings.node_id.0;
+    if !name.is_empty() && name.parse::<i32>().ok() != Some(me) {
+        return Err((
+            code::INVALID_REQUEST,
+            format!("unexpected broker id {name}; this is broker {me}"),
+        ));
+    }
+    let defaults = TopicConfig::default();
+    let fixed = |name: &'static str, value: String| {
+        (
+            ConfigEntry {
+                name,
+                value,
+                is_default: false,
+                read_only: true,
+            },
+            source::STATIC_BROKER_CONFIG,
+        )
+    };
+    Ok(vec![
+        fixed("node.id", me.to_string()),
+        fixed("broker.id", me.to_string()),
+        fixed(
+            "auto.create.topics.enable",
+            broker.settings.auto_create_topics.to_string(),
+        ),
+        fixed(
+            "num.partitions",
+            broker.log.config().default_partitions.to_string(),
+        ),
+        fixed("default.replication.factor", "1".to_string()),
+        fixed("min.insync.replicas", "1".to_string()),
+        fixed(
+            "socket.request.max.bytes",
+            broker.settings.max_request_bytes.to_string(),
+        ),
+        fixed("message.max.bytes", defaults.max_message_bytes.to_string()),
+        fixed("log.retention.ms", defaults.retention_ms.to_string()),
+    ])
+}
+
+fn broker_is_read_only() -> (i16, String) {
+    (
+        code::INVALID_REQUEST,
+        "broker configs are read-only: change them in strata.toml and restart".to_string(),
+    )
+}
+
+pub(crate) async fn alter_configs(
+    broker: &Broker,
+    request: AlterConfigsRequest,
+    _ctx: &RequestContext,
+) -> AlterConfigsResponse {
+    let mut responses = Vec::with_capacity(request.resources.len());
+    for res in request.resources {
+        let outcome = match res.resource_type {
+            resource::TOPIC => {
+                let mut overrides = BTreeMap::new();
+                let mut null = None;
+                for c in &res.configs {
+                    match &c.value {
+                        Some(value) => {
+                            overrides.insert(c.name.to_string(), value.to_string());
+                        }
+                        None => null = Some(c.name.to_string()),
+                    }
+                }
+                match null {
+                    Some(name) => Err((
+                        code::INVALID_CONFIG,
+                        format!("config {name} has a null value"),
+                    )),
+                    None => broker
+                        .log
+                        .set_topic_configs(
+                            res.resource_name.as_str(),
+                            overrides,
+                            request.validate_only,
+                        )
+                        .await
+                        .map_err(|e| (error_code(&e), e.to_string())),
+                }
+            }
+            resource::BROKER => Err(broker_is_read_only()),
+            other => Err((
+                code::INVALID_REQUEST,
+                format!("config resource type {other} is not supported"),
+            )),
+        };
+        let mut r = alter_configs_response::AlterConfigsResourceResponse::default();
+        r.resource_type = res.resource_type;
+        r.resource_name = res.resource_name;
+        match outcome {
+            Ok(()) => {
+                r.error_code = code::NONE;
+                r.error_message = None;
+            }
+            Err((error, text)) => {
+                r.error_code = error;
+                r.error_message = message(text);
+            }
+        }
+        responses.push(r);
+    }
+    let mut response = AlterConfigsResponse::default();
+    response.responses = responses;
+    response
+}
+
+pub(crate) async fn incremental_alter_configs(
+    broker: &Broker,
+    request: IncrementalAlterConfigsRequest,
+    _ctx: &RequestContext,
+) -> IncrementalAlterConfigsResponse {
+    let mut responses = Vec::with_capacity(request.resources.len());
+    for res in request.resources {
+        let outcome = match res.resource_type {
+            resource::TOPIC => match broker.log.topic(res.resource_name.as_str()) {
+                None => Err((
+                    code::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("topic {} does not exist", res.resource_name.as_str()),
+                )),
+                Some(info) => match incremental_changes(&info, &res.configs) {
+                    Err(e) => Err(e),
+                    Ok(changes) => broker
+                        .log
+                        .alter_topic_configs(&info.name, changes, request.validate_only)
+                        .await
+                        .map_err(|e| (error_code(&e), e.to_string())),
+                },
+            },
+            resource::BROKER => Err(broker_is_read_only()),
+            other => Err((
+                code::INVALID_REQUEST,
+                format!("config resource type {other} is not supported"),
+            )),
+        };
+        let mut r = incremental_alter_configs_response::AlterConfigsResourceResponse::default();
+        r.resource_type = res.resource_type;
+        r.resource_name = res.resource_name;
+        match outcome {
+            Ok(()) => {
+                r.error_code = code::NONE;
+                r.error_message = None;
+            }
+            Err((error, text)) => {
+                r.error_code = error;
+                r.error_message = message(text);
+            }
+        }
+        responses.push(r);
+    }
+    let mut response = IncrementalAlterConfigsResponse::default();
+    response.responses = responses;
+    response
+}
+
+/// A config to set (Some) or reset to its default (None).
+type ConfigChange = (String, Option<String>);
+
+/// Turns IncrementalAlterConfigs operations into the log's set/delete changes. APPEND and
+/// SUBTRACT apply only to list-typed configs (as in Kafka), against the current value.
+fn incremental_changes(
+    info: &Arc<TopicInfo>,
+    configs: &[kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig],
+) -> Result<Vec<ConfigChange>, (i16, String)> {
+    let mut seen = std::collections::HashSet::new();
+    let current: BTreeMap<&str, String> = topic_entries(info)
+        .into_iter()
+        .map(|e| (e.name, e.value))
+        .collect();
+    let mut changes = Vec::with_capacity(configs.len());
+    for c in configs {
+        let name = c.name.to_string();
+        if !seen.insert(name.clone()) {
+            return Err((
+                code::INVALID_REQUEST,
+                format!("config {name} appears more than once in the request"),
+            ));
+        }
+        let value = c.value.as_ref().map(|v| v.to_string());
+        let change = match c.config_operation {
+            op::SET => match value {
+                Some(value) => Some(value),
+                None => {
+                    return Err((
+                        code::INVALID_REQUEST,
+                        format!("SET of config {name} needs a value"),
+                    ))
+                }
+            },
+            op::DELETE => None,
+            op::APPEND | op::SUBTRACT => {
+                if type_of(&name) != config_type::LIST {
+                    return Err((
+                        code::INVALID_REQUEST,
+                        format!("config {name} is not a list: APPEND and SUBTRACT do not apply"),
+                    ));
+                }
+                let mut items: Vec<String> = current
+                    .get(name.as_str())
+                    .map(|v| split_list(v))
+                    .unwrap_or_default();
+                let operand = split_list(value.as_deref().unwrap_or(""));
+                if c.config_operation == op::APPEND {
+                    for item in operand {
+                        if !items.contains(&item) {
+                            items.push(item);
+                        }
+                    }
+                } else {
+                    items.retain(|item| !operand.contains(item));
+                }
+                Some(items.join(","))
+            }
+            other => {
+                return Err((
+                    code::INVALID_REQUEST,
+                    format!("unknown config operation {other}"),
+                ))
+            }
+        };
+        changes.push((name, change));
+    }
+    Ok(changes)
+}
+
+fn split_list(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}

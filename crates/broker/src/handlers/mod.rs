@@ -1,0 +1,155 @@
+//! One module per Kafka API family. Handlers take a decoded request and return the response
+//! message; dispatch does the decoding and encoding. Every field a handler sets is gated on the
+//! negotiated version: `kafka-protocol` refuses to encode a field the version does not carry.
+
+pub(crate) mod cluster;
+pub(crate) mod configs;
+pub(crate) mod fetch;
+pub(crate) mod leader_epoch;
+pub(crate) mod list_offsets;
+pub(crate) mod metadata;
+pub(crate) mod produce;
+pub(crate) mod producer;
+pub(crate) mod records;
+pub(crate) mod topics;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kafka_protocol::messages::TopicName;
+use kafka_protocol::protocol::StrBytes;
+use strata_log::{LogError, TopicId, TopicInfo};
+use uuid::Uuid;
+
+use crate::errors::code;
+use crate::server::Broker;
+
+/// The only leader epoch Strata reports. Ownership epochs live in storage and never reach
+/// clients: with one epoch, clients' truncation checks (OffsetForLeaderEpoch) always agree.
+pub(crate) const LEADER_EPOCH: i32 = 0;
+
+/// Validates the leader epoch a client believes current (-1 = "not known, skip the check"),
+/// as Kafka does on Fetch, ListOffsets and OffsetForLeaderEpoch.
+pub(crate) fn check_leader_epoch(current_leader_epoch: i32) -> i16 {
+    if current_leader_epoch < 0 || current_leader_epoch == LEADER_EPOCH {
+        code::NONE
+    } else if current_leader_epoch > LEADER_EPOCH {
+        code::UNKNOWN_LEADER_EPOCH
+    } else {
+        code::FENCED_LEADER_EPOCH
+    }
+}
+
+pub(crate) fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+pub(crate) fn topic_name(name: &str) -> TopicName {
+    TopicName(str_bytes(name))
+}
+
+pub(crate) fn uuid_of(id: TopicId) -> Uuid {
+    Uuid::from_bytes(id.0)
+}
+
+pub(crate) fn topic_id_of(uuid: &Uuid) -> TopicId {
+    TopicId(*uuid.as_bytes())
+}
+
+/// Looks a topic up by name, creating it with the default partition count when auto-creation
+/// is on and `allowed` (the request permits it). A concurrent creation of the same topic by
+/// another request or broker is not an error.
+pub(crate) async fn topic_or_auto_create(
+    broker: &Broker,
+    name: &str,
+    allowed: bool,
+) -> Result<Arc<TopicInfo>, LogError> {
+    if let Some(info) = broker.log.topic(name) {
+        return Ok(info);
+    }
+    strata_log::catalog::validate_topic_name(name)?;
+    if !(allowed && broker.settings.auto_create_topics) {
+        return Err(LogError::UnknownTopicOrPartition);
+    }
+    match broker
+        .log
+        .create_topic(name, None, BTreeMap::new(), false)
+        .await
+    {
+        Ok(info) => {
+            tracing::info!(
+                topic = name,
+                partitions = info.partitions,
+                "auto-created topic"
+            );
+            Ok(info)
+        }
+        Err(LogError::TopicAlreadyExists(_)) => broker
+            .log
+            .topic(name)
+            .ok_or(LogError::UnknownTopicOrPartition),
+        Err(e) => Err(e),
+    }
+}
+
+/// Kafka's ACL operation codes, for the `*_authorized_operations` bitfields. Strata has no ACLs:
+/// every client may do everything, and says so when asked.
+pub(crate) mod acl_op {
+    pub const READ: i32 = 3;
+    pub const WRITE: i32 = 4;
+    pub const CREATE: i32 = 5;
+    pub const DELETE: i32 = 6;
+    pub const ALTER: i32 = 7;
+    pub const DESCRIBE: i32 = 8;
+    pub const CLUSTER_ACTION: i32 = 9;
+    pub const DESCRIBE_CONFIGS: i32 = 10;
+    pub const ALTER_CONFIGS: i32 = 11;
+    pub const IDEMPOTENT_WRITE: i32 = 12;
+
+    pub fn bits(ops: &[i32]) -> i32 {
+        ops.iter().fold(0, |acc, op| acc | (1 << op))
+    }
+
+    pub fn topic_all() -> i32 {
+        bits(&[
+            READ,
+            WRITE,
+            CREATE,
+            DELETE,
+            ALTER,
+            DESCRIBE,
+            DESCRIBE_CONFIGS,
+            ALTER_CONFIGS,
+        ])
+    }
+
+    pub fn cluster_all() -> i32 {
+        bits(&[
+            CREATE,
+            ALTER,
+            DESCRIBE,
+            CLUSTER_ACTION,
+            DESCRIBE_CONFIGS,
+            ALTER_CONFIGS,
+            IDEMPOTENT_WRITE,
+        ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leader_epoch_check_matches_kafka() {
+        assert_eq!(check_leader_epoch(-1), code::NONE);
+        assert_eq!(check_leader_epoch(0), code::NONE);
+        assert_eq!(check_leader_epoch(3), code::UNKNOWN_LEADER_EPOCH);
+    }
+
+    #[test]
+    fn topic_ids_convert_both_ways() {
+        let id = TopicId([7; 16]);
+        assert_eq!(topic_id_of(&uuid_of(id)), id);
+    }
+}

@@ -1,0 +1,262 @@
+//! Produce (v3–v13): every partition of the request is appended concurrently; each gets its
+//! own error code. Record batches go to the log as the client's bytes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::join_all;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::protocol::StrBytes;
+use strata_core::TopicPartition;
+use strata_log::{Acks, AppendOutcome, LogError, TopicInfo};
+use tracing::debug;
+
+use super::{topic_id_of, topic_or_auto_create};
+use crate::errors::{code, error_code};
+use crate::server::Broker;
+use crate::RequestContext;
+
+/// What the connection does after a produce.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    Respond(ProduceResponse),
+    /// acks=0 and every partition was accepted: Kafka sends nothing back.
+    NoResponse,
+    /// acks=0 and some partition failed: Kafka closes the connection, the only signal such a
+    /// producer gets, so that it refreshes metadata.
+    CloseConnection,
+}
+
+/// A partition's failure: a Kafka code and, for v8+, a message.
+type PartitionError = (i16, Option<String>);
+
+pub(crate) async fn handle(
+    broker: &Broker,
+    request: ProduceRequest,
+    ctx: &RequestContext,
+) -> Outcome {
+    let v = ctx.api_version;
+    let fire_and_forget = request.acks == 0;
+    let acks = match request.acks {
+        0 => Ok(Acks::None),
+        1 | -1 => {
+            let client_timeout =
+                Duration::from_millis(u64::try_from(request.timeout_ms).unwrap_or(0));
+            Ok(Acks::Durable {
+                timeout: client_timeout.max(broker.settings.min_produce_timeout),
+            })
+        }
+        other => Err((
+            code::INVALID_REQUIRED_ACKS,
+            Some(format!("acks must be 0, 1 or -1, got {other}")),
+        )),
+    };
+    // Transactions are not implemented (InitProducerId refuses transactional ids), so a
+    // transactional produce can only come from a confused client: refuse it per partition.
+    let transactional = request
+        .transactional_id
+        .as_ref()
+        .is_some_and(|id| !id.0.is_empty());
+    let refusal = match &acks {
+        Err(e) => Some(e.clone()),
+        Ok(_) if transactional => Some((
+            code::INVALID_REQUEST,
+            Some("transactions are not supported by this broker".to_string()),
+        )),
+        Ok(_) => None,
+    };
+    let acks = acks.unwrap_or(Acks::None);
+
+    let topics = join_all(
+        request
+            .topic_data
+            .into_iter()
+            .map(|topic| produce_topic(broker, topic, acks, refusal.clone(), v)),
+    )
+    .await;
+
+    if fire_and_forget {
+        let failed = topics
+            .iter()
+            .flat_map(|(_, partitions)| partitions.iter())
+            .find_map(|(index, result)| result.as_ref().err().map(|e| (*index, e.clone())));
+        return match failed {
+            None => Outcome::NoResponse,
+            Some((partition, (error, text))) => {
+                debug!(peer = %ctx.peer, partition, error, message = ?text,
+                    "acks=0 produce failed; closing connection");
+                Outcome::CloseConnection
+            }
+        };
+    }
+
+    let mut response = ProduceResponse::default();
+    response.responses = topics
+        .into_iter()
+        .map(|(topic, partitions)| {
+            let mut t = TopicProduceResponse::default();
+            match topic {
+                TopicKey::Name(name) => t.name = name,
+                TopicKey::Id(id) => t.topic_id = id,
+            }
+            t.partition_responses = partitions
+                .into_iter()
+                .map(|(index, result)| partition_response(index, result, v))
+                .collect();
+            t
+        })
+        .collect();
+    Outcome::Respond(response)
+}
+
+/// How the request named the topic, echoed back in the response.
+enum TopicKey {
+    Name(kafka_protocol::messages::TopicName),
+    Id(uuid::Uuid),
+}
+
+type PartitionResult = (i32, Result<AppendOutcome, PartitionError>);
+
+async fn produce_topic(
+    broker: &Broker,
+    topic: TopicProduceData,
+    acks: Acks,
+    refusal: Option<PartitionError>,
+    v: i16,
+) -> (TopicKey, Vec<PartitionResult>) {
+    let (key, info) = if v >= 13 {
+        let info = broker
+            .log
+            .topic_by_id(topic_id_of(&topic.topic_id))
+            .ok_or((code::UNKNOWN_TOPIC_ID, None));
+        (TopicKey::Id(topic.topic_id), info)
+    } else {
+        // Kafka creates topics on Metadata, which producers send first; creating here too
+        // (when enabled) serves clients that skip it.
+        let info = topic_or_auto_create(broker, topic.name.0.as_str(), true)
+            .await
+            .map_err(|e| (error_code(&e), Some(e.to_string())));
+        (TopicKey::Name(topic.name), info)
+    };
+    let info = match (refusal, info) {
+        (Some(refused), _) => Err(refused),
+        (None, info) => info,
+    };
+    let results = join_all(
+        topic
+            .partition_data
+            .into_iter()
+            .map(|partition| produce_partition(broker, info.clone(), partition, acks)),
+    )
+    .await;
+    (key, results)
+}
+
+async fn produce_partition(
+    broker: &Broker,
+    topic: Result<Arc<TopicInfo>, PartitionError>,
+    partition: PartitionProduceData,
+    acks: Acks,
+) -> PartitionResult {
+    let index = partition.index;
+    let topic = match topic {
+        Ok(topic) => topic,
+        Err(e) => return (index, Err(e)),
+    };
+    if index < 0 || index >= topic.partitions {
+        return (index, Err((code::UNKNOWN_TOPIC_OR_PARTITION, None)));
+    }
+    let records: Bytes = match partition.records {
+        Some(records) if !records.is_empty() => records,
+        _ => {
+            return (
+                index,
+                Err((code::INVALID_RECORD, Some("no record batches".to_string()))),
+            )
+        }
+    };
+    let tp = TopicPartition::new(Arc::clone(&topic.name), index);
+    let result = broker.log.append(&tp, records, acks).await;
+    if let Err(e) = &result {
+        log_append_failure(&tp, e);
+    }
+    (
+        index,
+        result.map_err(|e| (error_code(&e), Some(e.to_string()))),
+    )
+}
+
+fn log_append_failure(tp: &TopicPartition, e: &LogError) {
+    if e.is_retryable() {
+        debug!(partition = %tp, error = %e, "append failed (retryable)");
+    } else {
+        debug!(partition = %tp, error = %e, "append refused");
+    }
+}
+
+fn partition_response(
+    index: i32,
+    result: Result<AppendOutcome, PartitionError>,
+    v: i16,
+) -> PartitionProduceResponse {
+    let mut p = PartitionProduceResponse::default();
+    p.index = index;
+    match result {
+        Ok(outcome) => {
+            p.error_code = code::NONE;
+            p.base_offset = outcome.base_offset.get();
+            p.log_append_time_ms = outcome.log_append_time;
+            if v >= 5 {
+                p.log_start_offset = outcome.log_start_offset.get();
+            }
+        }
+        Err((error, text)) => {
+            p.error_code = error;
+            p.base_offset = -1;
+            p.log_append_time_ms = -1;
+            if v >= 8 {
+                p.error_message = text.map(StrBytes::from_string);
+            }
+        }
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::protocol::Encodable;
+    use strata_core::Offset;
+
+    #[test]
+    fn partition_responses_encode_at_every_version() {
+        for v in 3..=13 {
+            let ok = partition_response(
+                0,
+                Ok(AppendOutcome {
+                    base_offset: Offset(42),
+                    log_append_time: -1,
+                    log_start_offset: Offset(0),
+                }),
+                v,
+            );
+            let err = partition_response(
+                1,
+                Err((code::CORRUPT_MESSAGE, Some("bad crc".to_string()))),
+                v,
+            );
+            let mut topic = TopicProduceResponse::default();
+            if v < 13 {
+                topic.name = super::super::topic_name("t");
+            }
+            topic.partition_responses = vec![ok, err];
+            let mut response = ProduceResponse::default();
+            response.responses = vec![topic];
+            let mut buf = bytes::BytesMut::new();
+            response.encode(&mut buf, v).unwrap();
+        }
+    }
+}

@@ -1,0 +1,40 @@
+//! InitProducerId (v0–v4): idempotent producers only.
+//!
+//! Transactions are not implemented (and their APIs are not advertised), so a transactional
+//! id is refused with INVALID_REQUEST — the code Kafka itself uses for an empty transactional
+//! id — rather than with an authorization error that would send users hunting for ACLs. A
+//! non-transactional producer that re-initialises (v3+, after an epoch bump or an unknown
+//! producer id) gets a fresh producer id, as Kafka gives idempotent producers.
+
+use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+use tracing::{info, warn};
+
+use crate::errors::{code, error_code};
+use crate::server::Broker;
+use crate::RequestContext;
+
+pub(crate) async fn init_producer_id(
+    broker: &Broker,
+    request: InitProducerIdRequest,
+    ctx: &RequestContext,
+) -> InitProducerIdResponse {
+    let mut response = InitProducerIdResponse::default();
+    response.producer_id = ProducerId(-1);
+    response.producer_epoch = -1;
+    if request.transactional_id.is_some() {
+        warn!(peer = %ctx.peer, client_id = ?ctx.client_id,
+            "refusing InitProducerId with a transactional id: transactions are not supported");
+        response.error_code = code::INVALID_REQUEST;
+        return response;
+    }
+    match broker.log.init_producer_id().await {
+        Ok((producer_id, epoch)) => {
+            info!(peer = %ctx.peer, client_id = ?ctx.client_id, producer_id, "new idempotent producer");
+            response.error_code = code::NONE;
+            response.producer_id = ProducerId(producer_id);
+            response.producer_epoch = epoch;
+        }
+        Err(e) => response.error_code = error_code(&e),
+    }
+    response
+}

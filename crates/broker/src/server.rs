@@ -1,0 +1,116 @@
+//! The broker object and its accept loop.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata_core::Clock;
+use strata_log::LogManager;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch, Semaphore};
+use tracing::{debug, info, warn};
+
+use crate::connection::Connection;
+use crate::BrokerSettings;
+
+/// Everything a broker is built from: the log it serves, the clock, its settings.
+#[derive(Debug)]
+pub struct BrokerParts {
+    pub log: Arc<LogManager>,
+    pub clock: Arc<dyn Clock>,
+    pub settings: BrokerSettings,
+}
+
+/// One Kafka broker front end over a [`LogManager`].
+#[derive(Debug)]
+pub struct Broker {
+    pub(crate) log: Arc<LogManager>,
+    #[allow(dead_code)] // handed to the groups coordinator once it is wired in
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) settings: BrokerSettings,
+}
+
+/// Pause after a failed accept (typically EMFILE): retrying at once would spin.
+const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
+
+impl Broker {
+    pub fn new(parts: BrokerParts) -> Self {
+        Self {
+            log: parts.log,
+            clock: parts.clock,
+            settings: parts.settings,
+        }
+    }
+
+    pub fn settings(&self) -> &BrokerSettings {
+        &self.settings
+    }
+
+    pub fn log(&self) -> &Arc<LogManager> {
+        &self.log
+    }
+
+    /// Serves Kafka clients on `listener` until `shutdown` completes, then stops accepting, lets
+    /// every connection finish the requests it has already read (long-poll fetches return
+    /// early), closes them and returns. Connections still busy after
+    /// [`BrokerSettings::shutdown_grace`] are abandoned (logged). The log itself is not shut
+    /// down here: the caller does that once this returns.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: impl Future<Output = ()>) {
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        // Every connection task holds a clone of `done_tx`; when all are dropped, `recv` on
+        // `done_rx` returns None: the tokio way of knowing every handler has finished.
+        let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
+        let slots = Arc::new(Semaphore::new(self.settings.max_connections.max(1)));
+        tokio::pin!(shutdown);
+
+        loop {
+            // Take a slot before accepting: at the limit, new connections wait in the backlog.
+            let permit = tokio::select! {
+                _ = &mut shutdown => break,
+                permit = Arc::clone(&slots).acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => break, // the semaphore is never closed; treat as shutdown
+                },
+            };
+            let accepted = tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = listener.accept() => accepted,
+            };
+            let (stream, peer) = match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::select! {
+                        _ = &mut shutdown => break,
+                        _ = tokio::time::sleep(ACCEPT_ERROR_BACKOFF) => continue,
+                    }
+                }
+            };
+            // Kafka requests are small and latency-bound: never wait to coalesce segments.
+            if let Err(e) = stream.set_nodelay(true) {
+                debug!(%peer, error = %e, "could not set TCP_NODELAY");
+            }
+            let connection = Connection::new(Arc::clone(&self), peer, shutdown_rx.clone());
+            let done = done_tx.clone();
+            tokio::spawn(async move {
+                connection.run(stream).await;
+                drop(permit);
+                drop(done);
+            });
+        }
+
+        drop(listener);
+        info!("stopped accepting connections; finishing in-flight requests");
+        let _ = shutdown_tx.send(true);
+        drop(done_tx);
+        if tokio::time::timeout(self.settings.shutdown_grace, done_rx.recv())
+            .await
+            .is_err()
+        {
+            warn!(
+                grace = ?self.settings.shutdown_grace,
+                "connections still busy after the shutdown grace period; abandoning them"
+            );
+        }
+    }
+}

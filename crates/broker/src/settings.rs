@@ -1,0 +1,56 @@
+//! What the broker needs to know about itself. Filled by the server from its configuration file;
+//! every bounded resource is named here with what happens at its limit.
+
+use std::time::Duration;
+
+use strata_core::BrokerId;
+
+/// Settings of the Kafka front end.
+#[derive(Debug, Clone)]
+pub struct BrokerSettings {
+    /// This broker's id, as clients see it in Metadata.
+    pub node_id: BrokerId,
+    /// The host clients are told to connect to.
+    pub advertised_host: String,
+    /// The port clients are told to connect to.
+    pub advertised_port: u16,
+    /// The cluster id reported in Metadata and DescribeCluster.
+    pub cluster_id: String,
+    /// Largest request frame accepted (Kafka's `socket.request.max.bytes`). Checked against the
+    /// frame's length prefix before any of it is buffered; a larger frame closes the connection,
+    /// as Kafka does.
+    pub max_request_bytes: usize,
+    /// Connections served at once. At the limit the broker stops accepting: further connections
+    /// wait in the kernel's listen backlog until a slot frees (and are refused by the kernel or
+    /// time out on the client side if the backlog fills).
+    pub max_connections: usize,
+    /// Requests of one connection processed at once (Kafka clients pipeline). At the limit the
+    /// broker stops reading that connection until the oldest request has been answered, which
+    /// pushes back on the client through TCP.
+    pub max_inflight_requests_per_connection: usize,
+    /// Whether Metadata (and Produce) may create unknown topics (`auto.create.topics.enable`).
+    pub auto_create_topics: bool,
+    /// Floor for a produce's durability wait: a client timeout of 0 (or a tiny one) would fail
+    /// appends that are about to land, and the retry would duplicate them.
+    pub min_produce_timeout: Duration,
+    /// After shutdown starts, how long to wait for connections to finish their in-flight
+    /// requests before giving up on them.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for BrokerSettings {
+    fn default() -> Self {
+        Self {
+            node_id: BrokerId(0),
+            advertised_host: "127.0.0.1".to_string(),
+            advertised_port: 9092,
+            cluster_id: "strata".to_string(),
+            max_request_bytes: 100 << 20,
+            max_connections: 4096,
+            max_inflight_requests_per_connection: 32,
+            auto_create_topics: true,
+            min_produce_timeout: Duration::from_secs(1),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}

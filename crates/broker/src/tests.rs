@@ -1,0 +1,581 @@
+//! In-process tests: a broker on a memory store, driven over TCP with hand-built Kafka frames.
+//! Real clients (librdkafka, Python, Java) are exercised by the end-to-end tests.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use strata_core::{BrokerId, SystemClock};
+use strata_log::{LogConfig, LogManager};
+use strata_storage::{MemoryStore, ObjectStore};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::handlers::topic_name;
+use crate::{supported_apis, Broker, BrokerParts, BrokerSettings};
+
+/// Bound on every wait in these tests: far above what any step needs, so hitting it means a
+/// hang, not slowness.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+struct TestBroker {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    served: JoinHandle<()>,
+}
+
+async fn start_with(tweak: impl FnOnce(&mut BrokerSettings)) -> TestBroker {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let clock = SystemClock::shared();
+    let log = LogManager::open(store, Arc::clone(&clock), LogConfig::default(), BrokerId(0))
+        .await
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut settings = BrokerSettings {
+        advertised_port: addr.port(),
+        ..BrokerSettings::default()
+    };
+    tweak(&mut settings);
+    let broker = Arc::new(Broker::new(BrokerParts {
+        log,
+        clock,
+        settings,
+    }));
+    let (stop, stopped) = oneshot::channel::<()>();
+    let served = tokio::spawn(broker.serve(listener, async {
+        let _ = stopped.await;
+    }));
+    TestBroker {
+        addr,
+        stop: Some(stop),
+        served,
+    }
+}
+
+async fn start() -> TestBroker {
+    start_with(|_| {}).await
+}
+
+impl TestBroker {
+    async fn client(&self) -> Client {
+        Client {
+            stream: TcpStream::connect(self.addr).await.unwrap(),
+            next_correlation: 1,
+        }
+    }
+
+    async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        tokio::time::timeout(PATIENCE, self.served)
+            .await
+            .expect("serve returns after shutdown")
+            .unwrap();
+    }
+}
+
+struct Client {
+    stream: TcpStream,
+    next_correlation: i32,
+}
+
+impl Client {
+    /// Sends a request; returns its correlation id.
+    async fn send<R: Encodable>(&mut self, key: ApiKey, version: i16, request: &R) -> i32 {
+        let correlation_id = self.next_correlation;
+        self.next_correlation += 1;
+        let mut header = RequestHeader::default();
+        header.request_api_key = key as i16;
+        header.request_api_version = version;
+        header.correlation_id = correlation_id;
+        header.client_id = Some(StrBytes::from_static_str("broker-test"));
+        let mut body = BytesMut::new();
+        header
+            .encode(&mut body, key.request_header_version(version))
+            .unwrap();
+        request.encode(&mut body, version).unwrap();
+        self.send_raw(&body).await;
+        correlation_id
+    }
+
+    async fn send_raw(&mut self, body: &[u8]) {
+        let mut frame = BytesMut::with_capacity(4 + body.len());
+        frame.put_i32(i32::try_from(body.len()).unwrap());
+        frame.put_slice(body);
+        self.stream.write_all(&frame).await.unwrap();
+    }
+
+    /// The next response frame, or None if the broker closed the connection.
+    async fn recv_frame(&mut self) -> Option<Bytes> {
+        let read = async {
+            let mut len = [0u8; 4];
+            self.stream.read_exact(&mut len).await.ok()?;
+            let mut body = vec![0u8; usize::try_from(i32::from_be_bytes(len)).ok()?];
+            self.stream.read_exact(&mut body).await.ok()?;
+            Some(Bytes::from(body))
+        };
+        tokio::time::timeout(PATIENCE, read)
+            .await
+            .expect("a response or a close")
+    }
+
+    async fn recv<R: Decodable + HeaderVersion>(&mut self, version: i16) -> (i32, R) {
+        let mut frame = self.recv_frame().await.expect("a response, not a close");
+        let header = ResponseHeader::decode(&mut frame, R::header_version(version)).unwrap();
+        let body = R::decode(&mut frame, version).unwrap();
+        (header.correlation_id, body)
+    }
+
+    async fn call<Req: Encodable, Resp: Decodable + HeaderVersion>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        request: &Req,
+    ) -> Resp {
+        let sent = self.send(key, version, request).await;
+        let (got, response) = self.recv(version).await;
+        assert_eq!(got, sent, "correlation id");
+        response
+    }
+}
+
+// --- request builders ---
+
+fn zigzag_varint(out: &mut BytesMut, value: i64) {
+    let mut v = ((value << 1) ^ (value >> 63)) as u64;
+    while v >= 0x80 {
+        out.put_u8((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.put_u8(v as u8);
+}
+
+/// A magic-2 record batch of uncompressed records without keys.
+fn record_batch(values: &[&[u8]], timestamp: i64) -> Bytes {
+    let mut records = BytesMut::new();
+    for (i, value) in values.iter().enumerate() {
+        let mut record = BytesMut::new();
+        record.put_i8(0); // attributes
+        zigzag_varint(&mut record, 0); // timestamp delta
+        zigzag_varint(&mut record, i as i64); // offset delta
+        zigzag_varint(&mut record, -1); // key: null
+        zigzag_varint(&mut record, value.len() as i64);
+        record.put_slice(value);
+        zigzag_varint(&mut record, 0); // headers
+        zigzag_varint(&mut records, record.len() as i64);
+        records.put_slice(&record);
+    }
+    let mut after_crc = BytesMut::new();
+    after_crc.put_i16(0); // attributes
+    after_crc.put_i32(values.len() as i32 - 1); // last offset delta
+    after_crc.put_i64(timestamp);
+    after_crc.put_i64(timestamp);
+    after_crc.put_i64(-1); // producer id
+    after_crc.put_i16(-1); // producer epoch
+    after_crc.put_i32(-1); // base sequence
+    after_crc.put_i32(values.len() as i32);
+    after_crc.put_slice(&records);
+    let mut batch = BytesMut::new();
+    batch.put_i64(0); // base offset
+    batch.put_i32((4 + 1 + 4 + after_crc.len()) as i32); // batch length
+    batch.put_i32(-1); // partition leader epoch
+    batch.put_i8(2); // magic
+    batch.put_u32(crc32c::crc32c(&after_crc));
+    batch.put_slice(&after_crc);
+    batch.freeze()
+}
+
+fn metadata_request(topics: &[&str]) -> MetadataRequest {
+    let mut request = MetadataRequest::default();
+    request.topics = Some(
+        topics
+            .iter()
+            .map(|t| {
+                let mut topic = MetadataRequestTopic::default();
+                topic.name = Some(topic_name(t));
+                topic
+            })
+            .collect(),
+    );
+    request.allow_auto_topic_creation = true;
+    request
+}
+
+fn produce_request(topic: &str, acks: i16, records: Bytes) -> ProduceRequest {
+    let mut partition = PartitionProduceData::default();
+    partition.index = 0;
+    partition.records = Some(records);
+    let mut t = TopicProduceData::default();
+    t.name = topic_name(topic);
+    t.partition_data = vec![partition];
+    let mut request = ProduceRequest::default();
+    request.acks = acks;
+    request.timeout_ms = 10_000;
+    request.topic_data = vec![t];
+    request
+}
+
+fn fetch_request(topic: &str, offset: i64, max_wait_ms: i32, min_bytes: i32) -> FetchRequest {
+    let mut partition = FetchPartition::default();
+    partition.partition = 0;
+    partition.fetch_offset = offset;
+    partition.partition_max_bytes = 1 << 20;
+    let mut t = FetchTopic::default();
+    t.topic = topic_name(topic);
+    t.partitions = vec![partition];
+    let mut request = FetchRequest::default();
+    request.replica_id = kafka_protocol::messages::BrokerId(-1);
+    request.max_wait_ms = max_wait_ms;
+    request.min_bytes = min_bytes;
+    request.max_bytes = 50 << 20;
+    request.session_epoch = -1;
+    request.topics = vec![t];
+    request
+}
+
+async fn create_topic(client: &mut Client, name: &str) -> uuid::Uuid {
+    let metadata: MetadataResponse = client
+        .call(ApiKey::Metadata, 12, &metadata_request(&[name]))
+        .await;
+    assert_eq!(metadata.topics[0].error_code, 0);
+    metadata.topics[0].topic_id
+}
+
+// --- tests ---
+
+#[tokio::test]
+async fn api_versions_of_an_unknown_version_answers_v0_with_the_supported_list() {
+    let broker = start().await;
+    let mut client = broker.client().await;
+    // A future ApiVersions v99: flexible header v2, and a body we cannot know.
+    let mut body = BytesMut::new();
+    body.put_i16(ApiKey::ApiVersions as i16);
+    body.put_i16(99);
+    body.put_i32(7);
+    body.put_i16(-1); // client id: null
+    body.put_u8(0); // no tagged fields
+    body.put_slice(b"\x00whatever-v99-carries");
+    client.send_raw(&body).await;
+    let mut frame = client.recv_frame().await.unwrap();
+    let header = ResponseHeader::decode(&mut frame, 0).unwrap();
+    assert_eq!(header.correlation_id, 7);
+    let response = ApiVersionsResponse::decode(&mut frame, 0).unwrap();
+    assert_eq!(response.error_code, 35);
+    let produce = response
+        .api_keys
+        .iter()
+        .find(|k| k.api_key == ApiKey::Produce as i16)
+        .unwrap();
+    assert_eq!((produce.min_version, produce.max_version), (3, 13));
+    // The connection stays usable: the client retries with a version we support.
+    let response: ApiVersionsResponse = client
+        .call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
+        .await;
+    assert_eq!(response.error_code, 0);
+    assert_eq!(response.api_keys.len(), supported_apis().len());
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn acks_zero_produce_gets_no_response() {
+    let broker = start().await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "fire-and-forget").await;
+    let batch = record_batch(&[b"one"], 1_700_000_000_000);
+    client
+        .send(
+            ApiKey::Produce,
+            9,
+            &produce_request("fire-and-forget", 0, batch),
+        )
+        .await;
+    let next = client
+        .send(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
+        .await;
+    let (got, _): (i32, ApiVersionsResponse) = client.recv(3).await;
+    assert_eq!(got, next, "the first response is the ApiVersions one");
+    // ... and the record was appended all the same.
+    let fetch: FetchResponse = client
+        .call(
+            ApiKey::Fetch,
+            11,
+            &fetch_request("fire-and-forget", 0, 5_000, 1),
+        )
+        .await;
+    let partition = &fetch.responses[0].partitions[0];
+    assert_eq!(partition.error_code, 0);
+    assert_eq!(partition.high_watermark, 1);
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn produced_batches_come_back_byte_for_byte_at_every_fetch_version() {
+    let broker = start().await;
+    let mut client = broker.client().await;
+    let topic_id = create_topic(&mut client, "roundtrip").await;
+    let mut sent = Vec::new();
+    for (i, version) in (3..=13).enumerate() {
+        let value = vec![b'a' + i as u8; 300 + i * 100];
+        let batch = record_batch(&[&value, b"second"], 1_700_000_000_000 + i as i64);
+        let mut request = produce_request("roundtrip", -1, batch.clone());
+        if version >= 13 {
+            request.topic_data[0].name = TopicName::default();
+            request.topic_data[0].topic_id = topic_id;
+        }
+        let response: ProduceResponse = client.call(ApiKey::Produce, version, &request).await;
+        let p = &response.responses[0].partition_responses[0];
+        assert_eq!(p.error_code, 0, "produce v{version}: {:?}", p.error_message);
+        assert_eq!(p.base_offset, 2 * i as i64, "produce v{version}");
+        sent.push(batch);
+    }
+    for version in 4..=16 {
+        let mut request = fetch_request("roundtrip", 0, 0, 0);
+        if version >= 13 {
+            request.topics[0].topic = TopicName::default();
+            request.topics[0].topic_id = topic_id;
+        }
+        let response: FetchResponse = client.call(ApiKey::Fetch, version, &request).await;
+        let p = &response.responses[0].partitions[0];
+        assert_eq!(p.error_code, 0, "fetch v{version}");
+        assert_eq!(p.high_watermark, 2 * sent.len() as i64);
+        let mut records = p.records.clone().unwrap();
+        for (i, batch) in sent.iter().enumerate() {
+            let got = records.split_to(batch.len());
+            assert_eq!(
+                (&got[..8]).get_i64(),
+                2 * i as i64,
+                "fetch v{version}: base offset of batch {i}"
+            );
+            // Everything from the magic byte on is the producer's bytes (the CRC covers it).
+            assert_eq!(got[16..], batch[16..], "fetch v{version}: batch {i}");
+        }
+        assert!(records.is_empty());
+    }
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_long_poll_fetch_wakes_when_data_arrives() {
+    let broker = start().await;
+    let mut consumer = broker.client().await;
+    let mut producer = broker.client().await;
+    create_topic(&mut consumer, "wake").await;
+    // Waits up to 60 s for one byte; the test's patience is 20 s, so only a wake-up passes.
+    let sent = consumer
+        .send(ApiKey::Fetch, 12, &fetch_request("wake", 0, 60_000, 1))
+        .await;
+    let response: ProduceResponse = producer
+        .call(
+            ApiKey::Produce,
+            9,
+            &produce_request("wake", 1, record_batch(&[b"hello"], 1)),
+        )
+        .await;
+    assert_eq!(response.responses[0].partition_responses[0].error_code, 0);
+    let (got, fetch): (i32, FetchResponse) = consumer.recv(12).await;
+    assert_eq!(got, sent);
+    assert!(!fetch.responses[0].partitions[0]
+        .records
+        .as_ref()
+        .unwrap()
+        .is_empty());
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn pipelined_responses_keep_request_order() {
+    let broker = start().await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "ordered").await;
+    // The fetch waits 300 ms for data that never comes; the ApiVersions behind it is instant.
+    let first = client
+        .send(ApiKey::Fetch, 11, &fetch_request("ordered", 0, 300, 1))
+        .await;
+    let second = client
+        .send(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
+        .await;
+    let (got_first, _): (i32, FetchResponse) = client.recv(11).await;
+    let (got_second, _): (i32, ApiVersionsResponse) = client.recv(3).await;
+    assert_eq!((got_first, got_second), (first, second));
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn fetch_beyond_the_high_watermark_is_out_of_range() {
+    let broker = start().await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "range").await;
+    let fetch: FetchResponse = client
+        .call(ApiKey::Fetch, 11, &fetch_request("range", 5, 100, 1))
+        .await;
+    assert_eq!(fetch.responses[0].partitions[0].error_code, 1);
+    let fetch: FetchResponse = client
+        .call(ApiKey::Fetch, 11, &fetch_request("missing", 0, 100, 1))
+        .await;
+    assert_eq!(fetch.responses[0].partitions[0].error_code, 3);
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn list_offsets_reports_earliest_and_latest() {
+    let broker = start().await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "offsets").await;
+    let _: ProduceResponse = client
+        .call(
+            ApiKey::Produce,
+            9,
+            &produce_request("offsets", -1, record_batch(&[b"a", b"b", b"c"], 1000)),
+        )
+        .await;
+    for (timestamp, expected) in [(-2, 0), (-1, 3), (1000, 0), (5000, -1)] {
+        let mut partition = ListOffsetsPartition::default();
+        partition.partition_index = 0;
+        partition.timestamp = timestamp;
+        let mut topic = ListOffsetsTopic::default();
+        topic.name = topic_name("offsets");
+        topic.partitions = vec![partition];
+        let mut request = ListOffsetsRequest::default();
+        request.replica_id = kafka_protocol::messages::BrokerId(-1);
+        request.topics = vec![topic];
+        let response: ListOffsetsResponse = client.call(ApiKey::ListOffsets, 7, &request).await;
+        let p = &response.topics[0].partitions[0];
+        assert_eq!(
+            (p.error_code, p.offset),
+            (0, expected),
+            "timestamp {timestamp}"
+        );
+    }
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn create_topics_refuses_replication_beyond_one_broker() {
+    let broker = start().await;
+    let mut client = broker.client().await;
+    let topic = |name: &str, partitions: i32, rf: i16| {
+        let mut t = CreatableTopic::default();
+        t.name = topic_name(name);
+        t.num_partitions = partitions;
+        t.replication_factor = rf;
+        t
+    };
+    let mut request = CreateTopicsRequest::default();
+    request.timeout_ms = 5_000;
+    request.topics = vec![
+        topic("three-replicas", 1, 3),
+        topic("defaults", -1, -1),
+        topic("four", 4, 1),
+        topic("bad/name", 1, 1),
+    ];
+    let response: CreateTopicsResponse = client.call(ApiKey::CreateTopics, 7, &request).await;
+    let codes: Vec<i16> = response.topics.iter().map(|t| t.error_code).collect();
+    assert_eq!(codes, vec![38, 0, 0, 17]);
+    assert_eq!(response.topics[2].num_partitions, 4);
+    // Creating it again: TOPIC_ALREADY_EXISTS.
+    request.topics = vec![topic("four", 4, 1)];
+    let response: CreateTopicsResponse = client.call(ApiKey::CreateTopics, 2, &request).await;
+    assert_eq!(response.topics[0].error_code, 36);
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn every_advertised_version_of_metadata_and_api_versions_answers() {
+    let broker = start().await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "versions").await;
+    for version in 0..=12 {
+        let mut request = metadata_request(&["versions"]);
+        if version < 4 {
+            request.allow_auto_topic_creation = true;
+        }
+        let response: MetadataResponse = client.call(ApiKey::Metadata, version, &request).await;
+        assert_eq!(response.brokers.len(), 1, "metadata v{version}");
+        assert_eq!(
+            response.topics[0].partitions.len(),
+            1,
+            "metadata v{version}"
+        );
+    }
+    for version in 0..=4 {
+        let response: ApiVersionsResponse = client
+            .call(ApiKey::ApiVersions, version, &ApiVersionsRequest::default())
+            .await;
+        assert_eq!(response.error_code, 0, "api versions v{version}");
+    }
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_oversized_frame_closes_only_its_connection() {
+    let broker = start_with(|s| s.max_request_bytes = 4096).await;
+    let mut bad = broker.client().await;
+    bad.stream
+        .write_all(&(1_000_000i32).to_be_bytes())
+        .await
+        .unwrap();
+    assert!(bad.recv_frame().await.is_none(), "closed");
+    let mut good = broker.client().await;
+    let response: ApiVersionsResponse = good
+        .call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
+        .await;
+    assert_eq!(response.error_code, 0);
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn unknown_api_keys_and_garbage_close_the_connection() {
+    let broker = start().await;
+    let mut client = broker.client().await;
+    client.send_raw(&[0x7f, 0x00, 0, 0, 0, 0, 0, 1]).await;
+    assert!(client.recv_frame().await.is_none());
+    let mut client = broker.client().await;
+    client.send_raw(&[0, 3]).await; // shorter than any request header
+    assert!(client.recv_frame().await.is_none());
+    // Metadata v1 whose topic array claims two billion entries.
+    let mut client = broker.client().await;
+    let mut body = BytesMut::new();
+    body.put_i16(ApiKey::Metadata as i16);
+    body.put_i16(1);
+    body.put_i32(1);
+    body.put_i16(-1);
+    body.put_i32(i32::MAX);
+    client.send_raw(&body).await;
+    assert!(client.recv_frame().await.is_none());
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_ends_long_polls_and_returns() {
+    let broker = start().await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "stopping").await;
+    let sent = client
+        .send(ApiKey::Fetch, 12, &fetch_request("stopping", 0, 60_000, 1))
+        .await;
+    let stop = async {
+        // Shutdown stops reading new requests, so the fetch must have been read first. There is
+        // no signal for "read"; a pause is the honest way, and a too-short one fails loudly
+        // (the fetch would never be answered) rather than passing by luck.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        broker.shutdown().await;
+    };
+    let read = async {
+        let (got, _): (i32, FetchResponse) = client.recv(12).await;
+        got
+    };
+    let ((), got) = tokio::join!(stop, read);
+    assert_eq!(got, sent);
+}

@@ -1,0 +1,707 @@
+//! The server's settings: defaults, overridden by the TOML file, then by `STRATA_*` environment
+//! variables, then by command-line flags. Unknown keys are rejected with the key's name; bad
+//! values are reported with the key (or variable) they came from.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+use strata_log::LogConfig;
+
+/// Everything `strata serve` can be configured with. Field docs are the reference: `strata.toml`
+/// uses these names, environment variables are `STRATA_` + the upper-cased name (`STRATA_LOG_` +
+/// name for the `[log]` section).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    /// Address the Kafka listener binds. Port 0 picks a free port (reported in the log).
+    pub listen: SocketAddr,
+    /// `host:port` clients are told to connect to. Default: the listen address (with the
+    /// machine's host name if it listens on all interfaces) and the bound port.
+    pub advertised_listener: Option<String>,
+    /// This broker's id, as clients see it.
+    pub node_id: i32,
+    /// Reported to clients in Metadata and DescribeCluster.
+    pub cluster_id: String,
+    /// Where all data lives: a directory path, `file:///abs/path`, or `memory://` (lost on exit).
+    pub storage: String,
+    /// Create topics on first use (Kafka's `auto.create.topics.enable`).
+    pub auto_create_topics: bool,
+    /// Largest request accepted (Kafka's `socket.request.max.bytes`); larger ones close the
+    /// connection.
+    pub max_request_bytes: ByteSize,
+    /// Client connections served at once; more wait in the listen backlog.
+    pub max_connections: usize,
+    /// Requests of one connection processed at once before the broker stops reading it.
+    pub max_inflight_requests_per_connection: usize,
+    /// On SIGINT/SIGTERM, how long to wait for in-flight requests before giving up on them.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    /// The partition log.
+    pub log: LogSettings,
+}
+
+/// The `[log]` section: how data is batched into storage, cached and expired.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSettings {
+    /// A group-commit write starts when the oldest queued batch has waited this long…
+    #[serde(with = "humantime_serde")]
+    pub flush_interval: Duration,
+    /// …or when this much is queued.
+    pub flush_bytes: ByteSize,
+    /// Produce data accepted but not yet durable, broker-wide; at the limit producers wait.
+    pub max_pending_bytes: ByteSize,
+    /// A partition's write-ahead tail is compacted into a segment at this size…
+    pub segment_bytes: ByteSize,
+    /// …or age.
+    #[serde(with = "humantime_serde")]
+    pub segment_interval: Duration,
+    /// Memory for the shared tail cache.
+    pub cache_bytes: ByteSize,
+    /// How often retention is enforced.
+    #[serde(with = "humantime_serde")]
+    pub retention_check_interval: Duration,
+    /// Partitions of topics created without a count (auto-created topics).
+    pub default_partitions: i32,
+    /// Group-commit writes in flight at once.
+    pub max_inflight_flushes: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        let broker = strata_broker::BrokerSettings::default();
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
+            advertised_listener: None,
+            node_id: 0,
+            cluster_id: broker.cluster_id,
+            storage: "./strata-data".to_string(),
+            auto_create_topics: true,
+            max_request_bytes: ByteSize(100 << 20),
+            max_connections: broker.max_connections,
+            max_inflight_requests_per_connection: broker.max_inflight_requests_per_connection,
+            shutdown_grace: broker.shutdown_grace,
+            log: LogSettings::default(),
+        }
+    }
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        let log = LogConfig::default();
+        Self {
+            flush_interval: log.flush_interval,
+            flush_bytes: ByteSize(log.flush_bytes as u64),
+            max_pending_bytes: ByteSize(log.max_pending_bytes as u64),
+            segment_bytes: ByteSize(log.segment_bytes as u64),
+            segment_interval: log.segment_interval,
+            cache_bytes: ByteSize(log.cache_bytes as u64),
+            retention_check_interval: log.retention_check_interval,
+            default_partitions: log.default_partitions,
+            max_inflight_flushes: log.max_inflight_flushes,
+        }
+    }
+}
+
+impl LogSettings {
+    /// The log layer's config; settings not exposed here (the index chunk span, a storage
+    /// format constant) keep their defaults.
+    pub fn to_log_config(&self) -> Result<LogConfig, SettingsError> {
+        let size = |name: &str, v: ByteSize| {
+            usize::try_from(v.0).map_err(|_| SettingsError::Value {
+                key: format!("log.{name}"),
+                message: format!("{} bytes does not fit this platform", v.0),
+            })
+        };
+        Ok(LogConfig {
+            flush_bytes: size("flush_bytes", self.flush_bytes)?,
+            flush_interval: self.flush_interval,
+            max_inflight_flushes: self.max_inflight_flushes,
+            max_pending_bytes: size("max_pending_bytes", self.max_pending_bytes)?,
+            segment_bytes: size("segment_bytes", self.segment_bytes)?,
+            segment_interval: self.segment_interval,
+            cache_bytes: size("cache_bytes", self.cache_bytes)?,
+            retention_check_interval: self.retention_check_interval,
+            default_partitions: self.default_partitions,
+            ..LogConfig::default()
+        })
+    }
+}
+
+/// A byte count, written as a plain integer or with a unit: `64MiB`, `1GB`, `512 KiB`, `100`.
+/// Binary units (KiB, MiB, GiB, TiB) are powers of 1024, decimal ones (KB, MB, GB, TB) of 1000.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+impl ByteSize {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let digits_end = text
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len());
+        let (number, unit) = text.split_at(digits_end);
+        if number.is_empty() {
+            return Err(format!(
+                "{text:?} is not a byte size (expected e.g. 1048576, \"64MiB\" or \"1GB\")"
+            ));
+        }
+        let number: u64 = number
+            .parse()
+            .map_err(|_| format!("{text:?}: number too large"))?;
+        let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "kb" => 1_000,
+            "mb" => 1_000_000,
+            "gb" => 1_000_000_000,
+            "tb" => 1_000_000_000_000,
+            "kib" => 1 << 10,
+            "mib" => 1 << 20,
+            "gib" => 1 << 30,
+            "tib" => 1 << 40,
+            other => {
+                return Err(format!(
+                    "{text:?}: unknown unit {other:?} (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)"
+                ))
+            }
+        };
+        number
+            .checked_mul(multiplier)
+            .map(ByteSize)
+            .ok_or_else(|| format!("{text:?}: too large"))
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let units = [
+            (1u64 << 40, "TiB"),
+            (1 << 30, "GiB"),
+            (1 << 20, "MiB"),
+            (1 << 10, "KiB"),
+        ];
+        for (size, unit) in units {
+            if self.0 >= size && self.0.checked_rem(size) == Some(0) {
+                return write!(f, "{}{unit}", self.0 / size);
+            }
+        }
+        write!(f, "{}", self.0)
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ByteSizeVisitor;
+        impl Visitor<'_> for ByteSizeVisitor {
+            type Value = ByteSize;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a byte size: an integer or a string like \"64MiB\" or \"1GB\"")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<ByteSize, E> {
+                Ok(ByteSize(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<ByteSize, E> {
+                u64::try_from(v)
+                    .map(ByteSize)
+                    .map_err(|_| E::custom(format!("byte size {v} is negative")))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ByteSize, E> {
+                ByteSize::parse(v).map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_any(ByteSizeVisitor)
+    }
+}
+
+/// Why settings could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    File { path: String, message: String },
+    #[error("environment variable {var}: {message}")]
+    Env { var: String, message: String },
+    #[error("--{flag}: {message}")]
+    Flag { flag: String, message: String },
+    #[error("setting {key}: {message}")]
+    Value { key: String, message: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// How an environment variable's text becomes a TOML value.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    /// Kept as a string (addresses, names, durations, byte sizes).
+    Text,
+    Integer,
+    Boolean,
+}
+
+/// Environment overrides: variable, settings path, kind.
+const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
+    ("STRATA_LISTEN", &["listen"], Kind::Text),
+    (
+        "STRATA_ADVERTISED_LISTENER",
+        &["advertised_listener"],
+        Kind::Text,
+    ),
+    ("STRATA_NODE_ID", &["node_id"], Kind::Integer),
+    ("STRATA_CLUSTER_ID", &["cluster_id"], Kind::Text),
+    ("STRATA_STORAGE", &["storage"], Kind::Text),
+    (
+        "STRATA_AUTO_CREATE_TOPICS",
+        &["auto_create_topics"],
+        Kind::Boolean,
+    ),
+    (
+        "STRATA_MAX_REQUEST_BYTES",
+        &["max_request_bytes"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_MAX_CONNECTIONS",
+        &["max_connections"],
+        Kind::Integer,
+    ),
+    (
+        "STRATA_MAX_INFLIGHT_REQUESTS_PER_CONNECTION",
+        &["max_inflight_requests_per_connection"],
+        Kind::Integer,
+    ),
+    ("STRATA_SHUTDOWN_GRACE", &["shutdown_grace"], Kind::Text),
+    (
+        "STRATA_LOG_FLUSH_INTERVAL",
+        &["log", "flush_interval"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_LOG_FLUSH_BYTES",
+        &["log", "flush_bytes"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_LOG_MAX_PENDING_BYTES",
+        &["log", "max_pending_bytes"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_LOG_SEGMENT_BYTES",
+        &["log", "segment_bytes"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_LOG_SEGMENT_INTERVAL",
+        &["log", "segment_interval"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_LOG_CACHE_BYTES",
+        &["log", "cache_bytes"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_LOG_RETENTION_CHECK_INTERVAL",
+        &["log", "retention_check_interval"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_LOG_DEFAULT_PARTITIONS",
+        &["log", "default_partitions"],
+        Kind::Integer,
+    ),
+    (
+        "STRATA_LOG_MAX_INFLIGHT_FLUSHES",
+        &["log", "max_inflight_flushes"],
+        Kind::Integer,
+    ),
+];
+
+/// Values given on the command line (the top layer).
+#[derive(Debug, Default, Clone)]
+pub struct FlagOverrides {
+    pub listen: Option<String>,
+    pub advertised_listener: Option<String>,
+    pub node_id: Option<i32>,
+    pub cluster_id: Option<String>,
+    pub storage: Option<String>,
+    pub auto_create_topics: Option<bool>,
+    pub max_request_bytes: Option<String>,
+    pub max_connections: Option<usize>,
+}
+
+/// A layered settings document being assembled.
+struct Layers {
+    table: toml::Table,
+}
+
+impl Layers {
+    fn set(&mut self, path: &[&str], value: toml::Value) {
+        let Some((last, parents)) = path.split_last() else {
+            return;
+        };
+        let mut table = &mut self.table;
+        for key in parents {
+            let entry = table
+                .entry((*key).to_string())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            if !entry.is_table() {
+                *entry = toml::Value::Table(toml::Table::new());
+            }
+            let toml::Value::Table(inner) = entry else {
+                return;
+            };
+            table = inner;
+        }
+        table.insert((*last).to_string(), value);
+    }
+}
+
+/// Loads the settings: defaults < `config_file` < environment (`env` yields the process
+/// environment's variables) < `flags`. Warns about `STRATA_*` variables it does not know
+/// through the returned list (they may belong to something else, so they are not fatal).
+pub fn load(
+    config_file: Option<&Path>,
+    env: impl IntoIterator<Item = (String, String)>,
+    flags: &FlagOverrides,
+) -> Result<(Settings, Vec<String>), SettingsError> {
+    let mut layers = Layers {
+        table: toml::Table::new(),
+    };
+    if let Some(path) = config_file {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| SettingsError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        // Deserializing the file on its own gives the best messages: line, column, key name.
+        toml::from_str::<Settings>(&text).map_err(|e| SettingsError::File {
+            path: shown.clone(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        layers.table = toml::from_str::<toml::Table>(&text).map_err(|e| SettingsError::File {
+            path: shown,
+            message: e.to_string(),
+        })?;
+    }
+
+    let mut unknown_env = Vec::new();
+    for (var, value) in env {
+        if !var.starts_with("STRATA_") {
+            continue;
+        }
+        let Some((_, path, kind)) = ENV_OVERRIDES.iter().find(|(name, _, _)| *name == var) else {
+            unknown_env.push(var);
+            continue;
+        };
+        let parsed = match kind {
+            Kind::Text => toml::Value::String(value.clone()),
+            Kind::Integer => value
+                .trim()
+                .parse::<i64>()
+                .map(toml::Value::Integer)
+                .map_err(|_| SettingsError::Env {
+                    var: var.clone(),
+                    message: format!("{value:?} is not an integer"),
+                })?,
+            Kind::Boolean => match value.trim().to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" => toml::Value::Boolean(true),
+                "false" | "0" | "no" => toml::Value::Boolean(false),
+                _ => {
+                    return Err(SettingsError::Env {
+                        var,
+                        message: format!("{value:?} is not true or false"),
+                    })
+                }
+            },
+        };
+        // Check the one value alone so a bad one is blamed on its variable.
+        let mut probe = Layers {
+            table: toml::Table::new(),
+        };
+        probe.set(path, parsed.clone());
+        Settings::deserialize(toml::Value::Table(probe.table)).map_err(|e| SettingsError::Env {
+            var: var.clone(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        layers.set(path, parsed);
+    }
+
+    let flag_values: Vec<(&str, &[&str], Option<toml::Value>)> = vec![
+        (
+            "listen",
+            &["listen"],
+            flags.listen.clone().map(toml::Value::String),
+        ),
+        (
+            "advertised-listener",
+            &["advertised_listener"],
+            flags.advertised_listener.clone().map(toml::Value::String),
+        ),
+        (
+            "node-id",
+            &["node_id"],
+            flags.node_id.map(|v| toml::Value::Integer(i64::from(v))),
+        ),
+        (
+            "cluster-id",
+            &["cluster_id"],
+            flags.cluster_id.clone().map(toml::Value::String),
+        ),
+        (
+            "storage",
+            &["storage"],
+            flags.storage.clone().map(toml::Value::String),
+        ),
+        (
+            "auto-create-topics",
+            &["auto_create_topics"],
+            flags.auto_create_topics.map(toml::Value::Boolean),
+        ),
+        (
+            "max-request-bytes",
+            &["max_request_bytes"],
+            flags.max_request_bytes.clone().map(toml::Value::String),
+        ),
+        (
+            "max-connections",
+            &["max_connections"],
+            flags
+                .max_connections
+                .map(|v| toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX))),
+        ),
+    ];
+    for (flag, path, value) in flag_values {
+        let Some(value) = value else { continue };
+        let mut probe = Layers {
+            table: toml::Table::new(),
+        };
+        probe.set(path, value.clone());
+        Settings::deserialize(toml::Value::Table(probe.table)).map_err(|e| {
+            SettingsError::Flag {
+                flag: flag.to_string(),
+                message: e.to_string().trim_end().to_string(),
+            }
+        })?;
+        layers.set(path, value);
+    }
+
+    let settings = Settings::deserialize(toml::Value::Table(layers.table))
+        .map_err(|e| SettingsError::Invalid(e.to_string().trim_end().to_string()))?;
+    settings.validate()?;
+    Ok((settings, unknown_env))
+}
+
+impl Settings {
+    fn validate(&self) -> Result<(), SettingsError> {
+        let bad = |key: &str, message: &str| {
+            Err(SettingsError::Value {
+                key: key.to_string(),
+                message: message.to_string(),
+            })
+        };
+        if self.node_id < 0 {
+            return bad("node_id", "must be 0 or more");
+        }
+        if self.max_request_bytes.0 < 1024 || self.max_request_bytes.0 > i32::MAX as u64 {
+            return bad("max_request_bytes", "must be between 1KiB and 2GiB");
+        }
+        if self.max_connections == 0 {
+            return bad("max_connections", "must be at least 1");
+        }
+        if self.max_inflight_requests_per_connection == 0 {
+            return bad("max_inflight_requests_per_connection", "must be at least 1");
+        }
+        if self.log.default_partitions < 1 {
+            return bad("log.default_partitions", "must be at least 1");
+        }
+        if self.log.max_inflight_flushes == 0 {
+            return bad("log.max_inflight_flushes", "must be at least 1");
+        }
+        if self.cluster_id.is_empty() {
+            return bad("cluster_id", "must not be empty");
+        }
+        if let Some(advertised) = &self.advertised_listener {
+            parse_host_port(advertised).map_err(|message| SettingsError::Value {
+                key: "advertised_listener".to_string(),
+                message,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Splits `host:port` (IPv6 hosts in brackets).
+pub fn parse_host_port(text: &str) -> Result<(String, u16), String> {
+    let (host, port) = text
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{text:?} is not host:port"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(format!("{text:?} has no host"));
+    }
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{text:?}: {port:?} is not a port number"))?;
+    if port == 0 {
+        return Err(format!("{text:?}: port 0 cannot be advertised"));
+    }
+    Ok((host.to_string(), port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn file(text: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+        f
+    }
+
+    #[test]
+    fn byte_sizes_accept_integers_and_units() {
+        assert_eq!(ByteSize::parse("100").unwrap(), ByteSize(100));
+        assert_eq!(ByteSize::parse("64MiB").unwrap(), ByteSize(64 << 20));
+        assert_eq!(ByteSize::parse("1GB").unwrap(), ByteSize(1_000_000_000));
+        assert_eq!(ByteSize::parse("512 kib").unwrap(), ByteSize(512 << 10));
+        assert!(ByteSize::parse("12 parsecs").is_err());
+        assert!(ByteSize::parse("MiB").is_err());
+        assert!(ByteSize::parse("99999999999TiB").is_err());
+        assert_eq!(ByteSize(100 << 20).to_string(), "100MiB");
+    }
+
+    #[test]
+    fn defaults_without_file_env_or_flags() {
+        let (s, unknown) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        assert_eq!(s.listen, "127.0.0.1:9092".parse().unwrap());
+        assert_eq!(s.node_id, 0);
+        assert_eq!(s.storage, "./strata-data");
+        assert!(s.auto_create_topics);
+        assert_eq!(s.max_request_bytes, ByteSize(100 << 20));
+        assert!(unknown.is_empty());
+    }
+
+    #[test]
+    fn precedence_is_defaults_file_env_flags() {
+        let f = file(
+            "node_id = 1\ncluster_id = \"from-file\"\nstorage = \"/tmp/a\"\n\
+             [log]\nflush_interval = \"5ms\"\ncache_bytes = \"1GiB\"\n",
+        );
+        let flags = FlagOverrides {
+            storage: Some("memory://".into()),
+            ..Default::default()
+        };
+        let (s, _) = load(
+            Some(f.path()),
+            env(&[
+                ("STRATA_CLUSTER_ID", "from-env"),
+                ("STRATA_STORAGE", "/tmp/b"),
+                ("STRATA_LOG_FLUSH_BYTES", "2MiB"),
+                ("HOME", "/root"),
+            ]),
+            &flags,
+        )
+        .unwrap();
+        assert_eq!(s.node_id, 1);
+        assert_eq!(s.cluster_id, "from-env");
+        assert_eq!(s.storage, "memory://");
+        assert_eq!(s.log.flush_interval, Duration::from_millis(5));
+        assert_eq!(s.log.cache_bytes, ByteSize(1 << 30));
+        assert_eq!(s.log.flush_bytes, ByteSize(2 << 20));
+    }
+
+    #[test]
+    fn unknown_file_keys_are_rejected_by_name() {
+        let f = file("listen = \"127.0.0.1:9092\"\nmax_conections = 5\n");
+        let e = load(Some(f.path()), env(&[]), &FlagOverrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_conections"), "{e}");
+        let f = file("[log]\nflush_intervall = \"1ms\"\n");
+        let e = load(Some(f.path()), env(&[]), &FlagOverrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("flush_intervall"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_their_source() {
+        let f = file("[log]\nflush_interval = \"soon\"\n");
+        let e = load(Some(f.path()), env(&[]), &FlagOverrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("flush_interval"), "{e}");
+
+        let e = load(
+            None,
+            env(&[("STRATA_NODE_ID", "seven")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("STRATA_NODE_ID"), "{e}");
+
+        let e = load(
+            None,
+            env(&[("STRATA_MAX_REQUEST_BYTES", "lots")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("STRATA_MAX_REQUEST_BYTES"), "{e}");
+
+        let flags = FlagOverrides {
+            listen: Some("not an address".into()),
+            ..Default::default()
+        };
+        let e = load(None, env(&[]), &flags).unwrap_err().to_string();
+        assert!(e.contains("--listen"), "{e}");
+    }
+
+    #[test]
+    fn unknown_strata_variables_are_reported_not_fatal() {
+        let (_, unknown) = load(
+            None,
+            env(&[("STRATA_LISTN", "x")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap();
+        assert_eq!(unknown, vec!["STRATA_LISTN".to_string()]);
+    }
+
+    #[test]
+    fn advertised_listener_must_be_host_and_port() {
+        assert_eq!(
+            parse_host_port("kafka.example:9093").unwrap(),
+            ("kafka.example".to_string(), 9093)
+        );
+        assert_eq!(
+            parse_host_port("[::1]:9092").unwrap(),
+            ("::1".to_string(), 9092)
+        );
+        assert!(parse_host_port("nohost").is_err());
+        assert!(parse_host_port("h:0").is_err());
+    }
+}
