@@ -1,1 +1,44 @@
-//! placeholder
+//! The consumer-group coordinator for Kafka's *classic* group protocol (JoinGroup, SyncGroup,
+//! Heartbeat, LeaveGroup) and the committed offsets of those groups (OffsetCommit,
+//! OffsetFetch, OffsetDelete), plus the group administration APIs (DescribeGroups, ListGroups,
+//! DeleteGroups). It follows Apache Kafka's GroupCoordinator closely enough that unchanged
+//! clients see the same errors, generations and rebalance behaviour.
+//!
+//! This crate owns the *decisions* only and never does IO: no sockets, no storage, no runtime,
+//! no clock reads. [`GroupsState`] is a sans-IO state machine. The broker calls it with a
+//! request, the current monotonic time and a [`RequestToken`]; it answers with [`Output`]s:
+//! responses to deliver (possibly to requests parked earlier — JoinGroup and SyncGroup wait for
+//! the rebalance) and [`PersistRecord`] batches that the broker must make durable before the
+//! responses they gate are released via [`GroupsState::persist_completed`]. Timeouts fire
+//! through [`GroupsState::tick`] at [`GroupsState::next_deadline`]. Because every change Kafka
+//! would write to `__consumer_offsets` comes out as a record, a coordinator rebuilt with
+//! [`GroupsState::replay`] from storage carries on where the previous one stopped. Wire structs
+//! stay in the broker, which converts at the edge.
+
+mod api;
+mod config;
+mod error;
+mod group;
+mod ids;
+mod membership;
+mod offsets;
+mod record;
+mod state;
+pub mod subscription;
+
+pub use api::{
+    CommitPartition, DeleteGroupsResponse, FetchedOffset, GroupDescription, HeartbeatRequest,
+    HeartbeatResponse, JoinMember, JoinRequest, JoinResponse, LeaveRequest, LeaveResponse,
+    LeavingMember, LeftMember, ListedGroup, MemberDescription, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest,
+    OffsetFetchResponse, Output, PersistFailure, PersistId, PersistOutcome, Protocol, RequestToken,
+    Response, SyncRequest, SyncResponse,
+};
+pub use config::GroupConfig;
+pub use error::{kafka_code, GroupError};
+pub use group::GroupState;
+pub use ids::{MemberIdGenerator, SeededMemberIds};
+pub use record::{
+    GroupMetadataValue, OffsetValue, PersistKey, PersistRecord, PersistedMember, RecordBody,
+};
+pub use state::GroupsState;

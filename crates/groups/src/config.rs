@@ -1,0 +1,40 @@
+//! The coordinator's tunables, named after the Kafka broker settings they mirror so operators
+//! can carry their Kafka knowledge over unchanged.
+
+use std::time::Duration;
+
+/// Settings of the classic group coordinator. Defaults are Kafka's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupConfig {
+    /// `group.min.session.timeout.ms`: joins asking for a shorter session get
+    /// INVALID_SESSION_TIMEOUT, so a client cannot make the coordinator expire it on every blip.
+    pub min_session_timeout: Duration,
+    /// `group.max.session.timeout.ms`: joins asking for a longer session get
+    /// INVALID_SESSION_TIMEOUT, bounding how long a dead member can hold partitions.
+    pub max_session_timeout: Duration,
+    /// `group.initial.rebalance.delay.ms`: how long the first rebalance of an Empty group waits
+    /// for more members, extended by the same amount while new members keep arriving (bounded by
+    /// the rebalance timeout). Zero completes the first rebalance as soon as a timer can fire.
+    pub initial_rebalance_delay: Duration,
+    /// `group.max.size`: joins beyond it get GROUP_MAX_SIZE_REACHED.
+    pub max_group_size: usize,
+    /// How long a brand-new member's JoinGroup may stay parked before the member is dropped. New
+    /// members cannot heartbeat (they have no member id yet), and a client that timed out and
+    /// retried would otherwise leave a defunct member in every rebalance. Kafka hard-codes 5 min.
+    pub new_member_join_timeout: Duration,
+    /// `offset.metadata.max.bytes`: longer commit metadata gets OFFSET_METADATA_TOO_LARGE.
+    pub offset_metadata_max_bytes: usize,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        Self {
+            min_session_timeout: Duration::from_millis(6_000),
+            max_session_timeout: Duration::from_millis(1_800_000),
+            initial_rebalance_delay: Duration::from_millis(3_000),
+            max_group_size: i32::MAX as usize,
+            new_member_join_timeout: Duration::from_millis(300_000),
+            offset_metadata_max_bytes: 4096,
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! What the coordinator asks the caller to make durable: the same facts Kafka writes to
+//! `__consumer_offsets` (group metadata after a completed rebalance, offset commits, and
+//! tombstones for deletions), so a new coordinator can rebuild the groups from storage alone.
+//!
+//! Every record carries the sequence number of its batch ([`crate::PersistId`]). Replay sorts by
+//! it, so storage may hand records back in any order; and each record has a [`PersistKey`], so
+//! storage may compact to the newest record per key (tombstones included) without changing what
+//! replay rebuilds.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use strata_core::{Offset, TopicPartition};
+
+/// One durable fact about a group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PersistRecord {
+    /// The batch's [`crate::PersistId`]; later sequence numbers win on replay.
+    pub seq: u64,
+    pub group_id: String,
+    pub body: RecordBody,
+}
+
+/// The payload of a [`PersistRecord`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum RecordBody {
+    /// The group's membership and assignment as of a completed rebalance (or a static member's
+    /// replacement), like Kafka's GroupMetadataValue.
+    GroupMetadata(GroupMetadataValue),
+    /// The group was deleted: forget its metadata. Offsets get their own tombstones.
+    GroupTombstone,
+    /// A committed offset.
+    Offset {
+        partition: TopicPartition,
+        value: OffsetValue,
+    },
+    /// A committed offset was deleted.
+    OffsetTombstone { partition: TopicPartition },
+}
+
+/// Group metadata, as Kafka's GroupMetadataValue records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupMetadataValue {
+    pub protocol_type: Option<String>,
+    pub generation_id: i32,
+    pub protocol_name: Option<String>,
+    pub leader: Option<String>,
+    pub members: Vec<PersistedMember>,
+}
+
+/// A member as stored: only the metadata of the selected protocol is kept, as in Kafka.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PersistedMember {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub rebalance_timeout_ms: i32,
+    pub session_timeout_ms: i32,
+    #[serde(with = "bytes_serde")]
+    pub subscription: Bytes,
+    #[serde(with = "bytes_serde")]
+    pub assignment: Bytes,
+}
+
+/// A committed offset, as Kafka's OffsetCommitValue records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffsetValue {
+    pub offset: Offset,
+    pub leader_epoch: Option<i32>,
+    pub metadata: String,
+    pub commit_timestamp_ms: i64,
+}
+
+/// The compaction key of a record: only the newest record per key matters for replay.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PersistKey {
+    GroupMetadata(String),
+    Offset(String, TopicPartition),
+}
+
+impl PersistRecord {
+    pub fn key(&self) -> PersistKey {
+        match &self.body {
+            RecordBody::GroupMetadata(_) | RecordBody::GroupTombstone => {
+                PersistKey::GroupMetadata(self.group_id.clone())
+            }
+            RecordBody::Offset { partition, .. } | RecordBody::OffsetTombstone { partition } => {
+                PersistKey::Offset(self.group_id.clone(), partition.clone())
+            }
+        }
+    }
+
+    /// Whether the record deletes its key (storage may drop it once nothing older remains).
+    pub fn is_tombstone(&self) -> bool {
+        matches!(
+            self.body,
+            RecordBody::GroupTombstone | RecordBody::OffsetTombstone { .. }
+        )
+    }
+}
+
+/// `Bytes` as a serde byte string; formats without one (JSON) get a sequence, which the
+/// deserializer also accepts.
+mod bytes_serde {
+    use bytes::Bytes;
+    use serde::de::{Error, SeqAccess, Visitor};
+    use serde::{Deserializer, Serializer};
+    use std::fmt;
+
+    pub fn serialize<S: Serializer>(value: &Bytes, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(value)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Bytes, D::Error> {
+        deserializer.deserialize_byte_buf(BytesVisitor)
+    }
+
+    struct BytesVisitor;
+
+    impl<'de> Visitor<'de> for BytesVisitor {
+        type Value = Bytes;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a byte string")
+        }
+
+        fn visit_bytes<E: Error>(self, v: &[u8]) -> Result<Bytes, E> {
+            Ok(Bytes::copy_from_slice(v))
+        }
+
+        fn visit_byte_buf<E: Error>(self, v: Vec<u8>) -> Result<Bytes, E> {
+            Ok(Bytes::from(v))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Bytes, A::Error> {
+            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 16));
+            while let Some(byte) = seq.next_element::<u8>()? {
+                out.push(byte);
+            }
+            Ok(Bytes::from(out))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_through_json() {
+        let record = PersistRecord {
+            seq: 9,
+            group_id: "g".into(),
+            body: RecordBody::GroupMetadata(GroupMetadataValue {
+                protocol_type: Some("consumer".into()),
+                generation_id: 3,
+                protocol_name: Some("range".into()),
+                leader: Some("m-1".into()),
+                members: vec![PersistedMember {
+                    member_id: "m-1".into(),
+                    group_instance_id: Some("i-1".into()),
+                    client_id: "c".into(),
+                    client_host: "/10.0.0.1".into(),
+                    rebalance_timeout_ms: 30_000,
+                    session_timeout_ms: 10_000,
+                    subscription: Bytes::from_static(&[0, 1, 2]),
+                    assignment: Bytes::from_static(&[255]),
+                }],
+            }),
+        };
+        let json = serde_json::to_string(&record).unwrap();
+        let back: PersistRecord = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, record);
+        assert_eq!(record.key(), PersistKey::GroupMetadata("g".into()));
+    }
+}
