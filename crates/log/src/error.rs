@@ -50,6 +50,8 @@ pub enum LogError {
     Storage(#[from] StorageError),
     #[error("this broker no longer owns the partition (fenced by a newer owner)")]
     Fenced,
+    #[error("this broker does not serve the partition (another broker owns it)")]
+    NotOwner,
     #[error("the append did not become durable within the request timeout")]
     Timeout,
     #[error("too many produce bytes in flight")]
@@ -66,7 +68,7 @@ impl LogError {
         match self {
             LogError::Storage(e) => e.is_retryable(),
             LogError::Timeout | LogError::Backpressure | LogError::ShuttingDown => true,
-            LogError::Fenced => true,
+            LogError::Fenced | LogError::NotOwner => true,
             _ => false,
         }
     }

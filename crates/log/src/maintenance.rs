@@ -57,6 +57,9 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     tracing::warn!(partition = %part.tp, error = %e, "retention failed; will retry");
                 }
             }
+            if let Err(e) = collect_garbage(&shared).await {
+                tracing::warn!(error = %e, "garbage collection failed; will retry");
+            }
         }
     }
 }
@@ -171,6 +174,8 @@ pub(crate) async fn compact(shared: &Shared, part: &Arc<Partition>) -> LogResult
     let mut next = manifest.clone();
     next.checkpoint = last.last_offset + 1;
     next.writer_stream = shared.stream;
+    // The whole tail is now in the segment: no earlier owner's stream is needed any more.
+    next.inherited_streams.clear();
     next.segments.push(SegmentMeta {
         segment,
         last_offset: last.last_offset,
@@ -242,11 +247,23 @@ async fn put_manifest(
     manifest: &Manifest,
     version: Option<Version>,
 ) -> LogResult<Version> {
+    put_manifest_raw(shared, part.topic_id, part.tp.partition, manifest, version).await
+}
+
+/// Replaces a manifest by compare-and-swap (create when `version` is None). A mismatch means
+/// another broker took the partition over: `Fenced`.
+pub(crate) async fn put_manifest_raw(
+    shared: &Shared,
+    topic: crate::catalog::TopicId,
+    partition: i32,
+    manifest: &Manifest,
+    version: Option<Version>,
+) -> LogResult<Version> {
     let body = serde_json::to_vec(manifest)
         .map_err(|e| LogError::CorruptStorage(format!("encoding manifest: {e}")))?;
     put_versioned(
         shared,
-        &manifest::manifest_key(part.topic_id, part.tp.partition),
+        &manifest::manifest_key(topic, partition),
         Bytes::from(body),
         version,
     )
@@ -366,4 +383,126 @@ async fn delete_quietly(shared: &Shared, key: &str) {
     if let Err(e) = shared.store.delete(&k).await {
         tracing::warn!(%key, error = %e, "delete failed; the object stays as garbage");
     }
+}
+
+/// The garbage collector: deletes what nothing references any more, never what something
+/// might still need.
+///
+/// - Write-ahead objects of *sealed* streams of other incarnations (a live broker's stream is
+///   never touched): an object goes once every batch in it belongs to a deleted topic or lies
+///   below its partition's checkpoint, or comes from a stream the partition's manifest no
+///   longer names for replay.
+/// - Segments of partitions served here that the manifest does not list and that lie wholly
+///   below its checkpoint (left by a compaction whose manifest update never landed).
+pub(crate) async fn collect_garbage(shared: &Shared) -> LogResult<usize> {
+    let mut deleted = 0usize;
+    let listed = shared.store.list(wal::PREFIX).await?;
+    let mut streams: BTreeMap<u32, Vec<(u64, ObjectKey)>> = BTreeMap::new();
+    for meta in listed {
+        if let Some((stream, seq)) = wal::parse_key(meta.key.as_str()) {
+            if stream != shared.stream {
+                streams.entry(stream).or_default().push((seq, meta.key));
+            }
+        }
+    }
+    let by_id: std::collections::HashMap<crate::catalog::TopicId, ()> = shared
+        .topics_snapshot()
+        .iter()
+        .map(|t| (t.id, ()))
+        .collect();
+    let mut manifests: BTreeMap<(crate::catalog::TopicId, i32), Manifest> = BTreeMap::new();
+    for (stream, mut objects) in streams {
+        objects.sort();
+        let Some((last_seq, last_key)) = objects.last().cloned() else {
+            continue;
+        };
+        let sealed = match shared.store.get(&last_key).await {
+            Ok((bytes, _)) => wal::is_seal(&bytes),
+            Err(_) => false,
+        };
+        if !sealed {
+            continue;
+        }
+        for (seq, key) in objects {
+            if seq >= last_seq {
+                break;
+            }
+            let object = match shared.store.get(&key).await {
+                Ok((bytes, _)) => bytes,
+                Err(StorageError::NotFound(_)) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let Ok(header) = wal::decode(&object) else {
+                continue;
+            };
+            let mut needed = false;
+            for e in &header.entries {
+                if !by_id.contains_key(&e.topic_id) {
+                    continue;
+                }
+                let m = match manifests.get(&(e.topic_id, e.partition)) {
+                    Some(m) => m.clone(),
+                    None => {
+                        let (m, _) =
+                            crate::manager::read_manifest(shared, e.topic_id, e.partition).await?;
+                        manifests.insert((e.topic_id, e.partition), m.clone());
+                        m
+                    }
+                };
+                let named = m.writer_stream == stream || m.inherited_streams.contains(&stream);
+                if named && e.last_offset() >= m.checkpoint {
+                    needed = true;
+                    break;
+                }
+            }
+            if !needed {
+                delete_quietly(shared, key.as_str()).await;
+                deleted += 1;
+            }
+        }
+    }
+    for part in shared.partitions_snapshot() {
+        let manifest = part.lock().manifest.clone();
+        let prefix = format!(
+            "{}{}/seg/",
+            manifest::topic_prefix(part.topic_id),
+            part.tp.partition
+        );
+        for meta in shared.store.list(&prefix).await? {
+            let Some((base, stream)) = parse_segment_key(meta.key.as_str()) else {
+                continue;
+            };
+            let listed = manifest.segments.iter().any(|s| {
+                s.segment
+                    == SegmentRef {
+                        base_offset: base,
+                        stream,
+                    }
+            });
+            if !listed && base < manifest.checkpoint && base < part.lock().manifest.checkpoint {
+                // Re-checked against the live manifest: a compaction may have just landed.
+                let still_unlisted = !part.lock().manifest.segments.iter().any(|s| {
+                    s.segment
+                        == SegmentRef {
+                            base_offset: base,
+                            stream,
+                        }
+                });
+                if still_unlisted {
+                    delete_quietly(shared, meta.key.as_str()).await;
+                    deleted += 1;
+                }
+            }
+        }
+    }
+    if deleted > 0 {
+        tracing::info!(deleted, "garbage collected");
+    }
+    Ok(deleted)
+}
+
+fn parse_segment_key(key: &str) -> Option<(i64, u32)> {
+    let name = key.rsplit('/').next()?;
+    let (base, stream) = name.split_once('-')?;
+    Some((base.parse().ok()?, u32::from_str_radix(stream, 16).ok()?))
 }

@@ -17,7 +17,8 @@ use crate::catalog::{self, CatalogState, TopicId, TopicInfo};
 use crate::config::{LogConfig, TimestampType, TopicConfig};
 use crate::index::{self, IndexEntry};
 use crate::manifest::{self, Manifest};
-use crate::partition::{LoadedChunk, PartState, Partition, TailEntry};
+use crate::ownership;
+use crate::partition::{LoadedChunk, Partition, TailEntry};
 use crate::producer::{ProducerStates, SeqCheck};
 use crate::wal::{self, WalEntry};
 use crate::writer::{self, PendingAppend, WriterContext, WriterQueue};
@@ -67,6 +68,10 @@ pub(crate) struct Shared {
     pub clock: Arc<dyn Clock>,
     pub config: LogConfig,
     pub stream: u32,
+    pub broker: BrokerId,
+    pub mode: Ownership,
+    /// Turns true once this broker's stream was sealed by another: nothing more is served.
+    pub fenced: watch::Sender<bool>,
     pub catalog: RwLock<CatalogState>,
     pub topics: RwLock<BTreeMap<String, Arc<TopicInfo>>>,
     pub partitions: RwLock<PartitionMap>,
@@ -80,7 +85,24 @@ pub(crate) struct Shared {
     pub catalog_lock: tokio::sync::Mutex<()>,
 }
 
+/// Who decides which partitions this broker serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ownership {
+    /// A broker alone on its storage: it serves every partition of every topic.
+    All,
+    /// A cluster member: the coordination layer calls `acquire` and `release`.
+    Managed,
+}
+
 impl Shared {
+    pub fn partition(&self, tp: &TopicPartition) -> Option<Arc<Partition>> {
+        read(&self.partitions).get(tp).cloned()
+    }
+
+    pub fn topics_snapshot(&self) -> Vec<Arc<TopicInfo>> {
+        read(&self.topics).values().cloned().collect()
+    }
+
     pub fn partitions_snapshot(&self) -> Vec<Arc<Partition>> {
         read(&self.partitions).values().cloned().collect()
     }
@@ -142,6 +164,17 @@ impl LogManager {
         config: LogConfig,
         broker: BrokerId,
     ) -> LogResult<Arc<Self>> {
+        Self::open_with(store, clock, config, broker, Ownership::All).await
+    }
+
+    /// Opens the log; with `Ownership::Managed` no partition is served until `acquire`.
+    pub async fn open_with(
+        store: Arc<dyn ObjectStore>,
+        clock: Arc<dyn Clock>,
+        config: LogConfig,
+        broker: BrokerId,
+        mode: Ownership,
+    ) -> LogResult<Arc<Self>> {
         let catalog_state = catalog::load_latest(store.as_ref()).await?;
         let stream = register_stream(store.as_ref(), broker, clock.as_ref()).await?;
         tracing::info!(
@@ -162,6 +195,9 @@ impl LogManager {
             cache: TailCache::new(config.cache_bytes),
             config,
             stream,
+            broker,
+            mode,
+            fenced: watch::channel(false).0,
             catalog: RwLock::new(catalog_state),
             topics: RwLock::new(topics),
             partitions: RwLock::new(HashMap::new()),
@@ -171,19 +207,36 @@ impl LogManager {
             catalog_lock: tokio::sync::Mutex::new(()),
         });
 
-        // Load every partition's manifest, then replay the write-ahead objects over them.
-        let infos: Vec<Arc<TopicInfo>> = read(&shared.topics).values().cloned().collect();
-        for info in &infos {
-            for p in 0..info.partitions {
-                let part = load_partition(&shared, info, p).await?;
-                write(&shared.partitions).insert(part.tp.clone(), part);
+        if mode == Ownership::All {
+            // Alone on the storage: fence every earlier incarnation's stream (so the collector
+            // may clean them up), then take every partition over, replaying whatever they left
+            // uncompacted.
+            let mut others = std::collections::BTreeSet::new();
+            for meta in shared.store.list(wal::PREFIX).await? {
+                if let Some((s, _)) = wal::parse_key(meta.key.as_str()) {
+                    if s != stream {
+                        others.insert(s);
+                    }
+                }
+            }
+            for s in others {
+                wal::seal_stream(shared.store.as_ref(), s, &format!("stream {stream:08x}")).await?;
+            }
+            let topics = read(&shared.topics).clone();
+            for (tp, result) in
+                ownership::acquire(&shared, ownership::missing(&shared, &topics)).await?
+            {
+                result.map_err(|e| {
+                    tracing::error!(partition = %tp, error = %e, "cannot serve partition");
+                    e
+                })?;
             }
         }
-        replay_wal(&shared).await?;
 
         let (give_up, give_up_rx) = watch::channel(false);
         let (stop, stop_rx) = watch::channel(false);
         let publish_shared = shared.clone();
+        let fenced_shared = shared.clone();
         let ctx = WriterContext {
             store,
             clock,
@@ -196,6 +249,9 @@ impl LogManager {
                 publish(&publish_shared, seq, object, items)
             }),
             give_up: give_up_rx,
+            on_fenced: Arc::new(move || {
+                fenced_shared.fenced.send_replace(true);
+            }),
         };
         let writer_task = tokio::spawn(writer::run(ctx));
         let tasks = vec![tokio::spawn(crate::maintenance::run(
@@ -426,19 +482,8 @@ impl LogManager {
     async fn apply_catalog(&self, next: CatalogState) -> LogResult<()> {
         let shared = &self.shared;
         let old_topics: BTreeMap<String, Arc<TopicInfo>> = read(&shared.topics).clone();
-        // New partitions (new topics or raised counts) start from their manifests, which for a
-        // brand-new partition simply do not exist yet.
-        for info in next.topics.values() {
-            let known = old_topics
-                .get(info.name.as_ref())
-                .filter(|t| t.id == info.id);
-            let from = known.map_or(0, |t| t.partitions);
-            for p in from..info.partitions {
-                let part = load_partition(shared, info, p).await?;
-                write(&shared.partitions).insert(part.tp.clone(), part);
-            }
-        }
-        // Deleted topics: drop their partitions and delete their data in the background.
+        // Deleted topics first (a topic re-created under the same name has a new id): drop
+        // their partitions and delete their data in the background.
         for (name, old) in &old_topics {
             if next.topics.get(name).is_some_and(|t| t.id == old.id) {
                 continue;
@@ -467,7 +512,7 @@ impl LogManager {
                 }
             });
         }
-        let topics = next
+        let topics: BTreeMap<String, Arc<TopicInfo>> = next
             .topics
             .iter()
             .map(|(name, info)| {
@@ -475,16 +520,97 @@ impl LogManager {
                 (name.clone(), same.unwrap_or_else(|| Arc::new(info.clone())))
             })
             .collect();
-        *write(&shared.topics) = topics;
+        *write(&shared.topics) = topics.clone();
         *write(&shared.catalog) = next;
+        // New partitions (new topics or raised counts): a broker alone serves them at once;
+        // in a cluster the coordination layer decides who acquires them.
+        if shared.mode == Ownership::All {
+            for (tp, result) in
+                ownership::acquire(shared, ownership::missing(shared, &topics)).await?
+            {
+                if let Err(e) = result {
+                    tracing::warn!(partition = %tp, error = %e, "could not serve a new partition");
+                }
+            }
+        }
         Ok(())
     }
 
     fn partition(&self, tp: &TopicPartition) -> LogResult<Arc<Partition>> {
+        if let Some(p) = self.shared.partition(tp) {
+            return Ok(p);
+        }
+        match self.topic(&tp.topic) {
+            Some(t) if tp.partition >= 0 && tp.partition < t.partitions => Err(LogError::NotOwner),
+            _ => Err(LogError::UnknownTopicOrPartition),
+        }
+    }
+
+    /// Whether this broker serves the partition now, and under which epoch.
+    pub fn served_epoch(&self, tp: &TopicPartition) -> Option<u64> {
+        self.shared.partition(tp).map(|p| p.epoch)
+    }
+
+    /// Partitions served here.
+    pub fn served(&self) -> Vec<(TopicPartition, u64)> {
         read(&self.shared.partitions)
-            .get(tp)
-            .cloned()
-            .ok_or(LogError::UnknownTopicOrPartition)
+            .values()
+            .map(|p| (p.tp.clone(), p.epoch))
+            .collect()
+    }
+
+    /// This incarnation's write-ahead stream id.
+    pub fn stream(&self) -> u32 {
+        self.shared.stream
+    }
+
+    /// Turns true if another broker fenced this one (sealed its stream): from then on nothing
+    /// can be acknowledged, and the broker should stop and start afresh.
+    pub fn fenced(&self) -> watch::Receiver<bool> {
+        self.shared.fenced.subscribe()
+    }
+
+    /// Takes partitions over (cluster mode): fence the previous owner if it did not release,
+    /// replay its uncompacted tail, claim the manifest under `epoch`. No record data is copied
+    /// from the previous owner; the partition's data stays where it is in storage.
+    pub async fn acquire(
+        &self,
+        wanted: Vec<(String, i32, u64)>,
+    ) -> LogResult<Vec<(TopicPartition, LogResult<()>)>> {
+        let mut list = Vec::new();
+        let mut results = Vec::new();
+        for (topic, partition, epoch) in wanted {
+            match self.topic(&topic) {
+                Some(info) if partition >= 0 && partition < info.partitions => {
+                    list.push(ownership::Acquire {
+                        topic: info,
+                        partition,
+                        epoch: Some(epoch),
+                    })
+                }
+                _ => results.push((
+                    TopicPartition::new(topic, partition),
+                    Err(LogError::UnknownTopicOrPartition),
+                )),
+            }
+        }
+        results.extend(ownership::acquire(&self.shared, list).await?);
+        Ok(results)
+    }
+
+    /// Hands a partition over gracefully; returns its final high watermark.
+    pub async fn release(&self, tp: &TopicPartition) -> LogResult<Offset> {
+        ownership::release(&self.shared, tp).await
+    }
+
+    /// Re-reads the catalog (topics created or deleted by other brokers).
+    pub async fn refresh_catalog(&self) -> LogResult<()> {
+        let latest = catalog::load_latest(self.shared.store.as_ref()).await?;
+        let _serial = self.shared.catalog_lock.lock().await;
+        if latest.version > read(&self.shared.catalog).version {
+            self.apply_catalog(latest).await?;
+        }
+        Ok(())
     }
 
     /// Appends the record batches of one produce partition (raw bytes as the client sent
@@ -557,8 +683,8 @@ impl LogManager {
         let mut waits = Vec::new();
         let (first_base, log_start) = {
             let mut st = part.lock();
-            if st.deleted {
-                return Err(LogError::UnknownTopicOrPartition);
+            if st.deleted || st.releasing {
+                return Err(LogError::NotOwner);
             }
             let decisions = check_producers(&st.producers, &batches)?;
             let mut first_base = None;
@@ -573,7 +699,12 @@ impl LogManager {
                 seen += 1;
                 let base_offset = st.next_offset;
                 first_base.get_or_insert(base_offset);
-                let stored = wire_batch::rewrite_for_append(b, base_offset, 0, log_append_time);
+                let stored = wire_batch::rewrite_for_append(
+                    b,
+                    base_offset,
+                    part.epoch as i32,
+                    log_append_time,
+                );
                 st.next_offset += b.last_offset_delta() as i64 + 1;
                 if b.producer_id() >= 0 {
                     st.producers.record(
@@ -722,6 +853,11 @@ impl LogManager {
         Ok((id, 0))
     }
 
+    /// Runs the garbage collector once (it also runs with retention); returns objects deleted.
+    pub async fn collect_garbage(&self) -> LogResult<usize> {
+        crate::maintenance::collect_garbage(&self.shared).await
+    }
+
     /// Simulates a crash: stops every task at once without flushing or compacting.
     #[cfg(test)]
     pub(crate) fn abort_for_test(&self) {
@@ -830,136 +966,25 @@ fn parse_hex_tail(key: &str) -> Option<u32> {
     u32::from_str_radix(key.rsplit('/').next()?, 16).ok()
 }
 
-async fn load_partition(
+pub(crate) async fn read_manifest(
     shared: &Shared,
-    info: &TopicInfo,
+    topic: TopicId,
     partition: i32,
-) -> LogResult<Arc<Partition>> {
-    let key = ObjectKey::new(manifest::manifest_key(info.id, partition))?;
-    let (manifest, version) = match shared.store.get(&key).await {
+) -> LogResult<(Manifest, Option<strata_storage::Version>)> {
+    let key = ObjectKey::new(manifest::manifest_key(topic, partition))?;
+    match shared.store.get(&key).await {
         Ok((bytes, version)) => {
             let m: Manifest = serde_json::from_slice(&bytes)
                 .map_err(|e| LogError::CorruptStorage(format!("manifest {key}: {e}")))?;
-            (m, Some(version))
+            Ok((m, Some(version)))
         }
-        Err(StorageError::NotFound(_)) => (Manifest::default(), None),
-        Err(e) => return Err(e.into()),
-    };
-    let tp = TopicPartition::new(info.name.clone(), partition);
-    Ok(Arc::new(Partition::new(
-        tp,
-        info.id,
-        PartState::fresh(manifest, version),
-    )))
+        Err(StorageError::NotFound(_)) => Ok((Manifest::default(), None)),
+        Err(e) => Err(e.into()),
+    }
 }
 
-/// Replays every write-ahead object still in storage over the loaded manifests: batches at
-/// or after a partition's checkpoint become its tail again, in offset order. A batch whose
-/// base offset is not the next expected one is skipped: it was never acknowledged (a later
-/// write of a failed group) or was already compacted.
-async fn replay_wal(shared: &Arc<Shared>) -> LogResult<()> {
-    let listed = shared.store.list(wal::PREFIX).await?;
-    let mut objects: Vec<(u32, u64, ObjectKey)> = listed
-        .into_iter()
-        .filter_map(|m| wal::parse_key(m.key.as_str()).map(|(s, q)| (s, q, m.key)))
-        .collect();
-    objects.sort();
-    let by_id: HashMap<TopicId, Arc<TopicInfo>> = read(&shared.topics)
-        .values()
-        .map(|t| (t.id, t.clone()))
-        .collect();
-    let mut replayed = 0usize;
-    let mut dead = Vec::new();
-    for (stream, seq, key) in objects {
-        let object = match shared.store.get(&key).await {
-            Ok((bytes, _)) => bytes,
-            Err(StorageError::NotFound(_)) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        let header = match wal::decode(&object) {
-            Ok(h) if (h.stream, h.seq) == (stream, seq) => h,
-            Ok(h) => {
-                tracing::error!(%key, stream = h.stream, seq = h.seq,
-                    "write-ahead object names another stream or sequence; left in place");
-                continue;
-            }
-            Err(e) => {
-                // A create-only put is atomic, so this is not a torn write: it is damage.
-                tracing::error!(%key, error = %e, "unreadable write-ahead object left in place");
-                continue;
-            }
-        };
-        let mut live = 0usize;
-        for e in &header.entries {
-            let Some(info) = by_id.get(&e.topic_id) else {
-                continue;
-            };
-            let tp = TopicPartition::new(info.name.clone(), e.partition);
-            let Some(part) = read(&shared.partitions).get(&tp).cloned() else {
-                continue;
-            };
-            let bytes = object.slice(e.position as usize..(e.position + e.length) as usize);
-            let mut st = part.lock();
-            if e.base_offset != st.next_offset {
-                if e.base_offset > st.next_offset {
-                    tracing::warn!(partition = %tp, expected = st.next_offset, found = e.base_offset,
-                        %key, "write-ahead batch after a gap ignored (never acknowledged)");
-                }
-                continue;
-            }
-            let tail = TailEntry {
-                base_offset: e.base_offset,
-                last_offset: e.last_offset(),
-                max_timestamp: e.max_timestamp,
-                stream,
-                seq,
-                position: e.position,
-                length: e.length,
-                producer_id: e.producer_id,
-                producer_epoch: e.producer_epoch,
-                base_sequence: e.base_sequence,
-                record_count: e.record_count,
-            };
-            if e.producer_id >= 0 {
-                st.producers.record(
-                    e.producer_id,
-                    e.producer_epoch,
-                    e.base_sequence,
-                    e.record_count,
-                    e.base_offset,
-                );
-            }
-            st.next_offset = tail.last_offset + 1;
-            st.high_watermark = st.next_offset;
-            st.tail_bytes += e.length as usize;
-            st.tail_since.get_or_insert(shared.clock.monotonic());
-            st.tail.push_back(tail);
-            st.cache.push_back(CachedBatch {
-                base_offset: tail.base_offset,
-                last_offset: tail.last_offset,
-                bytes: bytes.clone(),
-            });
-            let hw = st.high_watermark;
-            drop(st);
-            part.hw.send_replace(Offset(hw));
-            shared.cache.admitted(&part, tail.base_offset, bytes.len());
-            live += 1;
-            replayed += 1;
-        }
-        if live > 0 {
-            lock(&shared.wal_live).insert((stream, seq), live);
-        } else {
-            dead.push(key);
-        }
-    }
-    for key in dead {
-        // Fully compacted before the last stop: nothing references it any more.
-        if let Err(e) = shared.store.delete(&key).await {
-            tracing::warn!(%key, error = %e, "could not delete a compacted write-ahead object");
-        }
-    }
-    tracing::info!(batches = replayed, "write-ahead replay done");
-    Ok(())
+pub(crate) fn write_partitions(shared: &Shared) -> std::sync::RwLockWriteGuard<'_, PartitionMap> {
+    write(&shared.partitions)
 }
 
 /// Publishes a durable group: runs on the writer task, in sequence order.
@@ -1032,7 +1057,9 @@ pub(crate) fn release_wal(shared: &Shared, entries: &[TailEntry]) -> Vec<String>
     let mut freed = Vec::new();
     {
         let mut live = lock(&shared.wal_live);
-        for e in entries {
+        // Another stream's objects may hold other brokers' partitions: the collector, which
+        // reads their manifests, decides when those can go.
+        for e in entries.iter().filter(|e| e.stream == shared.stream) {
             if let Some(n) = live.get_mut(&(e.stream, e.seq)) {
                 *n -= 1;
                 if *n == 0 {

@@ -18,8 +18,21 @@ pub struct Manifest {
     pub segments: Vec<SegmentMeta>,
     /// Producer state as of `checkpoint` (replay adds the tail's batches).
     pub producers: ProducerStates,
-    /// The stream (broker incarnation) that last wrote this manifest.
+    /// The stream (broker incarnation) of the current or last owner: batches from
+    /// `checkpoint` on are in its write-ahead objects. 0 = none yet.
     pub writer_stream: u32,
+    /// Ownership epoch of that owner (the Kafka leader epoch).
+    #[serde(default)]
+    pub epoch: u64,
+    /// Set by a graceful handover once the tail is compacted: the next owner has nothing to
+    /// replay and must not fence the previous owner (which is alive and serving others).
+    #[serde(default)]
+    pub released: bool,
+    /// Sealed streams of earlier owners that still hold batches from `checkpoint` on (a
+    /// takeover whose replayed tail is not compacted yet), oldest first. Replayed before
+    /// `writer_stream`; emptied by the compaction that passes their batches.
+    #[serde(default)]
+    pub inherited_streams: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

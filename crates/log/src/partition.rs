@@ -62,13 +62,18 @@ pub struct PartState {
     pub manifest: Manifest,
     pub manifest_version: Option<Version>,
     pub chunks: BTreeMap<i64, LoadedChunk>,
+    /// The topic was deleted or the partition handed over: appends are refused.
     pub deleted: bool,
+    /// A graceful handover is under way: appends are refused, reads still served.
+    pub releasing: bool,
 }
 
 #[derive(Debug)]
 pub struct Partition {
     pub tp: TopicPartition,
     pub topic_id: TopicId,
+    /// Ownership epoch this broker serves the partition under (the Kafka leader epoch).
+    pub epoch: u64,
     state: Mutex<PartState>,
     pub hw: watch::Sender<Offset>,
     /// Serialises compaction, retention and record deletion, which all replace the manifest.
@@ -76,11 +81,12 @@ pub struct Partition {
 }
 
 impl Partition {
-    pub fn new(tp: TopicPartition, topic_id: TopicId, state: PartState) -> Self {
+    pub fn new(tp: TopicPartition, topic_id: TopicId, epoch: u64, state: PartState) -> Self {
         let (hw, _) = watch::channel(Offset(state.high_watermark));
         Self {
             tp,
             topic_id,
+            epoch,
             state: Mutex::new(state),
             hw,
             maintenance: tokio::sync::Mutex::new(()),
@@ -129,6 +135,7 @@ impl PartState {
             manifest_version,
             chunks: BTreeMap::new(),
             deleted: false,
+            releasing: false,
         }
     }
 

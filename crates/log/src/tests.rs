@@ -394,3 +394,152 @@ async fn topics_survive_restarts_and_deleted_topics_lose_their_data() {
         .unwrap();
     assert_eq!(log.watermarks(&tp("drop", 0)).unwrap().high, Offset(0));
 }
+
+async fn open_managed(store: &Arc<dyn ObjectStore>, broker: i32) -> Arc<LogManager> {
+    LogManager::open_with(
+        store.clone(),
+        SystemClock::shared(),
+        config(),
+        BrokerId(broker),
+        crate::Ownership::Managed,
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_takeover_fences_the_old_owner_and_keeps_every_acknowledged_record() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let a = open_managed(&store, 1).await;
+    a.create_topic("t", Some(2), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    assert!(matches!(
+        a.append(&tp("t", 0), batch(&["x"], 0, None), DURABLE).await,
+        Err(LogError::NotOwner)
+    ));
+    for (_, r) in a
+        .acquire(vec![("t".into(), 0, 1), ("t".into(), 1, 1)])
+        .await
+        .unwrap()
+    {
+        r.unwrap();
+    }
+    for i in 0..5 {
+        a.append(&tp("t", 0), batch(&["a", "b"], i, None), DURABLE)
+            .await
+            .unwrap();
+    }
+    // B takes partition 0 over without A's cooperation (A is "dead" to the cluster).
+    let b = open_managed(&store, 2).await;
+    for (_, r) in b.acquire(vec![("t".into(), 0, 2)]).await.unwrap() {
+        r.unwrap();
+    }
+    assert_eq!(b.watermarks(&tp("t", 0)).unwrap().high, Offset(10));
+    assert_eq!(b.served_epoch(&tp("t", 0)), Some(2));
+    // A wakes up: its next write hits the seal, so nothing more is acknowledged by it.
+    assert!(a
+        .append(&tp("t", 0), batch(&["late"], 0, None), DURABLE)
+        .await
+        .is_err());
+    assert!(a
+        .append(&tp("t", 1), batch(&["late"], 0, None), DURABLE)
+        .await
+        .is_err());
+    assert!(*a.fenced().borrow());
+    // B continues densely, and its data reads back whole.
+    assert_eq!(
+        b.append(&tp("t", 0), batch(&["c"], 9, None), DURABLE)
+            .await
+            .unwrap()
+            .base_offset,
+        Offset(10)
+    );
+    assert_eq!(
+        base_offsets(&b, &tp("t", 0), 0).await,
+        vec![0, 2, 4, 6, 8, 10]
+    );
+}
+
+#[tokio::test]
+async fn a_graceful_handover_moves_no_data_and_leaves_the_old_owner_serving_the_rest() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let a = open_managed(&store, 1).await;
+    a.create_topic("t", Some(2), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    for (_, r) in a
+        .acquire(vec![("t".into(), 0, 1), ("t".into(), 1, 1)])
+        .await
+        .unwrap()
+    {
+        r.unwrap();
+    }
+    for i in 0..4 {
+        a.append(&tp("t", 0), batch(&["a"], i, None), DURABLE)
+            .await
+            .unwrap();
+    }
+    assert_eq!(a.release(&tp("t", 0)).await.unwrap(), Offset(4));
+    assert!(matches!(
+        a.append(&tp("t", 0), batch(&["x"], 0, None), DURABLE).await,
+        Err(LogError::NotOwner)
+    ));
+    let b = open_managed(&store, 2).await;
+    b.refresh_catalog().await.unwrap();
+    for (_, r) in b.acquire(vec![("t".into(), 0, 2)]).await.unwrap() {
+        r.unwrap();
+    }
+    assert_eq!(b.watermarks(&tp("t", 0)).unwrap().high, Offset(4));
+    // A was not fenced: it still serves partition 1.
+    a.append(&tp("t", 1), batch(&["still mine"], 0, None), DURABLE)
+        .await
+        .unwrap();
+    assert!(!*a.fenced().borrow());
+    assert_eq!(base_offsets(&b, &tp("t", 0), 0).await, vec![0, 1, 2, 3]);
+}
+
+#[tokio::test]
+async fn the_collector_removes_what_crashed_incarnations_left_and_nothing_still_needed() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let log = open(&store, config()).await;
+    log.create_topic("t", Some(2), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    for i in 0..6 {
+        log.append(&tp("t", (i % 2) as i32), batch(&["a"], i, None), DURABLE)
+            .await
+            .unwrap();
+    }
+    log.abort_for_test();
+    // The restart replays and compacts the crashed stream; its objects become garbage.
+    let log = open(&store, config()).await;
+    let wal_before = store.list("wal/").await.unwrap().len();
+    assert!(wal_before > 1);
+    let deleted = log.collect_garbage().await.unwrap();
+    let wal_after = store.list("wal/").await.unwrap();
+    assert_eq!(deleted, wal_before - wal_after.len());
+    // Only the seal is left of the old stream.
+    assert_eq!(wal_after.len(), 1, "{wal_after:?}");
+    // And the data is all still there.
+    assert_eq!(base_offsets(&log, &tp("t", 0), 0).await, vec![0, 1, 2]);
+    assert_eq!(base_offsets(&log, &tp("t", 1), 0).await, vec![0, 1, 2]);
+    // An orphan segment (a compaction whose manifest update never landed) is collected too.
+    let orphan = strata_storage::ObjectKey::new(format!(
+        "log/{}/0/seg/{:020}-{:08x}",
+        log.topic("t").unwrap().id,
+        0,
+        0xdead
+    ))
+    .unwrap();
+    store
+        .put(
+            &orphan,
+            Bytes::from_static(b"junk"),
+            strata_storage::PutMode::Create,
+        )
+        .await
+        .unwrap();
+    assert_eq!(log.collect_garbage().await.unwrap(), 1);
+    assert!(store.get(&orphan).await.is_err());
+}

@@ -44,6 +44,19 @@ pub fn key(stream: u32, seq: u64) -> String {
 
 pub const PREFIX: &str = "wal/";
 
+/// Prefix of one stream's objects.
+pub fn stream_prefix(stream: u32) -> String {
+    format!("wal/{stream:08x}/")
+}
+
+/// The first bytes of a seal: an object another broker wrote at a stream's next sequence so
+/// the stream's writer can never write there (its create-only put fails: it is fenced).
+pub const SEAL_MAGIC: &[u8; 8] = b"STRSEAL1";
+
+pub fn is_seal(object: &[u8]) -> bool {
+    object.starts_with(SEAL_MAGIC)
+}
+
 /// Parses `wal/<stream>/<seq>` back; None for anything else.
 pub fn parse_key(key: &str) -> Option<(u32, u64)> {
     let rest = key.strip_prefix(PREFIX)?;
@@ -149,6 +162,49 @@ pub fn decode(object: &[u8]) -> LogResult<WalHeader> {
         seq,
         entries,
     })
+}
+
+/// Seals `stream`: writes a seal create-only right after its last object, so its writer's
+/// next group commit fails and nothing it writes afterwards is ever acknowledged. Returns the
+/// seal's sequence number; objects below it are exactly what the stream durably holds.
+/// Idempotent: a stream already sealed returns the existing seal.
+pub async fn seal_stream(
+    store: &dyn strata_storage::ObjectStore,
+    stream: u32,
+    sealer: &str,
+) -> LogResult<u64> {
+    use strata_storage::{ObjectKey, PutMode, StorageError};
+    loop {
+        let listed = store.list(&stream_prefix(stream)).await?;
+        let last = listed
+            .iter()
+            .filter_map(|m| parse_key(m.key.as_str()))
+            .map(|(_, seq)| seq)
+            .max()
+            .unwrap_or(0);
+        if last > 0 {
+            match store.get(&ObjectKey::new(key(stream, last))?).await {
+                Ok((bytes, _)) if is_seal(&bytes) => return Ok(last),
+                Ok(_) | Err(StorageError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut body = SEAL_MAGIC.to_vec();
+        body.extend_from_slice(sealer.as_bytes());
+        match store
+            .put(
+                &ObjectKey::new(key(stream, last + 1))?,
+                Bytes::from(body),
+                PutMode::Create,
+            )
+            .await
+        {
+            Ok(_) => return Ok(last + 1),
+            // The writer got there first (or another sealer did): look again.
+            Err(StorageError::AlreadyExists(_)) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -149,6 +149,8 @@ pub struct WriterContext {
     /// Set when the writer should stop retrying a write that keeps failing (shutdown with
     /// storage down): the pending appends then fail instead of hanging forever.
     pub give_up: watch::Receiver<bool>,
+    /// Called once if another broker sealed this stream.
+    pub on_fenced: Arc<dyn Fn() + Send + Sync>,
 }
 
 type WriteResult = (u64, Bytes, Vec<PendingAppend>, Vec<WalEntry>, LogResult<()>);
@@ -169,6 +171,9 @@ pub async fn run(ctx: WriterContext) {
                     Err(e) => {
                         tracing::error!(stream = ctx.stream, seq = seq_done, error = %e,
                             "group-commit write failed for good; no further appends are accepted");
+                        if matches!(e, LogError::Fenced) {
+                            (ctx.on_fenced)();
+                        }
                         let why = e.to_string();
                         fail_all(items, &e);
                         // Later writes may have landed, but publishing them would skip the

@@ -2,17 +2,18 @@
 //!
 //! kafka-protocol 0.18 decodes arrays with `Vec::with_capacity(n)`, where `n` is the length read
 //! from the wire (an `i32` for classic arrays, an unsigned varint for compact ones), before it has
-//! decoded a single element. Eight bytes — a Metadata v0 request whose topic array claims
-//! 54 million entries — ask the allocator for gigabytes; when the allocation fails Rust aborts the
-//! process (`handle_alloc_error`), which `catch_unwind` cannot intercept. Upstream pull requests
+//! decoded a single element. A flexible Metadata request of a dozen bytes whose compact topic
+//! array claims 2^32 - 2 entries asks the allocator for about 300 GB, the allocation fails, and
+//! Rust aborts the process (`handle_alloc_error`), which `catch_unwind` cannot intercept —
+//! observed with kafka-protocol 0.18.0 on this project's machines. Upstream pull requests
 //! that bound the capacity by the remaining input exist but are not released. Until they are (and
 //! the workspace can take the fix through `[patch.crates-io]`), [`decode_request`] guards the
 //! decoder from the outside:
 //!
 //! * Every array element occupies at least one byte on the wire, so a length larger than the
 //!   bytes left can only belong to a malformed request. Such lengths are what must never reach
-//!   `with_capacity`.
-//! * The decoder reads through [`GuardedBuf`], our `ByteBuf`, which sees every integer it reads.
+//!   `with_capacity`. (Kafka's own generated Java decoders refuse them the same way.)
+//! * The decoder reads through `GuardedBuf`, our `ByteBuf`, which sees every integer it reads.
 //!   Unsigned varints in message bodies are always structural (lengths, tagged-field counts, tags
 //!   and sizes), so one announcing more than 1024 entries and more than the bytes left is
 //!   rejected outright; tags that large do not exist in Kafka's schemas.
@@ -28,7 +29,8 @@
 //!   walking the generated decoders; zero-width structs exist only at versions where no array of
 //!   them is read).
 //! * Lengths up to the bytes left still let an allocation reach "bytes left × element size", the
-//!   same amplification Kafka's own decoder has: keep the frame limit of `try_split_frame` sane.
+//!   an amplification inherent to decoding into owned structs: keep the frame limit given to
+//!   `try_split_frame` in the megabytes, not gigabytes.
 //! * Anything that still panics inside the decoder is caught with `catch_unwind` and reported as
 //!   a malformed body (this needs the default `panic = "unwind"`).
 

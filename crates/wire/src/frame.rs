@@ -120,6 +120,10 @@ pub enum EncodeError {
 /// rejected before we buffer (or reserve room for) any of its body. Once the size is known to be
 /// acceptable, room for the rest of the frame is reserved so the body is read into one allocation.
 /// The returned body excludes the size prefix and is a zero-copy split of the buffer.
+///
+/// A connection can thus hold at most `max_frame` bytes of reservation for a frame it has not
+/// sent yet; bounding the sum over all connections (Kafka's `queued.max.request.bytes`) is the
+/// connection layer's job.
 pub fn try_split_frame(buf: &mut BytesMut, max_frame: usize) -> Result<Option<Bytes>, FrameError> {
     let Some(prefix) = buf.get(..SIZE_PREFIX_LEN) else {
         return Ok(None);
@@ -408,14 +412,13 @@ pub fn encode_response_frame<M: Encodable>(
         .filter(|chunk| chunk.len() >= SPLICE_MIN_LEN)
         .map(|chunk| ((chunk.as_ptr().addr(), chunk.len()), chunk))
         .collect();
-    if spliceable.is_empty() {
-        return encode_response(correlation_id, response_header_version, body, version)
-            .map(|frame| ResponseFrame::from_parts(vec![frame]));
-    }
     let plain = || {
         encode_response(correlation_id, response_header_version, body, version)
             .map(|frame| ResponseFrame::from_parts(vec![frame]))
     };
+    if spliceable.is_empty() {
+        return plain();
+    }
     // The size prefix goes first and the parts after it are handed off as they are written, so
     // the size must be known up front. kafka-protocol's sizes are exact; if they ever were not,
     // the check below falls back to the plain path rather than send a wrong prefix.

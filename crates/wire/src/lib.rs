@@ -15,6 +15,7 @@
 //! what lets the request decoder and the batch validator be fuzzed.
 
 pub mod batch;
+pub mod builder;
 pub mod decode;
 pub mod frame;
 

@@ -1,0 +1,337 @@
+//! Taking over and handing over partitions.
+//!
+//! A partition's manifest names the stream (broker incarnation) that may hold its batches
+//! beyond the checkpoint. To take a partition over, a broker:
+//! 1. fences that stream with a seal, unless the previous owner released the partition
+//!    gracefully (its tail is then already compacted and it may still be serving others);
+//! 2. replays the stream's objects below the seal for this partition, from the checkpoint;
+//! 3. claims the manifest by compare-and-swap with its own stream and epoch — from then on the
+//!    old owner's manifest updates fail;
+//! 4. compacts the replayed tail at once, so nothing of it depends on the old stream.
+//!
+//! The old owner cannot acknowledge anything after step 1 (its next group commit hits the seal)
+//! and cannot change the manifest after step 3: one writer per epoch, by construction.
+//! Handing over is the cooperative version: stop appends, let pending ones land, compact,
+//! write the manifest with `released`, forget the partition. No record is copied to the new
+//! owner; it reads the manifest.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use strata_core::{Offset, TopicPartition};
+use strata_storage::{ObjectKey, StorageError, Version};
+
+use crate::cache::CachedBatch;
+use crate::catalog::{TopicId, TopicInfo};
+use crate::manager::{read_manifest, write_partitions, Shared};
+use crate::manifest::Manifest;
+use crate::partition::{PartState, Partition, TailEntry};
+use crate::wal;
+use crate::{LogError, LogResult};
+
+/// One partition to take over, under `epoch` (None = one past the manifest's epoch, for a
+/// broker that owns everything by itself).
+#[derive(Debug, Clone)]
+pub struct Acquire {
+    pub topic: Arc<TopicInfo>,
+    pub partition: i32,
+    pub epoch: Option<u64>,
+}
+
+struct Loading {
+    want: Acquire,
+    manifest: Manifest,
+    version: Option<Version>,
+    state: PartState,
+    /// Streams to replay, in order (inherited ones, then the last owner's).
+    replay: Vec<u32>,
+    /// Streams that contributed batches to the tail.
+    contributed: Vec<u32>,
+}
+
+/// Takes over `wanted` partitions (see the module doc). Partitions already served here are
+/// skipped. Returns the partitions now served; one that lost a race for its manifest is
+/// reported as `Fenced` in the error list and not served.
+pub(crate) async fn acquire(
+    shared: &Arc<Shared>,
+    wanted: Vec<Acquire>,
+) -> LogResult<Vec<(TopicPartition, LogResult<()>)>> {
+    let mut loading = Vec::new();
+    let mut results = Vec::new();
+    for want in wanted {
+        let tp = TopicPartition::new(want.topic.name.clone(), want.partition);
+        if shared.partition(&tp).is_some() {
+            results.push((tp, Ok(())));
+            continue;
+        }
+        let (manifest, version) = read_manifest(shared, want.topic.id, want.partition).await?;
+        let mut replay: Vec<u32> = manifest
+            .inherited_streams
+            .iter()
+            .copied()
+            .filter(|s| *s != shared.stream)
+            .collect();
+        if manifest.writer_stream != 0
+            && manifest.writer_stream != shared.stream
+            && !manifest.released
+            && !replay.contains(&manifest.writer_stream)
+        {
+            replay.push(manifest.writer_stream);
+        }
+        let state = PartState::fresh(manifest.clone(), version.clone());
+        loading.push(Loading {
+            want,
+            manifest,
+            version,
+            state,
+            replay,
+            contributed: Vec::new(),
+        });
+    }
+
+    // Fence every stream involved once, however many of its partitions we take.
+    let streams: BTreeSet<u32> = loading
+        .iter()
+        .flat_map(|l| l.replay.iter().copied())
+        .collect();
+    let mut seals = HashMap::new();
+    for stream in streams {
+        let sealer = format!("stream {:08x} of broker {}", shared.stream, shared.broker.0);
+        let seal = wal::seal_stream(shared.store.as_ref(), stream, &sealer).await?;
+        tracing::info!(stream, seal, "fenced write-ahead stream for takeover");
+        seals.insert(stream, seal);
+    }
+    // Replay in ownership order: the k-th stream of every partition's list, for k = 0, 1, …
+    // (each stream is read once per round, for all partitions that need it at that rank).
+    let rounds = loading.iter().map(|l| l.replay.len()).max().unwrap_or(0);
+    for round in 0..rounds {
+        let mut by_stream: BTreeMap<u32, HashMap<(TopicId, i32), usize>> = BTreeMap::new();
+        for (i, l) in loading.iter().enumerate() {
+            if let Some(&stream) = l.replay.get(round) {
+                by_stream
+                    .entry(stream)
+                    .or_default()
+                    .insert((l.want.topic.id, l.want.partition), i);
+            }
+        }
+        for (stream, targets) in by_stream {
+            let seal = seals.get(&stream).copied().unwrap_or(0);
+            replay_stream(shared, stream, seal, &targets, &mut loading).await?;
+        }
+    }
+
+    let mut acquired = Vec::new();
+    for mut l in loading {
+        let tp = TopicPartition::new(l.want.topic.name.clone(), l.want.partition);
+        let epoch = l.want.epoch.unwrap_or(l.manifest.epoch + 1);
+        let mut claimed = l.manifest.clone();
+        claimed.writer_stream = shared.stream;
+        claimed.epoch = epoch;
+        claimed.released = false;
+        claimed.inherited_streams = l.contributed.clone();
+        match crate::maintenance::put_manifest_raw(
+            shared,
+            l.want.topic.id,
+            l.want.partition,
+            &claimed,
+            l.version.clone(),
+        )
+        .await
+        {
+            Ok(version) => {
+                l.state.manifest = claimed;
+                l.state.manifest_version = Some(version);
+            }
+            Err(e) => {
+                tracing::warn!(partition = %tp, error = %e, "lost the race for a partition's manifest");
+                results.push((tp, Err(e)));
+                continue;
+            }
+        }
+        let part = Arc::new(Partition::new(tp.clone(), l.want.topic.id, epoch, l.state));
+        write_partitions(shared).insert(tp.clone(), part.clone());
+        tracing::info!(partition = %tp, epoch, high_watermark = part.lock().high_watermark, "serving partition");
+        acquired.push(part);
+        results.push((tp, Ok(())));
+    }
+    // Compact replayed tails right away: the old stream must not be needed again.
+    for part in &acquired {
+        let needs = part.lock().tail.iter().any(|t| t.stream != shared.stream);
+        if needs {
+            if let Err(e) = crate::maintenance::compact(shared, part).await {
+                tracing::warn!(partition = %part.tp, error = %e, "compacting a replayed tail failed; will retry");
+            }
+        }
+    }
+    let cached: Vec<(Arc<Partition>, i64, usize)> = acquired
+        .iter()
+        .flat_map(|p| {
+            let st = p.lock();
+            st.cache
+                .iter()
+                .map(|c| (p.clone(), c.base_offset, c.bytes.len()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for (p, base, len) in cached {
+        shared.cache.admitted(&p, base, len);
+    }
+    Ok(results)
+}
+
+/// Replays one sealed stream's objects (below the seal) into the partitions being loaded.
+/// A batch is taken only at exactly the next expected offset: batches already compacted are
+/// skipped, and one after a gap (a write after a failed one, never acknowledged) is ignored.
+async fn replay_stream(
+    shared: &Shared,
+    stream: u32,
+    seal: u64,
+    targets: &HashMap<(TopicId, i32), usize>,
+    loading: &mut [Loading],
+) -> LogResult<()> {
+    let listed = shared.store.list(&wal::stream_prefix(stream)).await?;
+    let mut seqs: Vec<(u64, ObjectKey)> = listed
+        .into_iter()
+        .filter_map(|m| wal::parse_key(m.key.as_str()).map(|(_, q)| (q, m.key)))
+        .filter(|(q, _)| *q < seal)
+        .collect();
+    seqs.sort();
+    for (seq, key) in seqs {
+        let object = match shared.store.get(&key).await {
+            Ok((bytes, _)) => bytes,
+            // Collected: nothing in it was still needed.
+            Err(StorageError::NotFound(_)) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let header = match wal::decode(&object) {
+            Ok(h) if (h.stream, h.seq) == (stream, seq) => h,
+            Ok(_) | Err(_) => {
+                tracing::error!(%key, "unreadable or misplaced write-ahead object left in place");
+                continue;
+            }
+        };
+        for e in &header.entries {
+            let Some(&i) = targets.get(&(e.topic_id, e.partition)) else {
+                continue;
+            };
+            let l = &mut loading[i];
+            if !l.contributed.contains(&stream) {
+                l.contributed.push(stream);
+            }
+            let st = &mut l.state;
+            if e.base_offset != st.next_offset {
+                if e.base_offset > st.next_offset {
+                    tracing::warn!(%key, expected = st.next_offset, found = e.base_offset,
+                        "write-ahead batch after a gap ignored (never acknowledged)");
+                }
+                continue;
+            }
+            let tail = TailEntry {
+                base_offset: e.base_offset,
+                last_offset: e.last_offset(),
+                max_timestamp: e.max_timestamp,
+                stream,
+                seq,
+                position: e.position,
+                length: e.length,
+                producer_id: e.producer_id,
+                producer_epoch: e.producer_epoch,
+                base_sequence: e.base_sequence,
+                record_count: e.record_count,
+            };
+            if e.producer_id >= 0 {
+                st.producers.record(
+                    e.producer_id,
+                    e.producer_epoch,
+                    e.base_sequence,
+                    e.record_count,
+                    e.base_offset,
+                );
+            }
+            st.next_offset = tail.last_offset + 1;
+            st.high_watermark = st.next_offset;
+            st.tail_bytes += e.length as usize;
+            st.tail_since.get_or_insert(shared.clock.monotonic());
+            st.tail.push_back(tail);
+            let bytes: Bytes = object.slice(e.position as usize..(e.position + e.length) as usize);
+            st.cache.push_back(CachedBatch {
+                base_offset: tail.base_offset,
+                last_offset: tail.last_offset,
+                bytes,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Hands a partition over: refuse new appends, wait for pending ones to become durable,
+/// compact the tail, mark the manifest released, stop serving. Returns the final high
+/// watermark.
+pub(crate) async fn release(shared: &Arc<Shared>, tp: &TopicPartition) -> LogResult<Offset> {
+    let part = shared.partition(tp).ok_or(LogError::NotOwner)?;
+    let mut hw_rx = part.hw.subscribe();
+    {
+        let mut st = part.lock();
+        st.releasing = true;
+    }
+    // Appends already queued keep their place in the group commit; wait for them.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (hw, next) = {
+            let st = part.lock();
+            (st.high_watermark, st.next_offset)
+        };
+        if hw >= next {
+            break;
+        }
+        if tokio::time::timeout_at(deadline, hw_rx.changed())
+            .await
+            .is_err()
+        {
+            part.lock().releasing = false;
+            return Err(LogError::Timeout);
+        }
+    }
+    if let Err(e) = crate::maintenance::compact(shared, &part).await {
+        part.lock().releasing = false;
+        return Err(e);
+    }
+    let _serial = part.maintenance.lock().await;
+    let (mut manifest, version) = {
+        let st = part.lock();
+        (st.manifest.clone(), st.manifest_version.clone())
+    };
+    manifest.released = true;
+    crate::maintenance::put_manifest_raw(shared, part.topic_id, tp.partition, &manifest, version)
+        .await?;
+    let hw = {
+        let mut st = part.lock();
+        st.deleted = true;
+        st.high_watermark
+    };
+    write_partitions(shared).remove(tp);
+    // Wake long-polls so they notice the partition is gone.
+    part.hw.send_replace(Offset(hw));
+    tracing::info!(partition = %tp, high_watermark = hw, "handed partition over");
+    Ok(Offset(hw))
+}
+
+/// Partitions of `topics` not yet served here.
+pub(crate) fn missing(shared: &Shared, topics: &BTreeMap<String, Arc<TopicInfo>>) -> Vec<Acquire> {
+    let mut out = Vec::new();
+    for info in topics.values() {
+        for p in 0..info.partitions {
+            let tp = TopicPartition::new(info.name.clone(), p);
+            if shared.partition(&tp).is_none() {
+                out.push(Acquire {
+                    topic: info.clone(),
+                    partition: p,
+                    epoch: None,
+                });
+            }
+        }
+    }
+    out
+}
