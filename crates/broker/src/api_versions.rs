@@ -13,11 +13,12 @@ use crate::RequestContext;
 /// Implemented APIs and the versions each handler supports. Intersected with what
 /// `kafka-protocol` can decode before being used anywhere.
 ///
-/// Consumer-group APIs (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-/// OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete) join this
-/// table when the groups layer is wired in; until then they are not advertised at all, which is
-/// honest where a stub answering COORDINATOR_NOT_AVAILABLE would make clients retry forever.
-/// Transactions (AddPartitionsToTxn, EndTxn, ...) are not implemented and not advertised.
+/// Consumer groups are Kafka's classic protocol (JoinGroup/SyncGroup/Heartbeat/LeaveGroup),
+/// every version `kafka-protocol` decodes. OffsetCommit stops at v9 and OffsetFetch at v9
+/// because `kafka-protocol` decodes no later request (v10 would name topics by id); the KIP-848
+/// ConsumerGroupHeartbeat protocol and share groups are not implemented and not advertised.
+/// Transactions (AddPartitionsToTxn, EndTxn, ...) are not implemented and not advertised;
+/// FindCoordinator for a transaction answers COORDINATOR_NOT_AVAILABLE.
 const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 13),
     (ApiKey::Fetch, 4, 16),
@@ -34,6 +35,17 @@ const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::DescribeGroups, 0, 6),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 /// The versions of `key` this broker serves, or None if it does not implement the API.
@@ -105,11 +117,24 @@ mod tests {
     }
 
     #[test]
-    fn group_and_transaction_apis_are_not_advertised() {
+    fn group_apis_are_advertised_in_full() {
+        for (key, max) in [
+            (ApiKey::FindCoordinator, 6),
+            (ApiKey::JoinGroup, 9),
+            (ApiKey::SyncGroup, 5),
+            (ApiKey::OffsetCommit, 9),
+            (ApiKey::OffsetFetch, 9),
+            (ApiKey::ListGroups, 5),
+        ] {
+            assert_eq!(supported_versions(key).map(|r| r.max), Some(max), "{key:?}");
+        }
+    }
+
+    #[test]
+    fn transaction_and_new_group_protocol_apis_are_not_advertised() {
         for key in [
-            ApiKey::FindCoordinator,
-            ApiKey::JoinGroup,
-            ApiKey::OffsetCommit,
+            ApiKey::ConsumerGroupHeartbeat,
+            ApiKey::ShareGroupHeartbeat,
             ApiKey::AddPartitionsToTxn,
             ApiKey::EndTxn,
             ApiKey::SaslHandshake,

@@ -147,10 +147,21 @@ async fn route(
         RequestKind::OffsetForLeaderEpoch(r) => {
             reply(ctx, &leader_epoch::offset_for_leader_epoch(broker, r, ctx))
         }
-        // Consumer-group requests are routed here once the groups layer is wired in (and
-        // advertised in api_versions::IMPLEMENTED). The version check above only lets through
-        // keys of that table, so a key advertised without a route is refused, not answered
-        // wrongly.
+        RequestKind::FindCoordinator(r) => reply(ctx, &groups::find_coordinator(broker, r, ctx)),
+        RequestKind::JoinGroup(r) => reply(ctx, &groups::join_group(broker, r, ctx).await),
+        RequestKind::SyncGroup(r) => reply(ctx, &groups::sync_group(broker, r, ctx).await),
+        RequestKind::Heartbeat(r) => reply(ctx, &groups::heartbeat(broker, r, ctx).await),
+        RequestKind::LeaveGroup(r) => reply(ctx, &groups::leave_group(broker, r, ctx).await),
+        RequestKind::OffsetCommit(r) => reply(ctx, &groups::offset_commit(broker, r, ctx).await),
+        RequestKind::OffsetFetch(r) => reply(ctx, &groups::offset_fetch(broker, r, ctx).await),
+        RequestKind::OffsetDelete(r) => reply(ctx, &groups::offset_delete(broker, r, ctx).await),
+        RequestKind::DescribeGroups(r) => {
+            reply(ctx, &groups::describe_groups(broker, r, ctx).await)
+        }
+        RequestKind::ListGroups(r) => reply(ctx, &groups::list_groups(broker, r, ctx).await),
+        RequestKind::DeleteGroups(r) => reply(ctx, &groups::delete_groups(broker, r, ctx).await),
+        // The version check above only lets through keys of api_versions::IMPLEMENTED, so a
+        // key advertised without a route is refused, not answered wrongly.
         _ => {
             error!(peer = %ctx.peer, "API advertised but not routed (bug); closing connection");
             Ok(Reply::Close)

@@ -3,10 +3,11 @@
 //! Every layer below the broker has its own detailed error enum; this module is the only place
 //! that decides which Kafka code a client sees for each of them. Clients act on the code alone
 //! (retry, refresh metadata, fail the message), so the choice is about what the client should do
-//! next, not about how the failure happened. When the groups layer is wired in, its errors get
-//! their own `fn` here, next to [`error_code`].
+//! next, not about how the failure happened. The consumer-group coordinator's errors
+//! ([`GroupError`]) are mapped by [`group_error_code`].
 
 use kafka_protocol::protocol::StrBytes;
+use strata_groups::GroupError;
 use strata_log::LogError;
 use strata_storage::StorageError;
 use strata_wire::batch::BatchError;
@@ -21,9 +22,20 @@ pub mod code {
     pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
     pub const REQUEST_TIMED_OUT: i16 = 7;
     pub const MESSAGE_TOO_LARGE: i16 = 10;
+    pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
+    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    pub const NOT_COORDINATOR: i16 = 16;
     pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
     pub const RECORD_LIST_TOO_LARGE: i16 = 18;
     pub const INVALID_REQUIRED_ACKS: i16 = 21;
+    pub const ILLEGAL_GENERATION: i16 = 22;
+    pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+    pub const INVALID_GROUP_ID: i16 = 24;
+    pub const UNKNOWN_MEMBER_ID: i16 = 25;
+    pub const INVALID_SESSION_TIMEOUT: i16 = 26;
+    pub const REBALANCE_IN_PROGRESS: i16 = 27;
+    pub const INVALID_COMMIT_OFFSET_SIZE: i16 = 28;
     pub const INVALID_TIMESTAMP: i16 = 32;
     pub const UNSUPPORTED_VERSION: i16 = 35;
     pub const TOPIC_ALREADY_EXISTS: i16 = 36;
@@ -40,11 +52,18 @@ pub mod code {
     pub const INVALID_PRODUCER_EPOCH: i16 = 47;
     pub const KAFKA_STORAGE_ERROR: i16 = 56;
     pub const UNKNOWN_PRODUCER_ID: i16 = 59;
+    pub const NON_EMPTY_GROUP: i16 = 68;
+    pub const GROUP_ID_NOT_FOUND: i16 = 69;
     pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
     pub const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
     pub const FENCED_LEADER_EPOCH: i16 = 74;
     pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
+    pub const MEMBER_ID_REQUIRED: i16 = 79;
+    pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
+    pub const FENCED_INSTANCE_ID: i16 = 82;
+    pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
     pub const INVALID_RECORD: i16 = 87;
+    pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
     pub const THROTTLING_QUOTA_EXCEEDED: i16 = 89;
     pub const UNKNOWN_TOPIC_ID: i16 = 100;
     pub const MISMATCHED_ENDPOINT_TYPE: i16 = 114;
@@ -78,6 +97,8 @@ pub fn error_code(error: &LogError) -> i16 {
         LogError::Storage(e) => storage_error_code(e),
         // The partition has a newer owner: the client must refresh metadata and go there.
         LogError::Fenced => code::NOT_LEADER_OR_FOLLOWER,
+        // Another broker serves the partition: the client refreshes metadata and goes there.
+        LogError::NotOwner => code::NOT_LEADER_OR_FOLLOWER,
         LogError::Timeout => code::REQUEST_TIMED_OUT,
         // Produce backpressure outlasted the request's timeout: retriable, and the client's
         // own backoff is exactly the relief we want.
@@ -88,6 +109,40 @@ pub fn error_code(error: &LogError) -> i16 {
         // Not retriable: the same read would hit the same bytes.
         LogError::CorruptStorage(_) => code::UNKNOWN_SERVER_ERROR,
     }
+}
+
+/// The Kafka error code a client gets for a group-coordinator refusal. The coordinator's errors
+/// are Kafka's own names one for one (clients drive the classic group protocol from these codes
+/// alone: rejoin, reset the member id, rediscover the coordinator, retry), so this is the
+/// identity on names; spelled out so that every code a client can see is listed in this file.
+pub fn group_error_code(error: &GroupError) -> i16 {
+    match error {
+        GroupError::UnknownServerError => code::UNKNOWN_SERVER_ERROR,
+        GroupError::UnknownTopicOrPartition => code::UNKNOWN_TOPIC_OR_PARTITION,
+        GroupError::OffsetMetadataTooLarge => code::OFFSET_METADATA_TOO_LARGE,
+        GroupError::CoordinatorLoadInProgress => code::COORDINATOR_LOAD_IN_PROGRESS,
+        GroupError::CoordinatorNotAvailable => code::COORDINATOR_NOT_AVAILABLE,
+        GroupError::NotCoordinator => code::NOT_COORDINATOR,
+        GroupError::IllegalGeneration => code::ILLEGAL_GENERATION,
+        GroupError::InconsistentGroupProtocol => code::INCONSISTENT_GROUP_PROTOCOL,
+        GroupError::InvalidGroupId => code::INVALID_GROUP_ID,
+        GroupError::UnknownMemberId => code::UNKNOWN_MEMBER_ID,
+        GroupError::InvalidSessionTimeout => code::INVALID_SESSION_TIMEOUT,
+        GroupError::RebalanceInProgress => code::REBALANCE_IN_PROGRESS,
+        GroupError::InvalidCommitOffsetSize => code::INVALID_COMMIT_OFFSET_SIZE,
+        GroupError::NonEmptyGroup => code::NON_EMPTY_GROUP,
+        GroupError::GroupIdNotFound => code::GROUP_ID_NOT_FOUND,
+        GroupError::MemberIdRequired => code::MEMBER_ID_REQUIRED,
+        GroupError::GroupMaxSizeReached => code::GROUP_MAX_SIZE_REACHED,
+        GroupError::FencedInstanceId => code::FENCED_INSTANCE_ID,
+        GroupError::GroupSubscribedToTopic => code::GROUP_SUBSCRIBED_TO_TOPIC,
+        GroupError::UnstableOffsetCommit => code::UNSTABLE_OFFSET_COMMIT,
+    }
+}
+
+/// [`group_error_code`] for an optional error: `None` is NONE.
+pub fn group_code(error: Option<GroupError>) -> i16 {
+    error.as_ref().map_or(code::NONE, group_error_code)
 }
 
 /// Record-batch validation failures: damaged bytes are CORRUPT_MESSAGE (the producer may retry
@@ -198,5 +253,36 @@ mod tests {
         assert_eq!(error_code(&LogError::UnknownProducerId(7)), 59);
         assert_eq!(error_code(&LogError::InvalidTimestamp("x".into())), 32);
         assert_eq!(error_code(&LogError::CorruptStorage("x".into())), -1);
+    }
+
+    #[test]
+    fn group_errors_map_to_the_codes_the_groups_layer_names() {
+        use GroupError::*;
+        let all = [
+            UnknownServerError,
+            UnknownTopicOrPartition,
+            OffsetMetadataTooLarge,
+            CoordinatorLoadInProgress,
+            CoordinatorNotAvailable,
+            NotCoordinator,
+            IllegalGeneration,
+            InconsistentGroupProtocol,
+            InvalidGroupId,
+            UnknownMemberId,
+            InvalidSessionTimeout,
+            RebalanceInProgress,
+            InvalidCommitOffsetSize,
+            NonEmptyGroup,
+            GroupIdNotFound,
+            MemberIdRequired,
+            GroupMaxSizeReached,
+            FencedInstanceId,
+            GroupSubscribedToTopic,
+            UnstableOffsetCommit,
+        ];
+        for e in all {
+            assert_eq!(group_error_code(&e), e.kafka_code(), "{}", e.kafka_name());
+        }
+        assert_eq!(group_code(None), code::NONE);
     }
 }

@@ -11,6 +11,7 @@
 
 mod api_versions;
 mod connection;
+pub mod coordinator;
 mod dispatch;
 pub mod errors;
 mod framing;

@@ -5,41 +5,61 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strata_core::Clock;
-use strata_log::LogManager;
+use strata_log::{LogError, LogManager};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tracing::{debug, info, warn};
 
 use crate::connection::Connection;
+use crate::coordinator::GroupCoordinator;
 use crate::BrokerSettings;
 
-/// Everything a broker is built from: the log it serves, the clock, its settings.
+/// Everything a broker is built from: the log it serves, the clock, its settings, and the
+/// seed of the group coordinator's member ids.
 #[derive(Debug)]
 pub struct BrokerParts {
     pub log: Arc<LogManager>,
     pub clock: Arc<dyn Clock>,
     pub settings: BrokerSettings,
+    /// Seeds the member-id suffixes the group coordinator hands out. Draw it from real
+    /// randomness in production: a restarted coordinator with the same seed would hand out the
+    /// member ids of its previous incarnation again, and a client still holding one would be
+    /// taken for a member it is not. Tests may fix it.
+    pub member_id_seed: u64,
 }
 
 /// One Kafka broker front end over a [`LogManager`].
 #[derive(Debug)]
 pub struct Broker {
     pub(crate) log: Arc<LogManager>,
-    #[allow(dead_code)] // handed to the groups coordinator once it is wired in
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) settings: BrokerSettings,
+    pub(crate) groups: Arc<GroupCoordinator>,
 }
 
 /// Pause after a failed accept (typically EMFILE): retrying at once would spin.
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 
 impl Broker {
-    pub fn new(parts: BrokerParts) -> Self {
-        Self {
+    /// Builds the broker and starts its group coordinator, which creates the internal
+    /// `__consumer_offsets` topic on first start and otherwise replays it (so committed
+    /// offsets and group membership survive restarts). Fails if that topic cannot be created
+    /// or read.
+    pub async fn open(parts: BrokerParts) -> Result<Self, LogError> {
+        let groups = GroupCoordinator::start(
+            Arc::clone(&parts.log),
+            Arc::clone(&parts.clock),
+            parts.settings.group_config(),
+            parts.settings.group_shards,
+            parts.member_id_seed,
+        )
+        .await?;
+        Ok(Self {
             log: parts.log,
             clock: parts.clock,
             settings: parts.settings,
-        }
+            groups,
+        })
     }
 
     pub fn settings(&self) -> &BrokerSettings {

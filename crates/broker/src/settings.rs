@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use strata_core::BrokerId;
+use strata_groups::GroupConfig;
 
 /// Settings of the Kafka front end.
 #[derive(Debug, Clone)]
@@ -36,10 +37,37 @@ pub struct BrokerSettings {
     /// After shutdown starts, how long to wait for connections to finish their in-flight
     /// requests before giving up on them.
     pub shutdown_grace: Duration,
+    /// Partitions of the internal `__consumer_offsets` topic, used only when this broker
+    /// creates it (an existing topic keeps its count: groups are placed by hashing their id
+    /// over it, so changing it would orphan them). Each is one coordinator shard, replayed from
+    /// its start when the broker starts, so more shards cost startup time, not throughput.
+    pub group_shards: i32,
+    /// `group.initial.rebalance.delay.ms`: how long the first rebalance of an empty group waits
+    /// for more members before completing.
+    pub group_initial_rebalance_delay: Duration,
+    /// `group.min.session.timeout.ms`: JoinGroups asking for a shorter session are refused
+    /// (INVALID_SESSION_TIMEOUT).
+    pub group_min_session_timeout: Duration,
+    /// `group.max.session.timeout.ms`: JoinGroups asking for a longer session are refused
+    /// (INVALID_SESSION_TIMEOUT).
+    pub group_max_session_timeout: Duration,
+}
+
+impl BrokerSettings {
+    /// The group coordinator's configuration: the settings above over Kafka's defaults.
+    pub fn group_config(&self) -> GroupConfig {
+        GroupConfig {
+            min_session_timeout: self.group_min_session_timeout,
+            max_session_timeout: self.group_max_session_timeout,
+            initial_rebalance_delay: self.group_initial_rebalance_delay,
+            ..GroupConfig::default()
+        }
+    }
 }
 
 impl Default for BrokerSettings {
     fn default() -> Self {
+        let groups = GroupConfig::default();
         Self {
             node_id: BrokerId(0),
             advertised_host: "127.0.0.1".to_string(),
@@ -51,6 +79,12 @@ impl Default for BrokerSettings {
             auto_create_topics: true,
             min_produce_timeout: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(30),
+            // Kafka uses 50; every shard is a partition replayed at startup, and one broker
+            // rarely hosts enough groups to need more than a handful.
+            group_shards: 8,
+            group_initial_rebalance_delay: groups.initial_rebalance_delay,
+            group_min_session_timeout: groups.min_session_timeout,
+            group_max_session_timeout: groups.max_session_timeout,
         }
     }
 }

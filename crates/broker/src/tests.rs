@@ -32,35 +32,64 @@ struct TestBroker {
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     served: JoinHandle<()>,
+    log: Arc<LogManager>,
+    store: Arc<dyn ObjectStore>,
 }
 
 async fn start_with(tweak: impl FnOnce(&mut BrokerSettings)) -> TestBroker {
-    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    start_on(Arc::new(MemoryStore::new()), tweak).await
+}
+
+/// A broker on `store`, which may hold what an earlier broker left (a restart).
+async fn start_on(
+    store: Arc<dyn ObjectStore>,
+    tweak: impl FnOnce(&mut BrokerSettings),
+) -> TestBroker {
     let clock = SystemClock::shared();
-    let log = LogManager::open(store, Arc::clone(&clock), LogConfig::default(), BrokerId(0))
-        .await
-        .unwrap();
+    let log = LogManager::open(
+        Arc::clone(&store),
+        Arc::clone(&clock),
+        LogConfig::default(),
+        BrokerId(0),
+    )
+    .await
+    .unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let mut settings = BrokerSettings {
         advertised_port: addr.port(),
+        // Tests do not wait for more members to arrive before the first rebalance completes.
+        group_initial_rebalance_delay: Duration::ZERO,
         ..BrokerSettings::default()
     };
     tweak(&mut settings);
-    let broker = Arc::new(Broker::new(BrokerParts {
-        log,
+    let broker = Broker::open(BrokerParts {
+        log: Arc::clone(&log),
         clock,
         settings,
-    }));
+        member_id_seed: rand_seed(),
+    })
+    .await
+    .unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    let served = tokio::spawn(broker.serve(listener, async {
+    let served = tokio::spawn(Arc::new(broker).serve(listener, async {
         let _ = stopped.await;
     }));
     TestBroker {
         addr,
         stop: Some(stop),
         served,
+        log,
+        store,
     }
+}
+
+/// A different seed for every broker of a test run, as production draws one from randomness:
+/// a restarted broker must not hand out its predecessor's member ids.
+fn rand_seed() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(0x9E37_79B9, Ordering::Relaxed)
 }
 
 async fn start() -> TestBroker {
@@ -83,6 +112,16 @@ impl TestBroker {
             .await
             .expect("serve returns after shutdown")
             .unwrap();
+    }
+
+    /// Stops the broker and its log as the server does, and hands back the store so that a
+    /// new broker can be started on it.
+    async fn stop_and_keep_store(self) -> Arc<dyn ObjectStore> {
+        let log = Arc::clone(&self.log);
+        let store = Arc::clone(&self.store);
+        self.shutdown().await;
+        log.shutdown().await.unwrap();
+        store
     }
 }
 
@@ -254,6 +293,8 @@ async fn create_topic(client: &mut Client, name: &str) -> uuid::Uuid {
 }
 
 // --- tests ---
+
+mod groups;
 
 #[tokio::test]
 async fn api_versions_of_an_unknown_version_answers_v0_with_the_supported_list() {

@@ -46,14 +46,17 @@ enum Command {
     ///
     /// The file takes the flag names with underscores (listen, advertised_listener, node_id,
     /// cluster_id, storage, auto_create_topics, max_request_bytes, max_connections,
-    /// max_inflight_requests_per_connection, shutdown_grace) and a [log] section (flush_interval,
+    /// max_inflight_requests_per_connection, shutdown_grace, group_shards,
+    /// group_initial_rebalance_delay, group_min_session_timeout, group_max_session_timeout)
+    /// and a [log] section (flush_interval,
     /// flush_bytes, max_pending_bytes, segment_bytes, segment_interval, cache_bytes,
     /// retention_check_interval, default_partitions, max_inflight_flushes). Environment
     /// variables: STRATA_ + the upper-cased key, STRATA_LOG_ + key for the [log] section
     /// (e.g. STRATA_LISTEN, STRATA_STORAGE, STRATA_NODE_ID, STRATA_LOG_FLUSH_INTERVAL).
     /// Durations are human-readable ("1ms", "30s", "5m"); byte sizes are integers or
     /// "64MiB"/"1GB".
-    Serve(ServeArgs),
+    // Boxed: the flags make it far larger than the other variants.
+    Serve(Box<ServeArgs>),
     /// Print the version.
     Version,
 }
@@ -87,6 +90,20 @@ struct ServeArgs {
     /// Client connections served at once [default: 4096].
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
+    /// Partitions of __consumer_offsets (consumer-group coordinator shards), used when the
+    /// topic is first created [default: 8].
+    #[arg(long, value_name = "N")]
+    group_shards: Option<i32>,
+    /// How long the first rebalance of an empty consumer group waits for more members, e.g.
+    /// 0s [default: 3s].
+    #[arg(long, value_name = "DURATION")]
+    group_initial_rebalance_delay: Option<String>,
+    /// Shortest consumer session timeout accepted [default: 6s].
+    #[arg(long, value_name = "DURATION")]
+    group_min_session_timeout: Option<String>,
+    /// Longest consumer session timeout accepted [default: 30m].
+    #[arg(long, value_name = "DURATION")]
+    group_max_session_timeout: Option<String>,
     /// Log filter (error, warn, info, debug, trace, or a tracing directive like
     /// "strata_broker=debug"); overrides RUST_LOG [default: info].
     #[arg(long, value_name = "FILTER")]
@@ -109,7 +126,7 @@ fn main() -> ExitCode {
                 .enable_all()
                 .build()
                 .context("starting the async runtime")
-                .and_then(|runtime| runtime.block_on(serve(args)));
+                .and_then(|runtime| runtime.block_on(serve(*args)));
             match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -149,6 +166,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         auto_create_topics: args.auto_create_topics,
         max_request_bytes: args.max_request_bytes,
         max_connections: args.max_connections,
+        group_shards: args.group_shards,
+        group_initial_rebalance_delay: args.group_initial_rebalance_delay,
+        group_min_session_timeout: args.group_min_session_timeout,
+        group_max_session_timeout: args.group_max_session_timeout,
     };
     let (settings, unknown_env) = settings::load(args.config.as_deref(), std::env::vars(), &flags)?;
     for var in unknown_env {
@@ -174,7 +195,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("binding {}", settings.listen))?;
     let bound = listener.local_addr().context("reading the bound address")?;
     let (advertised_host, advertised_port) = advertised(&settings, bound)?;
-    let broker = Arc::new(Broker::new(BrokerParts {
+    let broker = Broker::open(BrokerParts {
         log: Arc::clone(&log),
         clock,
         settings: BrokerSettings {
@@ -188,9 +209,17 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             max_inflight_requests_per_connection: settings.max_inflight_requests_per_connection,
             auto_create_topics: settings.auto_create_topics,
             shutdown_grace: settings.shutdown_grace,
+            group_shards: settings.group_shards,
+            group_initial_rebalance_delay: settings.group_initial_rebalance_delay,
+            group_min_session_timeout: settings.group_min_session_timeout,
+            group_max_session_timeout: settings.group_max_session_timeout,
             ..BrokerSettings::default()
         },
-    }));
+        member_id_seed: rand::random(),
+    })
+    .await
+    .context("starting the consumer-group coordinator (__consumer_offsets)")?;
+    let broker = Arc::new(broker);
     info!(
         node_id = settings.node_id,
         storage = %settings.storage,

@@ -40,6 +40,21 @@ pub struct Settings {
     /// On SIGINT/SIGTERM, how long to wait for in-flight requests before giving up on them.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// Partitions of the internal `__consumer_offsets` topic (one consumer-group coordinator
+    /// shard each), applied only when the topic is first created: groups are placed by hashing
+    /// their id over the partitions, so an existing topic keeps its count. Every shard is
+    /// replayed at startup. Kafka's `offsets.topic.num.partitions` (50 there).
+    pub group_shards: i32,
+    /// How long the first rebalance of an empty consumer group waits for more members
+    /// (Kafka's `group.initial.rebalance.delay.ms`). "0s" completes it at once.
+    #[serde(with = "humantime_serde")]
+    pub group_initial_rebalance_delay: Duration,
+    /// Shortest session timeout a consumer may ask for (`group.min.session.timeout.ms`).
+    #[serde(with = "humantime_serde")]
+    pub group_min_session_timeout: Duration,
+    /// Longest session timeout a consumer may ask for (`group.max.session.timeout.ms`).
+    #[serde(with = "humantime_serde")]
+    pub group_max_session_timeout: Duration,
     /// The partition log.
     pub log: LogSettings,
 }
@@ -85,6 +100,10 @@ impl Default for Settings {
             max_connections: broker.max_connections,
             max_inflight_requests_per_connection: broker.max_inflight_requests_per_connection,
             shutdown_grace: broker.shutdown_grace,
+            group_shards: broker.group_shards,
+            group_initial_rebalance_delay: broker.group_initial_rebalance_delay,
+            group_min_session_timeout: broker.group_min_session_timeout,
+            group_max_session_timeout: broker.group_max_session_timeout,
             log: LogSettings::default(),
         }
     }
@@ -283,6 +302,22 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         Kind::Integer,
     ),
     ("STRATA_SHUTDOWN_GRACE", &["shutdown_grace"], Kind::Text),
+    ("STRATA_GROUP_SHARDS", &["group_shards"], Kind::Integer),
+    (
+        "STRATA_GROUP_INITIAL_REBALANCE_DELAY",
+        &["group_initial_rebalance_delay"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_GROUP_MIN_SESSION_TIMEOUT",
+        &["group_min_session_timeout"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_GROUP_MAX_SESSION_TIMEOUT",
+        &["group_max_session_timeout"],
+        Kind::Text,
+    ),
     (
         "STRATA_LOG_FLUSH_INTERVAL",
         &["log", "flush_interval"],
@@ -341,6 +376,10 @@ pub struct FlagOverrides {
     pub auto_create_topics: Option<bool>,
     pub max_request_bytes: Option<String>,
     pub max_connections: Option<usize>,
+    pub group_shards: Option<i32>,
+    pub group_initial_rebalance_delay: Option<String>,
+    pub group_min_session_timeout: Option<String>,
+    pub group_max_session_timeout: Option<String>,
 }
 
 /// A layered settings document being assembled.
@@ -483,6 +522,37 @@ pub fn load(
                 .max_connections
                 .map(|v| toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX))),
         ),
+        (
+            "group-shards",
+            &["group_shards"],
+            flags
+                .group_shards
+                .map(|v| toml::Value::Integer(i64::from(v))),
+        ),
+        (
+            "group-initial-rebalance-delay",
+            &["group_initial_rebalance_delay"],
+            flags
+                .group_initial_rebalance_delay
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
+            "group-min-session-timeout",
+            &["group_min_session_timeout"],
+            flags
+                .group_min_session_timeout
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
+            "group-max-session-timeout",
+            &["group_max_session_timeout"],
+            flags
+                .group_max_session_timeout
+                .clone()
+                .map(toml::Value::String),
+        ),
     ];
     for (flag, path, value) in flag_values {
         let Some(value) = value else { continue };
@@ -531,6 +601,23 @@ impl Settings {
         if self.log.max_inflight_flushes == 0 {
             return bad("log.max_inflight_flushes", "must be at least 1");
         }
+        if !(1..=MAX_GROUP_SHARDS).contains(&self.group_shards) {
+            return bad(
+                "group_shards",
+                &format!("must be between 1 and {MAX_GROUP_SHARDS}"),
+            );
+        }
+        if self.group_min_session_timeout > self.group_max_session_timeout {
+            return bad(
+                "group_min_session_timeout",
+                "must not exceed group_max_session_timeout",
+            );
+        }
+        // Kafka clients send session timeouts as 32-bit milliseconds: a larger bound can never
+        // be asked for, so it is surely a typo.
+        if self.group_max_session_timeout.as_millis() > i32::MAX as u128 {
+            return bad("group_max_session_timeout", "must be at most 24d");
+        }
         if self.cluster_id.is_empty() {
             return bad("cluster_id", "must not be empty");
         }
@@ -543,6 +630,10 @@ impl Settings {
         Ok(())
     }
 }
+
+/// Upper bound of `group_shards`: each shard is a partition and a task replayed at startup; more
+/// than Kafka's own default by a wide margin is a typo, not a plan.
+const MAX_GROUP_SHARDS: i32 = 1000;
 
 /// Splits `host:port` (IPv6 hosts in brackets).
 pub fn parse_host_port(text: &str) -> Result<(String, u16), String> {
@@ -600,6 +691,10 @@ mod tests {
         assert_eq!(s.storage, "./strata-data");
         assert!(s.auto_create_topics);
         assert_eq!(s.max_request_bytes, ByteSize(100 << 20));
+        assert_eq!(s.group_shards, 8);
+        assert_eq!(s.group_initial_rebalance_delay, Duration::from_secs(3));
+        assert_eq!(s.group_min_session_timeout, Duration::from_secs(6));
+        assert_eq!(s.group_max_session_timeout, Duration::from_secs(1800));
         assert!(unknown.is_empty());
     }
 
@@ -689,6 +784,44 @@ mod tests {
         )
         .unwrap();
         assert_eq!(unknown, vec!["STRATA_LISTN".to_string()]);
+    }
+
+    #[test]
+    fn group_settings_come_from_every_layer_and_are_checked() {
+        let f = file("group_shards = 3\ngroup_initial_rebalance_delay = \"100ms\"\n");
+        let flags = FlagOverrides {
+            group_initial_rebalance_delay: Some("0s".into()),
+            ..Default::default()
+        };
+        let (s, _) = load(
+            Some(f.path()),
+            env(&[("STRATA_GROUP_MIN_SESSION_TIMEOUT", "1s")]),
+            &flags,
+        )
+        .unwrap();
+        assert_eq!(s.group_shards, 3);
+        assert_eq!(s.group_initial_rebalance_delay, Duration::ZERO);
+        assert_eq!(s.group_min_session_timeout, Duration::from_secs(1));
+
+        let f = file("group_shards = 0\n");
+        let e = load(Some(f.path()), env(&[]), &FlagOverrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("group_shards"), "{e}");
+        let e = load(
+            None,
+            env(&[("STRATA_GROUP_MIN_SESSION_TIMEOUT", "2h")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("group_min_session_timeout"), "{e}");
+        let flags = FlagOverrides {
+            group_max_session_timeout: Some("whenever".into()),
+            ..Default::default()
+        };
+        let e = load(None, env(&[]), &flags).unwrap_err().to_string();
+        assert!(e.contains("--group-max-session-timeout"), "{e}");
     }
 
     #[test]

@@ -20,7 +20,7 @@ use kafka_protocol::protocol::StrBytes;
 use strata_log::config::ConfigEntry;
 use strata_log::{TopicConfig, TopicInfo};
 
-use super::str_bytes;
+use super::{refuse_internal, str_bytes};
 use crate::errors::{code, error_code, message};
 use crate::server::Broker;
 use crate::RequestContext;
@@ -265,12 +265,16 @@ pub(crate) async fn alter_configs(
                         None => null = Some(c.name.to_string()),
                     }
                 }
-                match null {
-                    Some(name) => Err((
+                match (
+                    null,
+                    refuse_internal(res.resource_name.as_str(), "change configs of"),
+                ) {
+                    (_, Some(refusal)) => Err(refusal),
+                    (Some(name), None) => Err((
                         code::INVALID_CONFIG,
                         format!("config {name} has a null value"),
                     )),
-                    None => broker
+                    (None, None) => broker
                         .log
                         .set_topic_configs(
                             res.resource_name.as_str(),
@@ -320,13 +324,16 @@ pub(crate) async fn incremental_alter_configs(
                     code::UNKNOWN_TOPIC_OR_PARTITION,
                     format!("topic {} does not exist", res.resource_name.as_str()),
                 )),
-                Some(info) => match incremental_changes(&info, &res.configs) {
-                    Err(e) => Err(e),
-                    Ok(changes) => broker
-                        .log
-                        .alter_topic_configs(&info.name, changes, request.validate_only)
-                        .await
-                        .map_err(|e| (error_code(&e), e.to_string())),
+                Some(info) => match refuse_internal(&info.name, "change configs of") {
+                    Some(refusal) => Err(refusal),
+                    None => match incremental_changes(&info, &res.configs) {
+                        Err(e) => Err(e),
+                        Ok(changes) => broker
+                            .log
+                            .alter_topic_configs(&info.name, changes, request.validate_only)
+                            .await
+                            .map_err(|e| (error_code(&e), e.to_string())),
+                    },
                 },
             },
             resource::BROKER => Err(broker_is_read_only()),

@@ -9,7 +9,9 @@ use kafka_protocol::messages::{BrokerId as WireBrokerId, MetadataRequest, Metada
 use strata_log::TopicInfo;
 
 use super::LEADER_EPOCH;
-use super::{acl_op, str_bytes, topic_id_of, topic_name, topic_or_auto_create, uuid_of};
+use super::{
+    acl_op, is_internal_topic, str_bytes, topic_id_of, topic_name, topic_or_auto_create, uuid_of,
+};
 use crate::errors::{code, error_code};
 use crate::server::Broker;
 use crate::RequestContext;
@@ -98,6 +100,9 @@ fn described_topic(
     let mut topic = MetadataResponseTopic::default();
     topic.error_code = code::NONE;
     topic.name = Some(topic_name(&info.name));
+    if v >= 1 {
+        topic.is_internal = is_internal_topic(&info.name);
+    }
     if v >= 10 {
         topic.topic_id = uuid_of(info.id);
     }

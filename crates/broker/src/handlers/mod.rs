@@ -5,6 +5,7 @@
 pub(crate) mod cluster;
 pub(crate) mod configs;
 pub(crate) mod fetch;
+pub(crate) mod groups;
 pub(crate) mod leader_epoch;
 pub(crate) mod list_offsets;
 pub(crate) mod metadata;
@@ -21,6 +22,7 @@ use kafka_protocol::protocol::StrBytes;
 use strata_log::{LogError, TopicId, TopicInfo};
 use uuid::Uuid;
 
+use crate::coordinator::OFFSETS_TOPIC;
 use crate::errors::code;
 use crate::server::Broker;
 
@@ -38,6 +40,28 @@ pub(crate) fn check_leader_epoch(current_leader_epoch: i32) -> i16 {
     } else {
         code::FENCED_LEADER_EPOCH
     }
+}
+
+/// Whether `name` is a topic the broker writes for itself: `__consumer_offsets`, which holds
+/// committed offsets and group membership. Metadata reports it internal, as Kafka does.
+pub(crate) fn is_internal_topic(name: &str) -> bool {
+    name == OFFSETS_TOPIC
+}
+
+/// The refusal of a client operation that would corrupt or lose an internal topic's data:
+/// producing to it (the coordinator's replay would read foreign records), deleting it or its
+/// records, adding partitions (groups are placed by hashing over the partition count, so a new
+/// count would orphan every group) or changing its configs (a retention limit would expire
+/// committed offsets). INVALID_TOPIC_EXCEPTION is what Kafka answers a client producing to an
+/// internal topic ("Cannot append to internal topic"); the same non-retriable code serves the
+/// other operations, with a message saying which.
+pub(crate) fn refuse_internal(name: &str, operation: &str) -> Option<(i16, String)> {
+    is_internal_topic(name).then(|| {
+        (
+            code::INVALID_TOPIC_EXCEPTION,
+            format!("cannot {operation} internal topic {name}: it holds consumer-group state"),
+        )
+    })
 }
 
 pub(crate) fn str_bytes(s: &str) -> StrBytes {

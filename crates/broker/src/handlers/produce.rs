@@ -14,7 +14,7 @@ use strata_core::TopicPartition;
 use strata_log::{Acks, AppendOutcome, LogError, TopicInfo};
 use tracing::debug;
 
-use super::{topic_id_of, topic_or_auto_create};
+use super::{refuse_internal, topic_id_of, topic_or_auto_create};
 use crate::errors::{code, error_code};
 use crate::server::Broker;
 use crate::RequestContext;
@@ -144,7 +144,11 @@ async fn produce_topic(
     let info = match (refusal, info) {
         (Some(refused), _) => Err(refused),
         (None, info) => info,
-    };
+    }
+    .and_then(|info| match refuse_internal(&info.name, "produce to") {
+        Some((error, text)) => Err((error, Some(text))),
+        None => Ok(info),
+    });
     let results = join_all(
         topic
             .partition_data

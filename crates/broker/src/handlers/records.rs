@@ -10,6 +10,7 @@ use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 use strata_core::{Offset, TopicPartition};
 use tracing::info;
 
+use super::refuse_internal;
 use crate::errors::{code, error_code};
 use crate::server::Broker;
 use crate::RequestContext;
@@ -31,6 +32,10 @@ pub(crate) async fn delete_records(
                 out.partition_index = p.partition_index;
                 out.low_watermark = -1;
                 let tp = match info {
+                    Some(info) if refuse_internal(&info.name, "delete records of").is_some() => {
+                        out.error_code = code::INVALID_TOPIC_EXCEPTION;
+                        return out;
+                    }
                     Some(info) if (0..info.partitions).contains(&p.partition_index) => {
                         TopicPartition::new(Arc::clone(&info.name), p.partition_index)
                     }

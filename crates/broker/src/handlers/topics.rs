@@ -23,7 +23,7 @@ use strata_log::{LogError, TopicInfo};
 use tracing::info;
 
 use super::configs::{config_source, topic_entries};
-use super::{str_bytes, topic_id_of, topic_name, uuid_of};
+use super::{refuse_internal, str_bytes, topic_id_of, topic_name, uuid_of};
 use crate::errors::{code, error_code, message};
 use crate::server::Broker;
 use crate::RequestContext;
@@ -245,6 +245,10 @@ pub(crate) async fn delete_topics(
                 "a topic must be named by name or id".to_string(),
             )),
         };
+        let resolved = resolved.and_then(|info| match refuse_internal(&info.name, "delete") {
+            Some(refusal) => Err(refusal),
+            None => Ok(info),
+        });
         let outcome = match resolved {
             Ok(info) => broker
                 .log
@@ -311,6 +315,8 @@ pub(crate) async fn create_partitions(
                 code::INVALID_REQUEST,
                 format!("topic {name} appears more than once in the request"),
             ))
+        } else if let Some(refusal) = refuse_internal(&name, "add partitions to") {
+            Err(refusal)
         } else if !trivial {
             Err((
                 code::INVALID_REPLICA_ASSIGNMENT,

@@ -1,0 +1,433 @@
+//! The group coordinator runtime: carries out what the sans-IO [`strata_groups::GroupsState`]
+//! decides. Groups are sharded over the partitions of the internal topic
+//! `__consumer_offsets` (Kafka's own layout: shard = hash(group id) mod partition count); each
+//! shard is one task owning one `GroupsState` and persisting its records, as one record batch
+//! per decision, into its partition through the log. A shard is therefore exactly as movable
+//! as any partition, and a coordinator that starts rebuilds its groups by replaying the shard's
+//! partition.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use strata_core::{Clock, Offset, TopicPartition};
+use strata_groups::{
+    DeleteGroupsResponse, GroupConfig, GroupDescription, GroupError, GroupState, GroupsState,
+    HeartbeatRequest, JoinRequest, LeaveRequest, ListedGroup, OffsetCommitRequest,
+    OffsetDeleteRequest, OffsetFetchRequest, OffsetFetchResponse, Output, PersistFailure,
+    PersistOutcome, PersistRecord, RequestToken, Response, SeededMemberIds, SyncRequest,
+};
+use strata_log::{Acks, LogError, LogManager};
+use strata_wire::builder::{build_batch, read_records, SimpleRecord};
+use strata_wire::read_batch_header;
+use tokio::sync::{mpsc, oneshot};
+
+/// The internal topic holding committed offsets and group metadata.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// `max.message.bytes` of the offsets topic: Kafka's default request size limit (100 MiB).
+const OFFSETS_MAX_BATCH_BYTES: i32 = 100 << 20;
+
+/// How long a persist may take before the coordinator answers COORDINATOR_NOT_AVAILABLE.
+const PERSIST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Commands a shard task executes in arrival order.
+enum Command {
+    Respond(Request, oneshot::Sender<Response>),
+    Fetch(OffsetFetchRequest, oneshot::Sender<OffsetFetchResponse>),
+    Describe(String, oneshot::Sender<GroupDescription>),
+    List(Vec<GroupState>, oneshot::Sender<Vec<ListedGroup>>),
+}
+
+/// Requests whose answer may be held back by the state machine.
+enum Request {
+    Join(JoinRequest),
+    Sync(SyncRequest),
+    Heartbeat(HeartbeatRequest),
+    Leave(LeaveRequest),
+    OffsetCommit(OffsetCommitRequest),
+    OffsetDelete(OffsetDeleteRequest),
+    DeleteGroups(Vec<String>),
+}
+
+/// Handle to every coordinator shard of this broker.
+#[derive(Debug)]
+pub struct GroupCoordinator {
+    shards: Vec<mpsc::Sender<Command>>,
+}
+
+/// Kafka's `Utils.abs(groupId.hashCode) % partitions`, with Java's String.hashCode over UTF-16
+/// code units, so groups land on the shard a Kafka operator would expect.
+pub fn shard_of(group_id: &str, shards: usize) -> usize {
+    let mut h: i32 = 0;
+    for unit in group_id.encode_utf16() {
+        h = h.wrapping_mul(31).wrapping_add(unit as i32);
+    }
+    ((h & 0x7fff_ffff) as usize) % shards.max(1)
+}
+
+impl GroupCoordinator {
+    /// Ensures the offsets topic exists, replays every shard and starts the shard tasks.
+    pub async fn start(
+        log: Arc<LogManager>,
+        clock: Arc<dyn Clock>,
+        config: GroupConfig,
+        shard_count: i32,
+        seed: u64,
+    ) -> Result<Arc<Self>, LogError> {
+        let topic = match log.topic(OFFSETS_TOPIC) {
+            Some(t) => t,
+            None => {
+                // Offsets must outlive any retention: they are compacted by key in Kafka, and
+                // here they are simply kept (see docs/ARCHITECTURE.md, groups). One commit is
+                // one batch, and a consumer of many partitions commits them all at once: a
+                // batch over the 1 MB default would fail the commit as COORDINATOR_NOT_AVAILABLE
+                // and the client would retry it forever, so the limit is raised to what a
+                // request itself may carry.
+                let overrides = [
+                    ("retention.ms".to_string(), "-1".to_string()),
+                    (
+                        "max.message.bytes".to_string(),
+                        OFFSETS_MAX_BATCH_BYTES.to_string(),
+                    ),
+                ]
+                .into();
+                match log
+                    .create_topic(OFFSETS_TOPIC, Some(shard_count), overrides, false)
+                    .await
+                {
+                    Ok(t) => t,
+                    Err(LogError::TopicAlreadyExists(_)) => log
+                        .topic(OFFSETS_TOPIC)
+                        .ok_or(LogError::UnknownTopicOrPartition)?,
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        let mut shards = Vec::with_capacity(topic.partitions as usize);
+        for p in 0..topic.partitions {
+            let tp = TopicPartition::new(OFFSETS_TOPIC, p);
+            let records = replay(&log, &tp).await?;
+            let loaded = records.len();
+            let state = GroupsState::replay(
+                config.clone(),
+                Box::new(SeededMemberIds::new(seed.wrapping_add(p as u64))),
+                clock.monotonic(),
+                records,
+            );
+            tracing::debug!(
+                shard = p,
+                records = loaded,
+                "group coordinator shard loaded"
+            );
+            let (tx, rx) = mpsc::channel(1024);
+            tokio::spawn(run_shard(state, rx, log.clone(), tp, clock.clone()));
+            shards.push(tx);
+        }
+        Ok(Arc::new(Self { shards }))
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    fn shard(&self, group_id: &str) -> &mpsc::Sender<Command> {
+        &self.shards[shard_of(group_id, self.shards.len())]
+    }
+
+    async fn ask(&self, group_id: &str, request: Request) -> Result<Response, GroupError> {
+        let (tx, rx) = oneshot::channel();
+        self.shard(group_id)
+            .send(Command::Respond(request, tx))
+            .await
+            .map_err(|_| GroupError::CoordinatorNotAvailable)?;
+        rx.await.map_err(|_| GroupError::CoordinatorNotAvailable)
+    }
+
+    pub async fn join(&self, req: JoinRequest) -> Result<Response, GroupError> {
+        let group = req.group_id.clone();
+        self.ask(&group, Request::Join(req)).await
+    }
+
+    pub async fn sync(&self, req: SyncRequest) -> Result<Response, GroupError> {
+        let group = req.group_id.clone();
+        self.ask(&group, Request::Sync(req)).await
+    }
+
+    pub async fn heartbeat(&self, req: HeartbeatRequest) -> Result<Response, GroupError> {
+        let group = req.group_id.clone();
+        self.ask(&group, Request::Heartbeat(req)).await
+    }
+
+    pub async fn leave(&self, req: LeaveRequest) -> Result<Response, GroupError> {
+        let group = req.group_id.clone();
+        self.ask(&group, Request::Leave(req)).await
+    }
+
+    pub async fn offset_commit(&self, req: OffsetCommitRequest) -> Result<Response, GroupError> {
+        let group = req.group_id.clone();
+        self.ask(&group, Request::OffsetCommit(req)).await
+    }
+
+    pub async fn offset_delete(&self, req: OffsetDeleteRequest) -> Result<Response, GroupError> {
+        let group = req.group_id.clone();
+        self.ask(&group, Request::OffsetDelete(req)).await
+    }
+
+    pub async fn offset_fetch(
+        &self,
+        req: OffsetFetchRequest,
+    ) -> Result<OffsetFetchResponse, GroupError> {
+        let (tx, rx) = oneshot::channel();
+        self.shard(&req.group_id)
+            .send(Command::Fetch(req, tx))
+            .await
+            .map_err(|_| GroupError::CoordinatorNotAvailable)?;
+        rx.await.map_err(|_| GroupError::CoordinatorNotAvailable)
+    }
+
+    pub async fn describe(&self, group_id: String) -> Result<GroupDescription, GroupError> {
+        let (tx, rx) = oneshot::channel();
+        self.shard(&group_id)
+            .send(Command::Describe(group_id, tx))
+            .await
+            .map_err(|_| GroupError::CoordinatorNotAvailable)?;
+        rx.await.map_err(|_| GroupError::CoordinatorNotAvailable)
+    }
+
+    /// Groups of every shard, filtered by state (empty = all).
+    pub async fn list(&self, states: Vec<GroupState>) -> Result<Vec<ListedGroup>, GroupError> {
+        let mut all = Vec::new();
+        for shard in &self.shards {
+            let (tx, rx) = oneshot::channel();
+            shard
+                .send(Command::List(states.clone(), tx))
+                .await
+                .map_err(|_| GroupError::CoordinatorNotAvailable)?;
+            all.extend(rx.await.map_err(|_| GroupError::CoordinatorNotAvailable)?);
+        }
+        all.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        Ok(all)
+    }
+
+    /// Deletes groups, each on its own shard; the answer lists every group in request order.
+    pub async fn delete_groups(&self, group_ids: Vec<String>) -> DeleteGroupsResponse {
+        let mut by_shard: HashMap<usize, Vec<String>> = HashMap::new();
+        for g in &group_ids {
+            by_shard
+                .entry(shard_of(g, self.shards.len()))
+                .or_default()
+                .push(g.clone());
+        }
+        let mut results: HashMap<String, Option<GroupError>> = HashMap::new();
+        for (shard, ids) in by_shard {
+            let (tx, rx) = oneshot::channel();
+            let sent = self.shards[shard]
+                .send(Command::Respond(Request::DeleteGroups(ids.clone()), tx))
+                .await;
+            let answer = match sent {
+                Ok(()) => rx.await.ok(),
+                Err(_) => None,
+            };
+            match answer {
+                Some(Response::DeleteGroups(r)) => results.extend(r.groups),
+                _ => {
+                    for id in ids {
+                        results.insert(id, Some(GroupError::CoordinatorNotAvailable));
+                    }
+                }
+            }
+        }
+        DeleteGroupsResponse {
+            groups: group_ids
+                .into_iter()
+                .map(|g| {
+                    let e = results.get(&g).cloned().flatten();
+                    (g, e)
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Reads a shard's partition from its start and decodes every persisted record. A record that
+/// does not decode is skipped with an error log: losing one stale fact is better than a
+/// coordinator that can never start.
+async fn replay(log: &LogManager, tp: &TopicPartition) -> Result<Vec<PersistRecord>, LogError> {
+    let mut records = Vec::new();
+    let mut at = log.watermarks(tp)?.log_start;
+    loop {
+        let out = log.read(tp, at, 4 << 20, true).await?;
+        if out.batches.is_empty() {
+            return Ok(records);
+        }
+        let before = at;
+        for batch in &out.batches {
+            // Step past the batch by its header even if its records do not decode, so one bad
+            // batch cannot make the next read return it again forever.
+            if let Some(header) = read_batch_header(batch) {
+                at = at.max(Offset(header.last_offset().saturating_add(1)));
+            }
+            let decoded = match read_records(batch) {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::error!(partition = %tp, error = %e, "undecodable group batch skipped");
+                    continue;
+                }
+            };
+            for (offset, record) in decoded {
+                at = at.max(Offset(offset.saturating_add(1)));
+                let Some(value) = record.value else { continue };
+                match serde_json::from_slice::<PersistRecord>(&value) {
+                    Ok(r) => records.push(r),
+                    Err(e) => {
+                        tracing::error!(partition = %tp, offset, error = %e, "undecodable group record skipped")
+                    }
+                }
+            }
+        }
+        if at == before {
+            // Nothing readable moved us forward: the rest of the shard cannot be replayed.
+            tracing::error!(partition = %tp, offset = at.get(),
+                "group records past this offset are unreadable; replay stopped there");
+            return Ok(records);
+        }
+    }
+}
+
+async fn run_shard(
+    mut state: GroupsState,
+    mut commands: mpsc::Receiver<Command>,
+    log: Arc<LogManager>,
+    tp: TopicPartition,
+    clock: Arc<dyn Clock>,
+) {
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+    let mut waiting: HashMap<RequestToken, oneshot::Sender<Response>> = HashMap::new();
+    let mut next_token = 0u64;
+    loop {
+        let sleep_for = state
+            .next_deadline()
+            .map(|d| d.saturating_sub(clock.monotonic()));
+        let outputs = tokio::select! {
+            cmd = commands.recv() => {
+                let Some(cmd) = cmd else { break };
+                let now = clock.monotonic();
+                match cmd {
+                    Command::Respond(request, reply) => {
+                        next_token += 1;
+                        let token = RequestToken(next_token);
+                        waiting.insert(token, reply);
+                        match request {
+                            Request::Join(r) => state.handle_join(now, token, r),
+                            Request::Sync(r) => state.handle_sync(now, token, r),
+                            Request::Heartbeat(r) => state.handle_heartbeat(now, token, r),
+                            Request::Leave(r) => state.handle_leave(now, token, r),
+                            Request::OffsetCommit(r) => state.handle_offset_commit(now, token, r),
+                            Request::OffsetDelete(r) => state.handle_offset_delete(now, token, r),
+                            Request::DeleteGroups(ids) => state.handle_delete_groups(now, token, ids),
+                        }
+                    }
+                    Command::Fetch(r, reply) => {
+                        let _ = reply.send(state.offset_fetch(&r));
+                        Vec::new()
+                    }
+                    Command::Describe(g, reply) => {
+                        let _ = reply.send(state.describe_group(&g));
+                        Vec::new()
+                    }
+                    Command::List(states, reply) => {
+                        let _ = reply.send(state.list_groups(&states));
+                        Vec::new()
+                    }
+                }
+            }
+            Some((id, outcome)) = done_rx.recv() => state.persist_completed(clock.monotonic(), id, outcome),
+            _ = sleep_or_forever(sleep_for) => state.tick(clock.monotonic()),
+        };
+        for output in outputs {
+            match output {
+                Output::Respond { token, response } => {
+                    if let Some(reply) = waiting.remove(&token) {
+                        let _ = reply.send(response);
+                    }
+                }
+                Output::Persist { id, records } => {
+                    let log = log.clone();
+                    let tp = tp.clone();
+                    let done = done_tx.clone();
+                    let now_ms = clock.wall_millis();
+                    tokio::spawn(async move {
+                        let outcome = persist(&log, &tp, &records, now_ms).await;
+                        let _ = done.send((id, outcome));
+                    });
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_or_forever(d: Option<Duration>) {
+    match d {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes one decision's records as one batch (so they land all or nothing).
+async fn persist(
+    log: &LogManager,
+    tp: &TopicPartition,
+    records: &[PersistRecord],
+    now_ms: i64,
+) -> PersistOutcome {
+    let mut simple = Vec::with_capacity(records.len());
+    for r in records {
+        match serde_json::to_vec(r) {
+            Ok(v) => simple.push(SimpleRecord {
+                key: Some(Bytes::from(r.group_id.clone())),
+                value: Some(Bytes::from(v)),
+            }),
+            Err(e) => {
+                tracing::error!(error = %e, "encoding a group record failed");
+                return PersistOutcome::Failed(PersistFailure::Unavailable);
+            }
+        }
+    }
+    let batch = build_batch(&simple, now_ms);
+    match log
+        .append(
+            tp,
+            batch,
+            Acks::Durable {
+                timeout: PERSIST_TIMEOUT,
+            },
+        )
+        .await
+    {
+        Ok(_) => PersistOutcome::Durable,
+        Err(LogError::Fenced | LogError::NotOwner | LogError::UnknownTopicOrPartition) => {
+            PersistOutcome::Failed(PersistFailure::NotCoordinator)
+        }
+        Err(e) => {
+            tracing::warn!(partition = %tp, error = %e, "persisting group records failed");
+            PersistOutcome::Failed(PersistFailure::Unavailable)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_follow_kafkas_hash() {
+        // Java: "group".hashCode() == 98629247; 98629247 % 50 == 47.
+        assert_eq!(shard_of("group", 50), 47);
+        assert_eq!(shard_of("", 8), 0);
+        for g in ["a", "consumers", "ééé", "x".repeat(1000).as_str()] {
+            assert!(shard_of(g, 8) < 8);
+        }
+    }
+}
