@@ -19,7 +19,7 @@ use clap::{Parser, Subcommand};
 use strata_broker::{Broker, BrokerParts, BrokerSettings};
 use strata_core::{BrokerId, Clock, SystemClock};
 use strata_log::LogManager;
-use strata_storage::{open_store, StackConfig, StorageStack};
+use strata_storage::{open_store, url_scheme, StackConfig, StorageStack};
 use tokio::net::TcpListener;
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
@@ -184,7 +184,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let log = LogManager::open(
         storage.store,
         Arc::clone(&clock),
-        settings.log.to_log_config()?,
+        settings
+            .log
+            .to_log_config(&url_scheme(&settings.storage).unwrap_or_else(|| "file".into()))?,
         node_id,
     )
     .await

@@ -64,17 +64,20 @@ pub struct Settings {
 #[serde(deny_unknown_fields, default)]
 pub struct LogSettings {
     /// A group-commit write starts when the oldest queued batch has waited this long…
-    #[serde(with = "humantime_serde")]
-    pub flush_interval: Duration,
-    /// …or when this much is queued.
-    pub flush_bytes: ByteSize,
+    /// Default by backend: 1ms for a local directory, memory and RADOS; 100ms for S3, where
+    /// every request costs money.
+    #[serde(with = "humantime_serde::option")]
+    pub flush_interval: Option<Duration>,
+    /// …or when this much is queued. Default by backend: 1MiB; 8MiB for S3.
+    pub flush_bytes: Option<ByteSize>,
     /// Produce data accepted but not yet durable, broker-wide; at the limit producers wait.
     pub max_pending_bytes: ByteSize,
-    /// A partition's write-ahead tail is compacted into a segment at this size…
-    pub segment_bytes: ByteSize,
-    /// …or age.
-    #[serde(with = "humantime_serde")]
-    pub segment_interval: Duration,
+    /// A partition's write-ahead tail is compacted into a segment at this size… Default by
+    /// backend: 16MiB; 64MiB for S3.
+    pub segment_bytes: Option<ByteSize>,
+    /// …or age. Default by backend: 10s; 60s for S3.
+    #[serde(with = "humantime_serde::option")]
+    pub segment_interval: Option<Duration>,
     /// Memory for the shared tail cache.
     pub cache_bytes: ByteSize,
     /// How often retention is enforced.
@@ -113,11 +116,11 @@ impl Default for LogSettings {
     fn default() -> Self {
         let log = LogConfig::default();
         Self {
-            flush_interval: log.flush_interval,
-            flush_bytes: ByteSize(log.flush_bytes as u64),
+            flush_interval: None,
+            flush_bytes: None,
             max_pending_bytes: ByteSize(log.max_pending_bytes as u64),
-            segment_bytes: ByteSize(log.segment_bytes as u64),
-            segment_interval: log.segment_interval,
+            segment_bytes: None,
+            segment_interval: None,
             cache_bytes: ByteSize(log.cache_bytes as u64),
             retention_check_interval: log.retention_check_interval,
             default_partitions: log.default_partitions,
@@ -129,7 +132,11 @@ impl Default for LogSettings {
 impl LogSettings {
     /// The log layer's config; settings not exposed here (the index chunk span, a storage
     /// format constant) keep their defaults.
-    pub fn to_log_config(&self) -> Result<LogConfig, SettingsError> {
+    ///
+    /// Group-commit and compaction settings left unset take the storage backend's defaults
+    /// (`scheme` is the storage URL's scheme: "file", "memory", "s3", "rados").
+    pub fn to_log_config(&self, scheme: &str) -> Result<LogConfig, SettingsError> {
+        let profile = BackendProfile::for_scheme(scheme);
         let size = |name: &str, v: ByteSize| {
             usize::try_from(v.0).map_err(|_| SettingsError::Value {
                 key: format!("log.{name}"),
@@ -137,17 +144,57 @@ impl LogSettings {
             })
         };
         Ok(LogConfig {
-            flush_bytes: size("flush_bytes", self.flush_bytes)?,
-            flush_interval: self.flush_interval,
+            flush_bytes: size(
+                "flush_bytes",
+                self.flush_bytes.unwrap_or(ByteSize(profile.flush_bytes)),
+            )?,
+            flush_interval: self.flush_interval.unwrap_or(profile.flush_interval),
             max_inflight_flushes: self.max_inflight_flushes,
             max_pending_bytes: size("max_pending_bytes", self.max_pending_bytes)?,
-            segment_bytes: size("segment_bytes", self.segment_bytes)?,
-            segment_interval: self.segment_interval,
+            segment_bytes: size(
+                "segment_bytes",
+                self.segment_bytes
+                    .unwrap_or(ByteSize(profile.segment_bytes)),
+            )?,
+            segment_interval: self.segment_interval.unwrap_or(profile.segment_interval),
             cache_bytes: size("cache_bytes", self.cache_bytes)?,
             retention_check_interval: self.retention_check_interval,
             default_partitions: self.default_partitions,
             ..LogConfig::default()
         })
+    }
+}
+
+/// Write tuning that suits a storage backend. Local disks and RADOS answer in about a
+/// millisecond, so small, frequent group commits keep latency low. On S3 each request is
+/// billed and takes tens of milliseconds, so fewer, larger objects cost less and lose little.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendProfile {
+    pub flush_interval: Duration,
+    pub flush_bytes: u64,
+    pub segment_bytes: u64,
+    pub segment_interval: Duration,
+}
+
+impl BackendProfile {
+    pub fn for_scheme(scheme: &str) -> Self {
+        match scheme {
+            "s3" => Self {
+                flush_interval: Duration::from_millis(100),
+                flush_bytes: 8 << 20,
+                segment_bytes: 64 << 20,
+                segment_interval: Duration::from_secs(60),
+            },
+            _ => {
+                let log = LogConfig::default();
+                Self {
+                    flush_interval: log.flush_interval,
+                    flush_bytes: log.flush_bytes as u64,
+                    segment_bytes: log.segment_bytes as u64,
+                    segment_interval: log.segment_interval,
+                }
+            }
+        }
     }
 }
 
@@ -722,9 +769,9 @@ mod tests {
         assert_eq!(s.node_id, 1);
         assert_eq!(s.cluster_id, "from-env");
         assert_eq!(s.storage, "memory://");
-        assert_eq!(s.log.flush_interval, Duration::from_millis(5));
+        assert_eq!(s.log.flush_interval, Some(Duration::from_millis(5)));
         assert_eq!(s.log.cache_bytes, ByteSize(1 << 30));
-        assert_eq!(s.log.flush_bytes, ByteSize(2 << 20));
+        assert_eq!(s.log.flush_bytes, Some(ByteSize(2 << 20)));
     }
 
     #[test]
