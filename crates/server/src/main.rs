@@ -19,7 +19,7 @@ use clap::{Parser, Subcommand};
 use strata_broker::{Broker, BrokerParts, BrokerSettings};
 use strata_core::{BrokerId, Clock, SystemClock};
 use strata_log::LogManager;
-use strata_storage::{open_store, url_scheme, StackConfig, StorageStack};
+use strata_storage::{url_scheme, StackConfig, StorageStack, StoreRegistry};
 use tokio::net::TcpListener;
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
@@ -177,7 +177,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
 
     let clock: Arc<dyn Clock> = SystemClock::shared();
-    let backend = open_store(&settings.storage)
+    let backend = open_backend(settings.storage.clone())
+        .await
         .with_context(|| format!("opening storage {:?}", settings.storage))?;
     let storage = StorageStack::build(backend, &StackConfig::default(), Arc::clone(&clock));
     let node_id = BrokerId(settings.node_id);
@@ -236,6 +237,19 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     log.shutdown().await.context("shutting down the log")?;
     info!("stopped");
     Ok(())
+}
+
+/// Opens the storage URL with every backend this binary has: memory and local directories
+/// (built in), S3, and RADOS when built with the `rados` feature. Connecting may block (RADOS
+/// talks to its monitors), so it runs off the async workers.
+async fn open_backend(url: String) -> anyhow::Result<Arc<dyn strata_storage::ObjectStore>> {
+    let mut registry = StoreRegistry::with_builtins();
+    registry.register("s3", strata_storage_s3::open);
+    registry.register("rados", strata_storage_rados::open);
+    let store = tokio::task::spawn_blocking(move || registry.open(&url))
+        .await
+        .context("storage opener panicked")??;
+    Ok(store)
 }
 
 /// The address clients are told to use: the configured one, or the bound one (with the host
