@@ -51,10 +51,18 @@ enum Request {
     DeleteGroups(Vec<String>),
 }
 
-/// Handle to every coordinator shard of this broker.
+/// Handle to the coordinator shards this broker hosts. Shards come and go with ownership of
+/// their `__consumer_offsets` partitions: `load_shard` when the partition is acquired (replay),
+/// `unload_shard` when it is handed over. A request for a group whose shard is not hosted here
+/// is answered NOT_COORDINATOR, and the client asks FindCoordinator again.
 #[derive(Debug)]
 pub struct GroupCoordinator {
-    shards: Vec<mpsc::Sender<Command>>,
+    log: Arc<LogManager>,
+    clock: Arc<dyn Clock>,
+    config: GroupConfig,
+    seed: u64,
+    shard_count: usize,
+    shards: std::sync::RwLock<HashMap<usize, mpsc::Sender<Command>>>,
 }
 
 /// Kafka's `Utils.abs(groupId.hashCode) % partitions`, with Java's String.hashCode over UTF-16
@@ -75,6 +83,7 @@ impl GroupCoordinator {
         config: GroupConfig,
         shard_count: i32,
         seed: u64,
+        load_all: bool,
     ) -> Result<Arc<Self>, LogError> {
         let topic = match log.topic(OFFSETS_TOPIC) {
             Some(t) => t,
@@ -105,40 +114,96 @@ impl GroupCoordinator {
                 }
             }
         };
-        let mut shards = Vec::with_capacity(topic.partitions as usize);
-        for p in 0..topic.partitions {
-            let tp = TopicPartition::new(OFFSETS_TOPIC, p);
-            let records = replay(&log, &tp).await?;
-            let loaded = records.len();
-            let state = GroupsState::replay(
-                config.clone(),
-                Box::new(SeededMemberIds::new(seed.wrapping_add(p as u64))),
-                clock.monotonic(),
-                records,
-            );
-            tracing::debug!(
-                shard = p,
-                records = loaded,
-                "group coordinator shard loaded"
-            );
-            let (tx, rx) = mpsc::channel(1024);
-            tokio::spawn(run_shard(state, rx, log.clone(), tp, clock.clone()));
-            shards.push(tx);
+        let coordinator = Arc::new(Self {
+            log: log.clone(),
+            clock,
+            config,
+            seed,
+            shard_count: topic.partitions.max(1) as usize,
+            shards: std::sync::RwLock::new(HashMap::new()),
+        });
+        if load_all {
+            for p in 0..topic.partitions {
+                coordinator.load_shard(p).await?;
+            }
         }
-        Ok(Arc::new(Self { shards }))
+        Ok(coordinator)
+    }
+
+    /// Starts hosting shard `p`: replays its partition and starts its task. Loading a shard
+    /// already hosted does nothing.
+    pub async fn load_shard(&self, p: i32) -> Result<(), LogError> {
+        if p < 0 || self.read_shards().contains_key(&(p as usize)) {
+            return Ok(());
+        }
+        let tp = TopicPartition::new(OFFSETS_TOPIC, p);
+        let records = replay(&self.log, &tp).await?;
+        let loaded = records.len();
+        let state = GroupsState::replay(
+            self.config.clone(),
+            Box::new(SeededMemberIds::new(self.seed.wrapping_add(p as u64))),
+            self.clock.monotonic(),
+            records,
+        );
+        tracing::info!(
+            shard = p,
+            records = loaded,
+            "group coordinator shard loaded"
+        );
+        let (tx, rx) = mpsc::channel(1024);
+        tokio::spawn(run_shard(
+            state,
+            rx,
+            self.log.clone(),
+            tp,
+            self.clock.clone(),
+        ));
+        let mut shards = match self.shards.write() {
+            Ok(g) => g,
+            Err(e) => e.into_inner(),
+        };
+        shards.entry(p as usize).or_insert(tx);
+        Ok(())
+    }
+
+    /// Stops hosting shard `p`: its task answers what it holds with NOT_COORDINATOR and ends.
+    pub fn unload_shard(&self, p: i32) {
+        let removed = match self.shards.write() {
+            Ok(mut g) => g.remove(&(p as usize)),
+            Err(e) => e.into_inner().remove(&(p as usize)),
+        };
+        if removed.is_some() {
+            tracing::info!(shard = p, "group coordinator shard unloaded");
+        }
+    }
+
+    /// Whether this broker hosts the shard of `group_id`.
+    pub fn hosts(&self, group_id: &str) -> bool {
+        self.read_shards()
+            .contains_key(&shard_of(group_id, self.shard_count))
     }
 
     pub fn shard_count(&self) -> usize {
-        self.shards.len()
+        self.shard_count
     }
 
-    fn shard(&self, group_id: &str) -> &mpsc::Sender<Command> {
-        &self.shards[shard_of(group_id, self.shards.len())]
+    fn read_shards(&self) -> std::sync::RwLockReadGuard<'_, HashMap<usize, mpsc::Sender<Command>>> {
+        match self.shards.read() {
+            Ok(g) => g,
+            Err(e) => e.into_inner(),
+        }
+    }
+
+    fn shard(&self, group_id: &str) -> Result<mpsc::Sender<Command>, GroupError> {
+        self.read_shards()
+            .get(&shard_of(group_id, self.shard_count))
+            .cloned()
+            .ok_or(GroupError::NotCoordinator)
     }
 
     async fn ask(&self, group_id: &str, request: Request) -> Result<Response, GroupError> {
         let (tx, rx) = oneshot::channel();
-        self.shard(group_id)
+        self.shard(group_id)?
             .send(Command::Respond(request, tx))
             .await
             .map_err(|_| GroupError::CoordinatorNotAvailable)?;
@@ -180,7 +245,7 @@ impl GroupCoordinator {
         req: OffsetFetchRequest,
     ) -> Result<OffsetFetchResponse, GroupError> {
         let (tx, rx) = oneshot::channel();
-        self.shard(&req.group_id)
+        self.shard(&req.group_id)?
             .send(Command::Fetch(req, tx))
             .await
             .map_err(|_| GroupError::CoordinatorNotAvailable)?;
@@ -189,17 +254,19 @@ impl GroupCoordinator {
 
     pub async fn describe(&self, group_id: String) -> Result<GroupDescription, GroupError> {
         let (tx, rx) = oneshot::channel();
-        self.shard(&group_id)
+        self.shard(&group_id)?
             .send(Command::Describe(group_id, tx))
             .await
             .map_err(|_| GroupError::CoordinatorNotAvailable)?;
         rx.await.map_err(|_| GroupError::CoordinatorNotAvailable)
     }
 
-    /// Groups of every shard, filtered by state (empty = all).
+    /// Groups of every shard hosted here, filtered by state (empty = all). In a cluster,
+    /// ListGroups is asked of every broker (as with Kafka), each answering for its own shards.
     pub async fn list(&self, states: Vec<GroupState>) -> Result<Vec<ListedGroup>, GroupError> {
         let mut all = Vec::new();
-        for shard in &self.shards {
+        let shards: Vec<mpsc::Sender<Command>> = self.read_shards().values().cloned().collect();
+        for shard in &shards {
             let (tx, rx) = oneshot::channel();
             shard
                 .send(Command::List(states.clone(), tx))
@@ -216,14 +283,20 @@ impl GroupCoordinator {
         let mut by_shard: HashMap<usize, Vec<String>> = HashMap::new();
         for g in &group_ids {
             by_shard
-                .entry(shard_of(g, self.shards.len()))
+                .entry(shard_of(g, self.shard_count))
                 .or_default()
                 .push(g.clone());
         }
         let mut results: HashMap<String, Option<GroupError>> = HashMap::new();
         for (shard, ids) in by_shard {
             let (tx, rx) = oneshot::channel();
-            let sent = self.shards[shard]
+            let Some(sender) = self.read_shards().get(&shard).cloned() else {
+                for id in ids {
+                    results.insert(id, Some(GroupError::NotCoordinator));
+                }
+                continue;
+            };
+            let sent = sender
                 .send(Command::Respond(Request::DeleteGroups(ids.clone()), tx))
                 .await;
             let answer = match sent {
@@ -312,7 +385,18 @@ async fn run_shard(
             .map(|d| d.saturating_sub(clock.monotonic()));
         let outputs = tokio::select! {
             cmd = commands.recv() => {
-                let Some(cmd) = cmd else { break };
+                let Some(cmd) = cmd else {
+                    // Unloaded: parked requests learn to look for the new coordinator.
+                    let ids: Vec<String> = state.list_groups(&[]).into_iter().map(|g| g.group_id).collect();
+                    for output in state.unload(&ids) {
+                        if let Output::Respond { token, response } = output {
+                            if let Some(reply) = waiting.remove(&token) {
+                                let _ = reply.send(response);
+                            }
+                        }
+                    }
+                    break;
+                };
                 let now = clock.monotonic();
                 match cmd {
                     Command::Respond(request, reply) => {

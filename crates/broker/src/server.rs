@@ -52,6 +52,7 @@ impl Broker {
             parts.settings.group_config(),
             parts.settings.group_shards,
             parts.member_id_seed,
+            true,
         )
         .await?;
         Ok(Self {
