@@ -1,0 +1,937 @@
+//! Who is in the cluster, judged through storage alone.
+//!
+//! Each broker keeps one object, `cluster/brokers/<node id>`, holding its address, a random
+//! incarnation id (new for every process start), its start time, a heartbeat counter and a
+//! `draining` flag. It rewrites the object by compare-and-swap every `heartbeat_interval`; the
+//! version change is the heartbeat. Everybody lists and reads the registrations every interval
+//! and feeds the versions to a [`LivenessTracker`], which needs no synchronized clocks.
+//!
+//! Starting with an id that is already registered: if the registration is our own incarnation
+//! (an earlier attempt whose answer was lost) we adopt it. Otherwise we watch it for a whole
+//! lease: if its version moves, a live broker has that id and we refuse to start; if it stays
+//! still, its owner is dead and we take the registration over by compare-and-swap (failing
+//! that, the owner just heartbeated and we refuse after all).
+//!
+//! [`Membership`] exposes each step (`try_register`, `heartbeat`, `refresh`, `set_draining`,
+//! `leave`) so the simulation can interleave brokers at will; [`Membership::spawn`] runs them
+//! on a timer and hands back a [`MembershipHandle`] with a `watch` of the [`ClusterView`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use strata_core::{BrokerId, Clock};
+use strata_storage::{ObjectKey, ObjectStore, PutMode, StorageError, Version};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::keys::{broker_key, parse_broker_key, BROKERS_PREFIX};
+use crate::liveness::LivenessTracker;
+use crate::{ClusterError, ClusterResult};
+
+/// A random id drawn at every process start, so a restarted broker with the same node id is
+/// told apart from its previous life (whose partitions must be fenced, not inherited).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Incarnation(pub u64);
+
+impl Incarnation {
+    /// Draws a new incarnation from `rng` (injected, so simulations replay by seed).
+    pub fn random(rng: &mut impl rand::Rng) -> Self {
+        Self(rng.random())
+    }
+}
+
+impl fmt::Display for Incarnation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+// A hex string rather than a JSON number: 64-bit numbers lose precision in many JSON tools.
+impl Serialize for Incarnation {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Incarnation {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        u64::from_str_radix(&text, 16)
+            .map(Incarnation)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// The content of `cluster/brokers/<node id>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerRegistration {
+    pub node_id: BrokerId,
+    /// Advertised address, as clients should reach the broker (Metadata).
+    pub host: String,
+    pub port: u16,
+    pub incarnation: Incarnation,
+    /// Wall-clock start time, for operators only: liveness never compares clocks.
+    pub started_ms: i64,
+    /// Bumped by every heartbeat, so each write changes the object even if nothing else did.
+    pub heartbeat: u64,
+    /// A draining broker is live but gets nothing placed on it and hands everything off.
+    #[serde(default)]
+    pub draining: bool,
+}
+
+impl BrokerRegistration {
+    fn encode(&self) -> ClusterResult<Bytes> {
+        serde_json::to_vec(self)
+            .map(Bytes::from)
+            .map_err(|e| ClusterError::Invalid(format!("cannot encode registration: {e}")))
+    }
+
+    fn decode(key: &ObjectKey, bytes: &[u8]) -> ClusterResult<Self> {
+        serde_json::from_slice(bytes).map_err(|e| ClusterError::corrupt(key, e))
+    }
+}
+
+/// Timing of membership. Both are measured on each observer's own monotonic clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MembershipConfig {
+    /// How often a broker rewrites its registration and re-reads everybody else's.
+    pub heartbeat_interval: Duration,
+    /// How long a registration may stay unchanged before its broker counts as dead.
+    pub lease_period: Duration,
+}
+
+impl Default for MembershipConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval: Duration::from_secs(1),
+            lease_period: Duration::from_secs(5),
+        }
+    }
+}
+
+impl MembershipConfig {
+    /// An observer blind for longer than this grants everybody a fresh lease.
+    pub fn max_observation_gap(&self) -> Duration {
+        (self.lease_period / 2).max(self.heartbeat_interval * 2)
+    }
+}
+
+/// What a starting broker says about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalBroker {
+    pub node_id: BrokerId,
+    pub host: String,
+    pub port: u16,
+    pub incarnation: Incarnation,
+}
+
+/// One live broker as an observer sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub registration: BrokerRegistration,
+    /// Observer's monotonic time since which the broker has been continuously live.
+    pub live_since: Duration,
+}
+
+/// One observer's picture of the cluster, republished after every listing round.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClusterView {
+    /// The observer's monotonic time of the listing this view comes from.
+    pub observed_at: Duration,
+    /// Live brokers only (the observer itself included once registered).
+    pub members: BTreeMap<BrokerId, Member>,
+    /// Until when nobody can have judged *us* dead: one lease after we issued our last
+    /// heartbeat that landed. None while unregistered.
+    pub self_lease_until: Option<Duration>,
+    /// Our registration was taken over: this process is considered dead and must stop.
+    pub registration_lost: bool,
+}
+
+impl ClusterView {
+    pub fn is_live(&self, broker: BrokerId) -> bool {
+        self.members.contains_key(&broker)
+    }
+
+    /// Whether `broker` is live *as the incarnation named*: an owner record written by an
+    /// earlier life of a restarted broker belongs to a dead process.
+    pub fn is_live_incarnation(&self, broker: BrokerId, incarnation: Incarnation) -> bool {
+        self.members
+            .get(&broker)
+            .is_some_and(|m| m.registration.incarnation == incarnation)
+    }
+
+    pub fn is_draining(&self, broker: BrokerId) -> bool {
+        self.members
+            .get(&broker)
+            .is_some_and(|m| m.registration.draining)
+    }
+
+    /// Advertised address of a live broker.
+    pub fn address(&self, broker: BrokerId) -> Option<(&str, u16)> {
+        self.members
+            .get(&broker)
+            .map(|m| (m.registration.host.as_str(), m.registration.port))
+    }
+
+    /// The brokers placement may target at `now`: live, not draining, and live for at least
+    /// `settle` (so a flapping broker does not pull partitions back and forth). When no broker
+    /// has settled yet (a cluster starting cold) every live non-draining broker qualifies.
+    pub fn placement_candidates(&self, now: Duration, settle: Duration) -> BTreeSet<BrokerId> {
+        let eligible = || {
+            self.members
+                .iter()
+                .filter(|(_, m)| !m.registration.draining)
+        };
+        let settled: BTreeSet<BrokerId> = eligible()
+            .filter(|(_, m)| now.saturating_sub(m.live_since) >= settle)
+            .map(|(id, _)| *id)
+            .collect();
+        if settled.is_empty() {
+            eligible().map(|(id, _)| *id).collect()
+        } else {
+            settled
+        }
+    }
+}
+
+/// How far `try_register` got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JoinProgress {
+    Registered,
+    /// Another incarnation holds our id; we are watching whether it is alive. Call again after
+    /// a heartbeat interval; the answer is known at `decided_at` (our monotonic time) at latest.
+    Waiting {
+        previous: Option<Incarnation>,
+        decided_at: Duration,
+    },
+}
+
+#[derive(Debug, Clone)]
+enum JoinState {
+    Unregistered,
+    Watching { version: Version, since: Duration },
+    Registered { version: Version },
+    Lost,
+}
+
+/// One broker's membership: its own registration and its view of everybody's.
+#[derive(Debug)]
+pub struct Membership {
+    store: Arc<dyn ObjectStore>,
+    clock: Arc<dyn Clock>,
+    config: MembershipConfig,
+    key: ObjectKey,
+    me: BrokerRegistration,
+    state: JoinState,
+    tracker: LivenessTracker,
+    /// Our monotonic time when we issued the last registration write known to have landed.
+    last_write_issued: Option<Duration>,
+    view: watch::Sender<ClusterView>,
+}
+
+impl Membership {
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        clock: Arc<dyn Clock>,
+        config: MembershipConfig,
+        local: LocalBroker,
+    ) -> ClusterResult<Self> {
+        let key = broker_key(local.node_id)?;
+        let me = BrokerRegistration {
+            node_id: local.node_id,
+            host: local.host,
+            port: local.port,
+            incarnation: local.incarnation,
+            started_ms: clock.wall_millis(),
+            heartbeat: 0,
+            draining: false,
+        };
+        let tracker = LivenessTracker::new(config.lease_period, config.max_observation_gap());
+        Ok(Self {
+            store,
+            clock,
+            config,
+            key,
+            me,
+            state: JoinState::Unregistered,
+            tracker,
+            last_write_issued: None,
+            view: watch::Sender::new(ClusterView::default()),
+        })
+    }
+
+    pub fn me(&self) -> &BrokerRegistration {
+        &self.me
+    }
+
+    pub fn config(&self) -> &MembershipConfig {
+        &self.config
+    }
+
+    pub fn is_registered(&self) -> bool {
+        matches!(self.state, JoinState::Registered { .. })
+    }
+
+    /// A receiver of every view this membership publishes.
+    pub fn subscribe(&self) -> watch::Receiver<ClusterView> {
+        self.view.subscribe()
+    }
+
+    /// The latest published view.
+    pub fn view(&self) -> ClusterView {
+        self.view.borrow().clone()
+    }
+
+    /// One registration attempt. Refuses (`BrokerIdInUse`) when a live broker holds our id.
+    pub async fn try_register(&mut self) -> ClusterResult<JoinProgress> {
+        match &self.state {
+            JoinState::Registered { .. } => return Ok(JoinProgress::Registered),
+            JoinState::Lost => {
+                return Err(ClusterError::RegistrationLost {
+                    broker: self.me.node_id,
+                })
+            }
+            JoinState::Unregistered | JoinState::Watching { .. } => {}
+        }
+        let existing = match self.store.get(&self.key).await {
+            Ok(found) => Some(found),
+            Err(StorageError::NotFound(_)) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let now = self.clock.monotonic();
+        let lease = self.config.lease_period;
+        let Some((bytes, version)) = existing else {
+            return match self.write_registration(PutMode::Create).await {
+                Ok(version) => Ok(self.registered(version)),
+                // Somebody registered the id between our read and our write: watch them.
+                Err(ClusterError::Storage(StorageError::AlreadyExists(_))) => {
+                    self.state = JoinState::Unregistered;
+                    Ok(JoinProgress::Waiting {
+                        previous: None,
+                        decided_at: now + lease,
+                    })
+                }
+                Err(e) => Err(e),
+            };
+        };
+        // A registration we cannot decode still heartbeats (or not) like any other.
+        let previous = BrokerRegistration::decode(&self.key, &bytes).ok();
+        if let Some(previous) = &previous {
+            if previous.incarnation == self.me.incarnation {
+                // An earlier attempt of ours landed although we saw it fail.
+                self.me.heartbeat = self.me.heartbeat.max(previous.heartbeat);
+                return Ok(self.registered(version));
+            }
+        }
+        let previous_incarnation = previous.as_ref().map(|p| p.incarnation);
+        match &self.state {
+            JoinState::Watching {
+                version: watched,
+                since,
+            } if *watched == version => {
+                if now.saturating_sub(*since) < lease {
+                    return Ok(JoinProgress::Waiting {
+                        previous: previous_incarnation,
+                        decided_at: *since + lease,
+                    });
+                }
+                tracing::info!(broker = %self.me.node_id, previous = ?previous_incarnation,
+                    "previous incarnation stayed silent for a whole lease; taking its registration over");
+                match self.write_registration(PutMode::Update(version)).await {
+                    Ok(version) => Ok(self.registered(version)),
+                    Err(ClusterError::Storage(StorageError::Precondition(_))) => {
+                        self.state = JoinState::Unregistered;
+                        Err(self.in_use(previous_incarnation))
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            JoinState::Watching { .. } => {
+                self.state = JoinState::Unregistered;
+                Err(self.in_use(previous_incarnation))
+            }
+            _ => {
+                tracing::info!(broker = %self.me.node_id, previous = ?previous_incarnation,
+                    "broker id is registered by another incarnation; watching whether it is alive");
+                self.state = JoinState::Watching {
+                    version,
+                    since: now,
+                };
+                Ok(JoinProgress::Waiting {
+                    previous: previous_incarnation,
+                    decided_at: now + lease,
+                })
+            }
+        }
+    }
+
+    /// Registers, waiting (in real time) as long as it takes to judge a previous incarnation.
+    pub async fn join(&mut self) -> ClusterResult<()> {
+        loop {
+            match self.try_register().await {
+                Ok(JoinProgress::Registered) => break,
+                Ok(JoinProgress::Waiting { .. }) => {}
+                Err(e) if e.is_retryable() => {
+                    tracing::warn!(error = %e, "registration failed; retrying");
+                }
+                Err(e) => return Err(e),
+            }
+            tokio::time::sleep(self.config.heartbeat_interval).await;
+        }
+        if let Err(e) = self.refresh().await {
+            tracing::warn!(error = %e, "first membership listing failed; the next round retries");
+        }
+        Ok(())
+    }
+
+    /// One heartbeat: rewrites our registration by compare-and-swap.
+    pub async fn heartbeat(&mut self) -> ClusterResult<()> {
+        let version = match &self.state {
+            JoinState::Registered { version } => version.clone(),
+            JoinState::Lost => {
+                return Err(ClusterError::RegistrationLost {
+                    broker: self.me.node_id,
+                })
+            }
+            JoinState::Unregistered | JoinState::Watching { .. } => {
+                return Err(ClusterError::Invalid(
+                    "heartbeat before registration".to_string(),
+                ))
+            }
+        };
+        self.me.heartbeat += 1;
+        match self.write_registration(PutMode::Update(version)).await {
+            Ok(version) => {
+                self.state = JoinState::Registered { version };
+                Ok(())
+            }
+            Err(ClusterError::Storage(StorageError::Precondition(_))) => self.resync().await,
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Our compare-and-swap lost: either an earlier write of ours landed unseen (adopt it) or
+    /// another incarnation took the registration (we are dead to the cluster).
+    async fn resync(&mut self) -> ClusterResult<()> {
+        match self.store.get(&self.key).await {
+            Ok((bytes, version)) => match BrokerRegistration::decode(&self.key, &bytes) {
+                Ok(current) if current.incarnation == self.me.incarnation => {
+                    self.me.heartbeat = self.me.heartbeat.max(current.heartbeat) + 1;
+                    let version = self.write_registration(PutMode::Update(version)).await?;
+                    self.state = JoinState::Registered { version };
+                    Ok(())
+                }
+                _ => Err(self.lost()),
+            },
+            // Removed by hand, not taken: put ours back unless somebody beats us to it.
+            Err(StorageError::NotFound(_)) => {
+                match self.write_registration(PutMode::Create).await {
+                    Ok(version) => {
+                        self.state = JoinState::Registered { version };
+                        Ok(())
+                    }
+                    Err(ClusterError::Storage(StorageError::AlreadyExists(_))) => Err(self.lost()),
+                    Err(e) => Err(e),
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Sets or clears our `draining` flag and writes it at once.
+    pub async fn set_draining(&mut self, draining: bool) -> ClusterResult<()> {
+        self.me.draining = draining;
+        self.heartbeat().await
+    }
+
+    /// One listing round: reads every registration, updates liveness, publishes the view.
+    pub async fn refresh(&mut self) -> ClusterResult<ClusterView> {
+        let listed = self.store.list(BROKERS_PREFIX).await?;
+        let mut registrations = BTreeMap::new();
+        for meta in listed {
+            let Some(id) = parse_broker_key(meta.key.as_str()) else {
+                continue;
+            };
+            let (bytes, version) = match self.store.get(&meta.key).await {
+                Ok(found) => found,
+                Err(StorageError::NotFound(_)) => continue, // left between list and get
+                Err(e) => return Err(e.into()),
+            };
+            match BrokerRegistration::decode(&meta.key, &bytes) {
+                Ok(registration) if registration.node_id == id => {
+                    registrations.insert(id, (registration, version));
+                }
+                Ok(registration) => {
+                    tracing::warn!(key = %meta.key, node_id = %registration.node_id,
+                        "registration names another node id; ignored");
+                }
+                Err(e) => tracing::warn!(error = %e, "unreadable registration ignored"),
+            }
+        }
+        // Time is read after the reads: a later "first seen" only makes us more patient.
+        let now = self.clock.monotonic();
+        for (id, (_, version)) in &registrations {
+            self.tracker.observe(now, *id, version);
+        }
+        self.tracker.retain(|id| registrations.contains_key(&id));
+        let members = registrations
+            .into_iter()
+            .filter_map(|(id, (registration, _))| {
+                let live_since = self.tracker.live_since(now, id)?;
+                Some((
+                    id,
+                    Member {
+                        registration,
+                        live_since,
+                    },
+                ))
+            })
+            .collect();
+        let view = ClusterView {
+            observed_at: now,
+            members,
+            self_lease_until: self.self_lease_until(),
+            registration_lost: matches!(self.state, JoinState::Lost),
+        };
+        self.view.send_replace(view.clone());
+        Ok(view)
+    }
+
+    /// Leaves gracefully: deletes our registration if it is still ours.
+    pub async fn leave(&mut self) -> ClusterResult<()> {
+        match self.store.get(&self.key).await {
+            Ok((bytes, _)) => {
+                let ours = BrokerRegistration::decode(&self.key, &bytes)
+                    .is_ok_and(|r| r.incarnation == self.me.incarnation);
+                if ours {
+                    self.store.delete(&self.key).await?;
+                }
+            }
+            Err(StorageError::NotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        tracing::info!(broker = %self.me.node_id, "left the cluster");
+        self.state = JoinState::Unregistered;
+        self.last_write_issued = None;
+        self.publish_self_state();
+        Ok(())
+    }
+
+    /// Runs heartbeats and listings on a timer in a task of its own.
+    pub fn spawn(self) -> MembershipHandle {
+        let view = self.subscribe();
+        let (commands, receiver) = mpsc::channel(8);
+        let task = tokio::spawn(self.run(receiver));
+        MembershipHandle {
+            view,
+            commands,
+            task,
+        }
+    }
+
+    async fn run(mut self, mut commands: mpsc::Receiver<Command>) -> ClusterResult<()> {
+        let mut ticker = tokio::time::interval(self.config.heartbeat_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                command = commands.recv() => match command {
+                    Some(Command::SetDraining(draining, reply)) => {
+                        let _ = reply.send(self.set_draining(draining).await);
+                    }
+                    Some(Command::Leave(reply)) => {
+                        let _ = reply.send(self.leave().await);
+                        return Ok(());
+                    }
+                    // Every handle is gone: stop heartbeating; the lease lapses as on a crash.
+                    None => return Ok(()),
+                },
+                _ = ticker.tick() => {
+                    match self.heartbeat().await {
+                        Ok(()) => {}
+                        Err(e @ ClusterError::RegistrationLost { .. }) => {
+                            tracing::error!(error = %e, "membership lost; stopping heartbeats");
+                            return Err(e);
+                        }
+                        Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
+                    }
+                    if let Err(e) = self.refresh().await {
+                        tracing::warn!(error = %e, "membership listing failed");
+                    }
+                }
+            }
+        }
+    }
+
+    fn registered(&mut self, version: Version) -> JoinProgress {
+        tracing::info!(broker = %self.me.node_id, incarnation = %self.me.incarnation, "registered");
+        self.state = JoinState::Registered { version };
+        JoinProgress::Registered
+    }
+
+    fn in_use(&self, incarnation: Option<Incarnation>) -> ClusterError {
+        ClusterError::BrokerIdInUse {
+            broker: self.me.node_id,
+            incarnation: incarnation.unwrap_or(Incarnation(0)),
+        }
+    }
+
+    fn lost(&mut self) -> ClusterError {
+        tracing::error!(broker = %self.me.node_id, incarnation = %self.me.incarnation,
+            "our registration was taken over; this process is considered dead");
+        self.state = JoinState::Lost;
+        self.last_write_issued = None;
+        self.publish_self_state();
+        ClusterError::RegistrationLost {
+            broker: self.me.node_id,
+        }
+    }
+
+    fn self_lease_until(&self) -> Option<Duration> {
+        match self.state {
+            JoinState::Registered { .. } => self
+                .last_write_issued
+                .map(|issued| issued + self.config.lease_period),
+            _ => None,
+        }
+    }
+
+    /// Republishes the last view with our own standing updated (no listing).
+    fn publish_self_state(&self) {
+        let lost = matches!(self.state, JoinState::Lost);
+        let until = self.self_lease_until();
+        self.view.send_modify(|view| {
+            view.registration_lost = lost;
+            view.self_lease_until = until;
+        });
+    }
+
+    /// Writes our registration. A write whose outcome is unknown is read back: if what is
+    /// stored is exactly what we wrote, it landed.
+    async fn write_registration(&mut self, mode: PutMode) -> ClusterResult<Version> {
+        let issued = self.clock.monotonic();
+        let body = self.me.encode()?;
+        let result = self.store.put(&self.key, body, mode).await;
+        let version = match result {
+            Ok(version) => version,
+            Err(e) if e.is_ambiguous() => match self.store.get(&self.key).await {
+                Ok((bytes, version))
+                    if BrokerRegistration::decode(&self.key, &bytes).ok().as_ref()
+                        == Some(&self.me) =>
+                {
+                    version
+                }
+                _ => return Err(e.into()),
+            },
+            Err(e) => return Err(e.into()),
+        };
+        self.last_write_issued = Some(issued);
+        if matches!(self.state, JoinState::Registered { .. }) {
+            self.publish_self_state();
+        }
+        Ok(version)
+    }
+}
+
+enum Command {
+    SetDraining(bool, oneshot::Sender<ClusterResult<()>>),
+    Leave(oneshot::Sender<ClusterResult<()>>),
+}
+
+/// The running membership of this broker.
+#[derive(Debug)]
+pub struct MembershipHandle {
+    view: watch::Receiver<ClusterView>,
+    commands: mpsc::Sender<Command>,
+    task: JoinHandle<ClusterResult<()>>,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Command::SetDraining(d, _) => write!(f, "SetDraining({d})"),
+            Command::Leave(_) => f.write_str("Leave"),
+        }
+    }
+}
+
+impl MembershipHandle {
+    /// A receiver of the cluster view, updated every heartbeat interval.
+    pub fn view(&self) -> watch::Receiver<ClusterView> {
+        self.view.clone()
+    }
+
+    /// Marks this broker draining (placement moves everything away) or undoes it.
+    pub async fn set_draining(&self, draining: bool) -> ClusterResult<()> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::SetDraining(draining, reply))
+            .await
+            .map_err(|_| ClusterError::Stopped("membership"))?;
+        answer
+            .await
+            .map_err(|_| ClusterError::Stopped("membership"))?
+    }
+
+    /// Deletes our registration and stops heartbeating.
+    pub async fn leave(self) -> ClusterResult<()> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::Leave(reply))
+            .await
+            .map_err(|_| ClusterError::Stopped("membership"))?;
+        let left = answer
+            .await
+            .map_err(|_| ClusterError::Stopped("membership"))?;
+        let _ = self.task.await;
+        left
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_core::clock::ManualClock;
+    use strata_storage::{FaultConfig, FaultInjectingStore, InjectedError, MemoryStore, OpKind};
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    fn local(id: i32, incarnation: u64) -> LocalBroker {
+        LocalBroker {
+            node_id: BrokerId(id),
+            host: format!("broker-{id}"),
+            port: 9092,
+            incarnation: Incarnation(incarnation),
+        }
+    }
+
+    fn membership(
+        store: &Arc<dyn ObjectStore>,
+        clock: &Arc<ManualClock>,
+        id: i32,
+        inc: u64,
+    ) -> Membership {
+        Membership::new(
+            store.clone(),
+            clock.clone(),
+            MembershipConfig::default(),
+            local(id, inc),
+        )
+        .unwrap()
+    }
+
+    fn setup() -> (Arc<dyn ObjectStore>, Arc<ManualClock>) {
+        (
+            Arc::new(MemoryStore::new()),
+            Arc::new(ManualClock::new(1_000_000)),
+        )
+    }
+
+    fn ids(view: &ClusterView) -> Vec<i32> {
+        view.members.keys().map(|b| b.0).collect()
+    }
+
+    #[tokio::test]
+    async fn registers_heartbeats_and_sees_itself() {
+        let (store, clock) = setup();
+        let mut a = membership(&store, &clock, 1, 11);
+        assert_eq!(a.try_register().await.unwrap(), JoinProgress::Registered);
+        let (_, v1) = store.get(&broker_key(BrokerId(1)).unwrap()).await.unwrap();
+        clock.advance(SECOND);
+        a.heartbeat().await.unwrap();
+        let (bytes, v2) = store.get(&broker_key(BrokerId(1)).unwrap()).await.unwrap();
+        assert_ne!(v1, v2, "a heartbeat moves the version");
+        let stored: BrokerRegistration = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!((stored.heartbeat, stored.incarnation), (1, Incarnation(11)));
+        assert_eq!(stored.host, "broker-1");
+        let view = a.refresh().await.unwrap();
+        assert_eq!(ids(&view), [1]);
+        assert_eq!(view.address(BrokerId(1)), Some(("broker-1", 9092)));
+        assert_eq!(view.self_lease_until, Some(SECOND + Duration::from_secs(5)));
+        assert_eq!(*a.subscribe().borrow(), view);
+    }
+
+    #[tokio::test]
+    async fn refuses_to_start_when_a_live_broker_has_the_same_id() {
+        let (store, clock) = setup();
+        let mut a = membership(&store, &clock, 1, 11);
+        a.try_register().await.unwrap();
+        let mut b = membership(&store, &clock, 1, 22);
+        assert!(matches!(
+            b.try_register().await.unwrap(),
+            JoinProgress::Waiting { .. }
+        ));
+        clock.advance(SECOND);
+        a.heartbeat().await.unwrap();
+        let err = b.try_register().await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ClusterError::BrokerIdInUse {
+                    broker: BrokerId(1),
+                    incarnation: Incarnation(11)
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("refusing to start"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn takes_over_the_id_of_an_incarnation_silent_for_a_whole_lease() {
+        let (store, clock) = setup();
+        let mut old = membership(&store, &clock, 1, 11);
+        old.try_register().await.unwrap();
+        // The old process froze. A new one starts with the same id.
+        let mut new = membership(&store, &clock, 1, 22);
+        let waiting = new.try_register().await.unwrap();
+        assert_eq!(
+            waiting,
+            JoinProgress::Waiting {
+                previous: Some(Incarnation(11)),
+                decided_at: Duration::from_secs(5)
+            }
+        );
+        clock.advance(Duration::from_millis(4_900));
+        assert!(matches!(
+            new.try_register().await.unwrap(),
+            JoinProgress::Waiting { .. }
+        ));
+        clock.advance(Duration::from_millis(100));
+        assert_eq!(new.try_register().await.unwrap(), JoinProgress::Registered);
+        // The old process wakes up: its heartbeat finds the registration taken.
+        let err = old.heartbeat().await.unwrap_err();
+        assert!(
+            matches!(err, ClusterError::RegistrationLost { .. }) && err.is_fenced(),
+            "{err}"
+        );
+        assert!(old.view().registration_lost);
+        new.heartbeat().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_id_freed_by_a_graceful_leave_is_taken_at_once() {
+        let (store, clock) = setup();
+        let mut old = membership(&store, &clock, 1, 11);
+        old.try_register().await.unwrap();
+        old.leave().await.unwrap();
+        let mut new = membership(&store, &clock, 1, 22);
+        assert_eq!(new.try_register().await.unwrap(), JoinProgress::Registered);
+    }
+
+    #[tokio::test]
+    async fn a_silent_broker_drops_out_of_the_view_after_the_lease_of_the_observers_clock() {
+        let (store, clock) = setup();
+        let mut a = membership(&store, &clock, 1, 11);
+        let mut b = membership(&store, &clock, 2, 22);
+        a.try_register().await.unwrap();
+        b.try_register().await.unwrap();
+        assert_eq!(ids(&a.refresh().await.unwrap()), [1, 2]);
+        // b stops heartbeating; a keeps going and keeps looking.
+        for _ in 0..4 {
+            clock.advance(SECOND);
+            a.heartbeat().await.unwrap();
+            assert_eq!(ids(&a.refresh().await.unwrap()), [1, 2]);
+        }
+        clock.advance(SECOND);
+        a.heartbeat().await.unwrap();
+        assert_eq!(ids(&a.refresh().await.unwrap()), [1]);
+        // b comes back: live again, with a new streak.
+        b.heartbeat().await.unwrap();
+        clock.advance(SECOND);
+        a.heartbeat().await.unwrap();
+        let view = a.refresh().await.unwrap();
+        assert_eq!(ids(&view), [1, 2]);
+        assert_eq!(
+            view.members[&BrokerId(2)].live_since,
+            Duration::from_secs(6)
+        );
+        assert_eq!(view.members[&BrokerId(1)].live_since, Duration::ZERO);
+    }
+
+    #[tokio::test]
+    async fn draining_is_visible_to_others_and_leaving_removes_the_broker() {
+        let (store, clock) = setup();
+        let mut a = membership(&store, &clock, 1, 11);
+        let mut b = membership(&store, &clock, 2, 22);
+        a.try_register().await.unwrap();
+        b.try_register().await.unwrap();
+        b.set_draining(true).await.unwrap();
+        let view = a.refresh().await.unwrap();
+        assert!(view.is_draining(BrokerId(2)) && !view.is_draining(BrokerId(1)));
+        assert_eq!(
+            view.placement_candidates(Duration::ZERO, Duration::ZERO),
+            BTreeSet::from([BrokerId(1)])
+        );
+        b.leave().await.unwrap();
+        assert_eq!(ids(&a.refresh().await.unwrap()), [1]);
+    }
+
+    #[tokio::test]
+    async fn an_ambiguous_heartbeat_is_adopted_not_mistaken_for_a_takeover() {
+        let memory: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let faults = Arc::new(FaultInjectingStore::new(memory, FaultConfig::none(), 7));
+        let store: Arc<dyn ObjectStore> = faults.clone();
+        let clock = Arc::new(ManualClock::new(0));
+        let mut a = membership(&store, &clock, 1, 11);
+        faults.apply_then_fail_next(OpKind::PutCreate, InjectedError::Timeout);
+        assert_eq!(a.try_register().await.unwrap(), JoinProgress::Registered);
+        // Applied, reported failed, and the read-back fails too: outcome unknown.
+        faults.apply_then_fail_next(OpKind::PutUpdate, InjectedError::Timeout);
+        faults.fail_next(OpKind::Get, InjectedError::Unavailable);
+        assert!(a.heartbeat().await.unwrap_err().is_retryable());
+        // The next heartbeat's compare-and-swap fails; the stored registration is ours.
+        a.heartbeat().await.unwrap();
+        a.heartbeat().await.unwrap();
+        assert!(a.is_registered());
+    }
+
+    #[tokio::test]
+    async fn an_observer_blind_through_an_outage_does_not_declare_everybody_dead() {
+        let memory: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let faults = Arc::new(FaultInjectingStore::new(memory, FaultConfig::none(), 7));
+        let store: Arc<dyn ObjectStore> = faults.clone();
+        let clock = Arc::new(ManualClock::new(0));
+        let mut a = membership(&store, &clock, 1, 11);
+        let mut b = membership(&store, &clock, 2, 22);
+        a.try_register().await.unwrap();
+        b.try_register().await.unwrap();
+        a.refresh().await.unwrap();
+        faults.set_outage(true);
+        for _ in 0..20 {
+            clock.advance(SECOND);
+            assert!(a.heartbeat().await.is_err() && b.heartbeat().await.is_err());
+            assert!(a.refresh().await.is_err());
+        }
+        faults.set_outage(false);
+        a.heartbeat().await.unwrap();
+        b.heartbeat().await.unwrap();
+        assert_eq!(ids(&a.refresh().await.unwrap()), [1, 2]);
+    }
+
+    #[tokio::test]
+    async fn the_spawned_membership_publishes_views_drains_and_leaves() {
+        let (store, clock) = setup();
+        let mut m = Membership::new(
+            store.clone(),
+            clock.clone(),
+            MembershipConfig {
+                heartbeat_interval: Duration::from_millis(10),
+                ..MembershipConfig::default()
+            },
+            local(3, 33),
+        )
+        .unwrap();
+        m.join().await.unwrap();
+        let handle = m.spawn();
+        let mut view = handle.view();
+        view.wait_for(|v| v.is_live(BrokerId(3))).await.unwrap();
+        handle.set_draining(true).await.unwrap();
+        view.wait_for(|v| v.is_draining(BrokerId(3))).await.unwrap();
+        handle.leave().await.unwrap();
+        assert!(store.list(BROKERS_PREFIX).await.unwrap().is_empty());
+    }
+}

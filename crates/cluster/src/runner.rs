@@ -1,0 +1,564 @@
+//! Carries out what the [`OwnershipController`] decides: reads ownership records, claims,
+//! seals dead owners' streams, releases, and tells the [`ResourceHost`] (the log, through the
+//! broker) to start and stop serving. All decisions stay in the controller; this is plumbing.
+//!
+//! Each step is public (`observe`, `act_one`, `act`) so the simulation can interleave several
+//! brokers' steps in any order; [`OwnershipRunner::spawn`] runs them on a timer.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use strata_core::{Clock, Epoch};
+use strata_storage::ObjectStore;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::controller::{
+    Action, ControllerConfig, Event, Failure, OwnershipController, StopReason,
+};
+use crate::fence::{seal_stream, SealOptions};
+use crate::membership::ClusterView;
+use crate::ownership::{Claimant, Ownership};
+use crate::{ClusterError, ClusterResult};
+
+/// What the runner needs from the layer that actually serves resources (the log).
+#[async_trait]
+pub trait ResourceHost: Send + Sync + 'static {
+    /// Every resource that exists (e.g. every `<topic-id>/<partition>` in the catalog).
+    async fn resources(&self) -> ClusterResult<BTreeSet<String>>;
+
+    /// Recover `resource` (manifest, then the write-ahead tail, including a sealed
+    /// predecessor's up to its seal) and start serving it, stamping `epoch` on every
+    /// conditional write. An error whose `is_fenced()` is true means our own stream is sealed.
+    async fn start_serving(&self, resource: &str, epoch: Epoch) -> ClusterResult<()>;
+
+    /// Stop serving `resource`. For [`StopReason::Handover`]: stop accepting appends, flush
+    /// what is queued, checkpoint (manifest) so a successor needs no replay of our stream, and
+    /// return Ok only when all that is durable. Must be idempotent and accept resources it is
+    /// not serving.
+    async fn stop_serving(&self, resource: &str, reason: StopReason) -> ClusterResult<()>;
+}
+
+/// Timing of the runner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunnerConfig {
+    /// How often ownership records and overrides are re-read (also after every view change).
+    pub interval: Duration,
+    /// The log's maximum group-commit writes in flight, for sealing (see [`SealOptions`]).
+    pub in_flight_window: u64,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(1),
+            in_flight_window: 64,
+        }
+    }
+}
+
+/// What a running runner reports.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OwnershipStatus {
+    /// What this broker serves, at which epoch.
+    pub serving: BTreeMap<String, Epoch>,
+    /// Nothing is held or in flight: a draining broker may now leave.
+    pub holds_nothing: bool,
+    pub fenced: bool,
+}
+
+/// Drives one broker's [`OwnershipController`] against storage and a [`ResourceHost`].
+#[derive(Debug)]
+pub struct OwnershipRunner<H> {
+    store: Arc<dyn ObjectStore>,
+    clock: Arc<dyn Clock>,
+    ownership: Ownership,
+    host: H,
+    controller: OwnershipController,
+    view: watch::Receiver<ClusterView>,
+    pending: VecDeque<Action>,
+    config: RunnerConfig,
+}
+
+impl<H: ResourceHost> OwnershipRunner<H> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        clock: Arc<dyn Clock>,
+        me: Claimant,
+        controller_config: ControllerConfig,
+        config: RunnerConfig,
+        view: watch::Receiver<ClusterView>,
+        host: H,
+    ) -> Self {
+        Self {
+            ownership: Ownership::new(store.clone()),
+            store,
+            clock,
+            host,
+            controller: OwnershipController::new(me, controller_config),
+            view,
+            pending: VecDeque::new(),
+            config,
+        }
+    }
+
+    pub fn controller(&self) -> &OwnershipController {
+        &self.controller
+    }
+
+    pub fn host(&self) -> &H {
+        &self.host
+    }
+
+    /// Actions decided but not yet carried out.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn status(&self) -> OwnershipStatus {
+        OwnershipStatus {
+            serving: self.controller.serving(),
+            holds_nothing: self.controller.holds_nothing() && self.pending.is_empty(),
+            fenced: self.controller.is_fenced(),
+        }
+    }
+
+    /// Feeds an event to the controller and queues what it decides.
+    pub fn feed(&mut self, event: Event) {
+        let now = self.clock.monotonic();
+        let actions = self.controller.step(now, event);
+        self.pending.extend(actions);
+    }
+
+    /// Our own stream was sealed (the log's writer saw a seal): stop everything.
+    pub fn self_fenced(&mut self) {
+        self.feed(Event::SelfFenced);
+    }
+
+    /// One observation round: the latest view, the resources, the overrides and the records
+    /// of the resources that concern us, all applied before the controller decides once.
+    pub async fn observe(&mut self) -> ClusterResult<()> {
+        let view = self.view.borrow_and_update().clone();
+        let resources = self.host.resources().await?;
+        let overrides = self.ownership.placement_overrides().await?;
+        // Which records to read depends on the new view and overrides: a scratch copy of the
+        // controller answers that without deciding anything yet.
+        let mut scratch = self.controller.clone();
+        let now = self.clock.monotonic();
+        let mut events = vec![
+            Event::View(view),
+            Event::Resources(resources),
+            Event::Overrides(overrides),
+        ];
+        for event in &events {
+            scratch.apply(now, event.clone());
+        }
+        // One listing tells which records exist, so absent ones cost no read.
+        let existing: BTreeSet<String> = self
+            .ownership
+            .list_resources("")
+            .await?
+            .into_iter()
+            .collect();
+        for resource in scratch.wants_observation(now) {
+            let record = if existing.contains(&resource) {
+                self.ownership.read(&resource).await?
+            } else {
+                None
+            };
+            events.push(Event::Observed { resource, record });
+        }
+        let now = self.clock.monotonic();
+        let actions = self.controller.step_all(now, events);
+        self.pending.extend(actions);
+        Ok(())
+    }
+
+    /// Carries out the oldest pending action. Returns false when nothing was pending.
+    pub async fn act_one(&mut self) -> bool {
+        let Some(action) = self.pending.pop_front() else {
+            return false;
+        };
+        for event in self.execute(action).await {
+            self.feed(event);
+        }
+        true
+    }
+
+    /// Carries out pending actions until none is left (each result may decide more).
+    pub async fn act(&mut self) {
+        while self.act_one().await {}
+    }
+
+    async fn execute(&mut self, action: Action) -> Vec<Event> {
+        let me = self.controller.me().clone();
+        match action {
+            Action::Claim { resource, expected } => {
+                let result = self
+                    .ownership
+                    .claim(&resource, &me, expected.as_ref())
+                    .await
+                    .map_err(|e| failure(&resource, "claim", &e));
+                vec![Event::ClaimFinished { resource, result }]
+            }
+            Action::FenceThenClaim {
+                resource,
+                dead_owner,
+                dead_stream,
+                expected,
+            } => {
+                if let Some(stream) = dead_stream {
+                    let options = SealOptions {
+                        sealed_by: me.broker,
+                        sealed_ms: self.clock.wall_millis(),
+                        in_flight_window: self.config.in_flight_window,
+                    };
+                    tracing::info!(resource, %dead_owner, stream = format_args!("{stream:08x}"),
+                        "owner is dead; sealing its stream before claiming");
+                    if let Err(e) = seal_stream(self.store.as_ref(), stream, &options).await {
+                        let result = Err(failure(&resource, "seal", &e));
+                        return vec![Event::ClaimFinished { resource, result }];
+                    }
+                }
+                let result = self
+                    .ownership
+                    .claim(&resource, &me, Some(&expected))
+                    .await
+                    .map_err(|e| failure(&resource, "claim", &e));
+                vec![Event::ClaimFinished { resource, result }]
+            }
+            Action::Release { resource, current } => {
+                let result = self
+                    .ownership
+                    .release(&resource, &me, &current)
+                    .await
+                    .map_err(|e| failure(&resource, "release", &e));
+                vec![Event::ReleaseFinished { resource, result }]
+            }
+            Action::Serve { resource, epoch } => {
+                match self.host.start_serving(&resource, epoch).await {
+                    Ok(()) => Vec::new(),
+                    Err(e) => {
+                        tracing::warn!(resource, %epoch, error = %e, "could not start serving");
+                        let mut events = vec![Event::ServeFailed { resource }];
+                        if matches!(e, ClusterError::Fenced) {
+                            events.push(Event::SelfFenced);
+                        }
+                        events
+                    }
+                }
+            }
+            Action::StopServing { resource, reason } => {
+                let stopped = self.host.stop_serving(&resource, reason).await;
+                if let Err(e) = &stopped {
+                    tracing::warn!(resource, ?reason, error = %e, "stopping did not finish cleanly");
+                }
+                if reason == StopReason::Handover {
+                    let fenced = matches!(stopped, Err(ClusterError::Fenced));
+                    let mut events = vec![Event::HandoverFinished {
+                        resource,
+                        ok: stopped.is_ok(),
+                    }];
+                    if fenced {
+                        events.push(Event::SelfFenced);
+                    }
+                    events
+                } else {
+                    Vec::new()
+                }
+            }
+        }
+    }
+
+    /// Runs observation rounds every interval (and on every new view) in a task of its own.
+    pub fn spawn(self) -> RunnerHandle {
+        let (status_tx, status) = watch::channel(self.status());
+        let (commands, receiver) = mpsc::channel(8);
+        let task = tokio::spawn(self.run(receiver, status_tx));
+        RunnerHandle {
+            status,
+            commands,
+            task,
+        }
+    }
+
+    async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<RunnerCommand>,
+        status: watch::Sender<OwnershipStatus>,
+    ) -> ClusterResult<()> {
+        let mut ticker = tokio::time::interval(self.config.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                command = commands.recv() => match command {
+                    Some(RunnerCommand::SelfFenced) => self.self_fenced(),
+                    None => return Ok(()),
+                },
+                _ = ticker.tick() => {
+                    if let Err(e) = self.observe().await {
+                        tracing::warn!(error = %e, "ownership observation failed");
+                    }
+                }
+                changed = self.view.changed() => {
+                    if changed.is_err() {
+                        // The membership is gone: act as if fenced, never hold on blindly.
+                        self.self_fenced();
+                    } else if let Err(e) = self.observe().await {
+                        tracing::warn!(error = %e, "ownership observation failed");
+                    }
+                }
+            }
+            self.act().await;
+            status.send_replace(self.status());
+            if self.controller.is_fenced() && self.pending.is_empty() {
+                return Err(ClusterError::Fenced);
+            }
+        }
+    }
+}
+
+fn failure(resource: &str, what: &str, error: &ClusterError) -> Failure {
+    let failure = Failure::of(error);
+    if failure == Failure::Lost {
+        tracing::info!(resource, what, "lost the race");
+    } else {
+        tracing::warn!(resource, what, error = %error, "ownership step failed");
+    }
+    failure
+}
+
+#[derive(Debug)]
+enum RunnerCommand {
+    SelfFenced,
+}
+
+/// A running [`OwnershipRunner`].
+#[derive(Debug)]
+pub struct RunnerHandle {
+    status: watch::Receiver<OwnershipStatus>,
+    commands: mpsc::Sender<RunnerCommand>,
+    task: JoinHandle<ClusterResult<()>>,
+}
+
+impl RunnerHandle {
+    /// What this broker serves, updated after every round.
+    pub fn status(&self) -> watch::Receiver<OwnershipStatus> {
+        self.status.clone()
+    }
+
+    /// Tells the runner our write-ahead stream was sealed: it stops everything and ends.
+    pub async fn self_fenced(&self) -> ClusterResult<()> {
+        self.commands
+            .send(RunnerCommand::SelfFenced)
+            .await
+            .map_err(|_| ClusterError::Stopped("ownership runner"))
+    }
+
+    /// Stops the runner without releasing anything (for a crash-like stop; a graceful stop
+    /// drains first and waits for `holds_nothing`).
+    pub async fn stop(self) -> ClusterResult<()> {
+        drop(self.commands);
+        match self.task.await {
+            Ok(result) => result,
+            Err(_) => Err(ClusterError::Stopped("ownership runner")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fence::parse_seal;
+    use crate::keys::wal_key;
+    use crate::membership::{Incarnation, LocalBroker, Membership, MembershipConfig};
+    use crate::placement::assign;
+    use std::sync::Mutex;
+    use strata_core::clock::ManualClock;
+    use strata_core::BrokerId;
+    use strata_storage::MemoryStore;
+
+    /// A host that records what it was told.
+    #[derive(Debug, Clone, Default)]
+    struct Recorder {
+        resources: BTreeSet<String>,
+        serving: Arc<Mutex<BTreeMap<String, Epoch>>>,
+        stops: Arc<Mutex<Vec<(String, StopReason)>>>,
+    }
+
+    #[async_trait]
+    impl ResourceHost for Recorder {
+        async fn resources(&self) -> ClusterResult<BTreeSet<String>> {
+            Ok(self.resources.clone())
+        }
+        async fn start_serving(&self, resource: &str, epoch: Epoch) -> ClusterResult<()> {
+            self.serving
+                .lock()
+                .unwrap()
+                .insert(resource.to_string(), epoch);
+            Ok(())
+        }
+        async fn stop_serving(&self, resource: &str, reason: StopReason) -> ClusterResult<()> {
+            self.serving.lock().unwrap().remove(resource);
+            self.stops
+                .lock()
+                .unwrap()
+                .push((resource.to_string(), reason));
+            Ok(())
+        }
+    }
+
+    struct Node {
+        membership: Membership,
+        runner: OwnershipRunner<Recorder>,
+    }
+
+    fn node(
+        store: &Arc<dyn ObjectStore>,
+        clock: &Arc<ManualClock>,
+        id: i32,
+        names: &BTreeSet<String>,
+    ) -> Node {
+        let incarnation = Incarnation(id as u64 * 1000);
+        let membership = Membership::new(
+            store.clone(),
+            clock.clone(),
+            MembershipConfig::default(),
+            LocalBroker {
+                node_id: BrokerId(id),
+                host: "h".into(),
+                port: 1,
+                incarnation,
+            },
+        )
+        .unwrap();
+        let runner = OwnershipRunner::new(
+            store.clone(),
+            clock.clone(),
+            Claimant {
+                broker: BrokerId(id),
+                incarnation,
+                stream: Some(id as u32),
+            },
+            ControllerConfig {
+                placement_settle: Duration::ZERO,
+                ..ControllerConfig::default()
+            },
+            RunnerConfig::default(),
+            membership.subscribe(),
+            Recorder {
+                resources: names.clone(),
+                ..Recorder::default()
+            },
+        );
+        Node { membership, runner }
+    }
+
+    async fn round(node: &mut Node) {
+        node.membership.heartbeat().await.unwrap();
+        node.membership.refresh().await.unwrap();
+        node.runner.observe().await.unwrap();
+        node.runner.act().await;
+    }
+
+    fn serving(node: &Node) -> BTreeSet<String> {
+        node.runner
+            .host()
+            .serving
+            .lock()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn brokers_split_by_placement_and_a_dead_owners_stream_is_sealed_before_takeover() {
+        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let clock = Arc::new(ManualClock::new(0));
+        let names: BTreeSet<String> = (0..12).map(|i| format!("t/{i}")).collect();
+        let mut a = node(&store, &clock, 1, &names);
+        let mut b = node(&store, &clock, 2, &names);
+        a.membership.try_register().await.unwrap();
+        b.membership.try_register().await.unwrap();
+        for _ in 0..3 {
+            clock.advance(Duration::from_millis(500));
+            round(&mut a).await;
+            round(&mut b).await;
+        }
+        let both = BTreeSet::from([BrokerId(1), BrokerId(2)]);
+        let expected = assign(&both, names.iter().map(String::as_str), &BTreeMap::new());
+        let on = |id| {
+            expected
+                .iter()
+                .filter(|(_, b)| **b == BrokerId(id))
+                .map(|(r, _)| r.clone())
+                .collect::<BTreeSet<_>>()
+        };
+        assert_eq!(serving(&a), on(1));
+        assert_eq!(serving(&b), on(2));
+        assert!(!on(2).is_empty());
+
+        // b freezes. After a lease of a's clock, a seals b's stream and takes everything.
+        for _ in 0..12 {
+            clock.advance(Duration::from_millis(500));
+            round(&mut a).await;
+        }
+        assert_eq!(serving(&a), names);
+        let (seal, _) = store.get(&wal_key(2, 1).unwrap()).await.unwrap();
+        assert_eq!(parse_seal(&seal).unwrap().sealed_by, BrokerId(1));
+        let records = Ownership::new(store.clone()).list("").await.unwrap();
+        for (resource, (_, record)) in records {
+            assert_eq!(record.owner, BrokerId(1), "{resource}");
+            let expected_epoch = if on(2).contains(&resource) { 2 } else { 1 };
+            assert_eq!(record.epoch, Epoch(expected_epoch), "{resource}");
+        }
+        // b wakes: its records were taken, so it stops serving them (its writes would hit the
+        // seal anyway).
+        b.membership.heartbeat().await.unwrap();
+        b.membership.refresh().await.unwrap();
+        b.runner.observe().await.unwrap();
+        b.runner.act().await;
+        assert!(serving(&b).is_empty());
+        assert!(b
+            .runner
+            .host()
+            .stops
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|(_, why)| *why == StopReason::Lost));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_spawned_runner_reports_what_it_serves_and_ends_when_fenced() {
+        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let clock = Arc::new(ManualClock::new(0));
+        let names: BTreeSet<String> = (0..4).map(|i| format!("t/{i}")).collect();
+        let Node {
+            mut membership,
+            runner,
+        } = node(&store, &clock, 1, &names);
+        let host = runner.host().clone();
+        membership.join().await.unwrap();
+        let membership = membership.spawn();
+        let handle = runner.spawn();
+        let mut status = handle.status();
+        status.wait_for(|s| s.serving.len() == 4).await.unwrap();
+        assert!(!status.borrow().holds_nothing);
+        handle.self_fenced().await.unwrap();
+        let ended = handle.stop().await;
+        assert!(matches!(ended, Err(ClusterError::Fenced)), "{ended:?}");
+        assert!(host.serving.lock().unwrap().is_empty());
+        assert!(host
+            .stops
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|(_, why)| *why == StopReason::Fenced));
+        membership.leave().await.unwrap();
+    }
+}
