@@ -80,6 +80,10 @@ pub(crate) struct Shared {
     pub pending_bytes: Arc<Semaphore>,
     /// Write-ahead objects still holding uncompacted batches: (stream, seq) -> live batches.
     pub wal_live: Mutex<BTreeMap<(u32, u64), usize>>,
+    /// The newest sequence this stream published, and an unreferenced object at that sequence
+    /// whose deletion waits: a stream's newest object is never deleted, because a broker that
+    /// seals the stream finds the writer's position by listing it.
+    pub wal_newest: Mutex<(u64, Option<u64>)>,
     pub producer_ids: tokio::sync::Mutex<ProducerIdBlock>,
     /// Serialises catalog changes made by this broker.
     pub catalog_lock: tokio::sync::Mutex<()>,
@@ -203,6 +207,7 @@ impl LogManager {
             partitions: RwLock::new(HashMap::new()),
             queue: Arc::new(WriterQueue::default()),
             wal_live: Mutex::new(BTreeMap::new()),
+            wal_newest: Mutex::new((0, None)),
             producer_ids: tokio::sync::Mutex::new(ProducerIdBlock::default()),
             catalog_lock: tokio::sync::Mutex::new(()),
         });
@@ -220,7 +225,14 @@ impl LogManager {
                 }
             }
             for s in others {
-                wal::seal_stream(shared.store.as_ref(), s, &format!("stream {stream:08x}")).await?;
+                wal::seal_stream(
+                    shared.store.as_ref(),
+                    s,
+                    broker,
+                    shared.clock.wall_millis(),
+                    shared.config.max_inflight_flushes,
+                )
+                .await?;
             }
             let topics = read(&shared.topics).clone();
             for (tp, result) in
@@ -1042,8 +1054,19 @@ fn publish(shared: &Arc<Shared>, seq: u64, object: &Bytes, items: Vec<(PendingAp
     }
     if live > 0 {
         lock(&shared.wal_live).insert((shared.stream, seq), live);
-    } else {
-        spawn_delete(shared, wal::key(shared.stream, seq));
+    }
+    // This object is now the stream's newest: one held back as the previous newest may go.
+    let deferred = {
+        let mut newest = lock(&shared.wal_newest);
+        newest.0 = seq;
+        let previous = newest.1.take();
+        if live == 0 {
+            newest.1 = Some(seq);
+        }
+        previous
+    };
+    if let Some(old) = deferred {
+        spawn_delete(shared, wal::key(shared.stream, old));
     }
     for (part, base, len) in admitted {
         shared.cache.admitted(&part, base, len);
@@ -1064,7 +1087,12 @@ pub(crate) fn release_wal(shared: &Shared, entries: &[TailEntry]) -> Vec<String>
                 *n -= 1;
                 if *n == 0 {
                     live.remove(&(e.stream, e.seq));
-                    freed.push(wal::key(e.stream, e.seq));
+                    let mut newest = lock(&shared.wal_newest);
+                    if e.seq >= newest.0 {
+                        newest.1 = Some(e.seq);
+                    } else {
+                        freed.push(wal::key(e.stream, e.seq));
+                    }
                 }
             }
         }

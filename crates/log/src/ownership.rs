@@ -98,8 +98,14 @@ pub(crate) async fn acquire(
         .collect();
     let mut seals = HashMap::new();
     for stream in streams {
-        let sealer = format!("stream {:08x} of broker {}", shared.stream, shared.broker.0);
-        let seal = wal::seal_stream(shared.store.as_ref(), stream, &sealer).await?;
+        let seal = wal::seal_stream(
+            shared.store.as_ref(),
+            stream,
+            shared.broker,
+            shared.clock.wall_millis(),
+            shared.config.max_inflight_flushes,
+        )
+        .await?;
         tracing::info!(stream, seal, "fenced write-ahead stream for takeover");
         seals.insert(stream, seal);
     }
@@ -205,6 +211,10 @@ async fn replay_stream(
             Err(StorageError::NotFound(_)) => continue,
             Err(e) => return Err(e.into()),
         };
+        if wal::is_seal(&object) {
+            // A hole marker below the seal: that write never landed.
+            continue;
+        }
         let header = match wal::decode(&object) {
             Ok(h) if (h.stream, h.seq) == (stream, seq) => h,
             Ok(_) | Err(_) => {

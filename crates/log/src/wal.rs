@@ -49,12 +49,9 @@ pub fn stream_prefix(stream: u32) -> String {
     format!("wal/{stream:08x}/")
 }
 
-/// The first bytes of a seal: an object another broker wrote at a stream's next sequence so
-/// the stream's writer can never write there (its create-only put fails: it is fenced).
-pub const SEAL_MAGIC: &[u8; 8] = b"STRSEAL1";
-
+/// Whether an object is a seal or hole marker another broker wrote to fence the stream.
 pub fn is_seal(object: &[u8]) -> bool {
-    object.starts_with(SEAL_MAGIC)
+    strata_cluster::is_seal(object)
 }
 
 /// Parses `wal/<stream>/<seq>` back; None for anything else.
@@ -164,47 +161,25 @@ pub fn decode(object: &[u8]) -> LogResult<WalHeader> {
     })
 }
 
-/// Seals `stream`: writes a seal create-only right after its last object, so its writer's
-/// next group commit fails and nothing it writes afterwards is ever acknowledged. Returns the
-/// seal's sequence number; objects below it are exactly what the stream durably holds.
-/// Idempotent: a stream already sealed returns the existing seal.
+/// Seals `stream` so its writer can never again acknowledge anything (see
+/// `strata_cluster::seal_stream`: the seal goes after the last object, and holes are filled
+/// across the writer's in-flight window so a late write cannot land unseen). Returns the seal's
+/// sequence: objects below it are exactly what the stream durably holds.
 pub async fn seal_stream(
     store: &dyn strata_storage::ObjectStore,
     stream: u32,
-    sealer: &str,
+    sealer: strata_core::BrokerId,
+    now_ms: i64,
+    in_flight_window: usize,
 ) -> LogResult<u64> {
-    use strata_storage::{ObjectKey, PutMode, StorageError};
-    loop {
-        let listed = store.list(&stream_prefix(stream)).await?;
-        let last = listed
-            .iter()
-            .filter_map(|m| parse_key(m.key.as_str()))
-            .map(|(_, seq)| seq)
-            .max()
-            .unwrap_or(0);
-        if last > 0 {
-            match store.get(&ObjectKey::new(key(stream, last))?).await {
-                Ok((bytes, _)) if is_seal(&bytes) => return Ok(last),
-                Ok(_) | Err(StorageError::NotFound(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        let mut body = SEAL_MAGIC.to_vec();
-        body.extend_from_slice(sealer.as_bytes());
-        match store
-            .put(
-                &ObjectKey::new(key(stream, last + 1))?,
-                Bytes::from(body),
-                PutMode::Create,
-            )
-            .await
-        {
-            Ok(_) => return Ok(last + 1),
-            // The writer got there first (or another sealer did): look again.
-            Err(StorageError::AlreadyExists(_)) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
+    let options = strata_cluster::SealOptions {
+        sealed_by: sealer,
+        sealed_ms: now_ms,
+        in_flight_window: in_flight_window as u64,
+    };
+    strata_cluster::seal_stream(store, stream, &options)
+        .await
+        .map_err(|e| LogError::Storage(strata_storage::StorageError::Unavailable(e.to_string())))
 }
 
 #[cfg(test)]
