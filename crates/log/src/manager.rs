@@ -615,6 +615,22 @@ impl LogManager {
         ownership::release(&self.shared, tp).await
     }
 
+    /// Stops serving a partition at once, without flushing or checkpointing: ownership was
+    /// lost (another broker fenced us, or our lease ran out). Appends still queued fail when
+    /// their write hits the seal; nothing more is acknowledged for it here.
+    pub fn abandon(&self, tp: &TopicPartition) {
+        let part = write(&self.shared.partitions).remove(tp);
+        if let Some(part) = part {
+            let hw = {
+                let mut st = part.lock();
+                st.deleted = true;
+                st.high_watermark
+            };
+            part.hw.send_replace(Offset(hw));
+            tracing::warn!(partition = %tp, "stopped serving partition (ownership lost)");
+        }
+    }
+
     /// Re-reads the catalog (topics created or deleted by other brokers).
     pub async fn refresh_catalog(&self) -> LogResult<()> {
         let latest = catalog::load_latest(self.shared.store.as_ref()).await?;
