@@ -44,6 +44,29 @@ pub struct AppendOutcome {
     pub log_start_offset: Offset,
 }
 
+/// An append whose offsets are assigned; `wait` for it to become durable.
+#[derive(Debug)]
+pub struct AppendTicket {
+    waits: Vec<oneshot::Receiver<LogResult<()>>>,
+    deadline: tokio::time::Instant,
+    outcome: AppendOutcome,
+}
+
+impl AppendTicket {
+    /// Resolves once every batch of the append is durable (at once for acks=0), or fails with
+    /// the reason one was not (Timeout if the deadline passed first).
+    pub async fn wait(self) -> LogResult<AppendOutcome> {
+        for rx in self.waits {
+            match tokio::time::timeout_at(self.deadline, rx).await {
+                Err(_) => return Err(LogError::Timeout),
+                Ok(Err(_)) => return Err(LogError::ShuttingDown),
+                Ok(Ok(result)) => result?,
+            }
+        }
+        Ok(self.outcome)
+    }
+}
+
 /// A partition's bounds as readers see them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Watermarks {
@@ -651,6 +674,20 @@ impl LogManager {
         records: Bytes,
         acks: Acks,
     ) -> LogResult<AppendOutcome> {
+        self.enqueue(tp, records, acks).await?.wait().await
+    }
+
+    /// The first half of [`Self::append`]: validates, assigns offsets and queues the batches
+    /// for the group commit, then returns a ticket to wait for durability with. Offsets are
+    /// assigned in the order `enqueue` calls complete, so a caller that must keep its requests
+    /// in order (a connection's pipelined produces) enqueues them one after another and waits
+    /// for them concurrently.
+    pub async fn enqueue(
+        &self,
+        tp: &TopicPartition,
+        records: Bytes,
+        acks: Acks,
+    ) -> LogResult<AppendTicket> {
         let shared = &self.shared;
         let part = self.partition(tp)?;
         let topic = self
@@ -784,18 +821,14 @@ impl LogManager {
             (first_base.unwrap_or(st.next_offset), st.log_start)
         };
 
-        let deadline = tokio::time::Instant::now() + timeout;
-        for rx in waits {
-            match tokio::time::timeout_at(deadline, rx).await {
-                Err(_) => return Err(LogError::Timeout),
-                Ok(Err(_)) => return Err(LogError::ShuttingDown),
-                Ok(Ok(result)) => result?,
-            }
-        }
-        Ok(AppendOutcome {
-            base_offset: Offset(first_base),
-            log_append_time: log_append_time.unwrap_or(-1),
-            log_start_offset: Offset(log_start),
+        Ok(AppendTicket {
+            waits,
+            deadline: tokio::time::Instant::now() + timeout,
+            outcome: AppendOutcome {
+                base_offset: Offset(first_base),
+                log_append_time: log_append_time.unwrap_or(-1),
+                log_start_offset: Offset(log_start),
+            },
         })
     }
 

@@ -269,7 +269,10 @@ async fn put_durably(
                     Err(e) => Err(e.into()),
                 };
             }
-            Err(e) if e.is_retryable() => {
+            // Only a seal (above) or a request the storage can never accept ends the writer:
+            // anything else — a full disk, an I/O error, an outage — may pass, and giving up
+            // would leave the broker unable to accept a single append until restarted.
+            Err(e) if !matches!(e, StorageError::Invalid(_)) => {
                 if attempts == 1 || attempts.is_multiple_of(20) {
                     tracing::warn!(%key, attempts, error = %e, "write-ahead put failed; retrying");
                 }

@@ -5,7 +5,11 @@
 //! It owns no protocol or storage logic of its own: it only wires the layers together. Logs go
 //! to stderr; once the listener is bound, one line says `listening on <address>` with the
 //! actual port (tests start the binary with `--listen 127.0.0.1:0` and wait for that line).
+//! With `metrics_listen` set, `metrics on <address>` likewise reports the metrics endpoint.
 
+mod health;
+mod http;
+mod metrics;
 mod settings;
 
 use std::io::{IsTerminal, Write};
@@ -24,6 +28,7 @@ use tokio::net::TcpListener;
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
+use crate::metrics::MetricsSource;
 use crate::settings::{parse_host_port, FlagOverrides, Settings};
 
 #[derive(Debug, Parser)]
@@ -47,8 +52,8 @@ enum Command {
     /// The file takes the flag names with underscores (listen, advertised_listener, node_id,
     /// cluster_id, storage, auto_create_topics, max_request_bytes, max_connections,
     /// max_inflight_requests_per_connection, shutdown_grace, group_shards,
-    /// group_initial_rebalance_delay, group_min_session_timeout, group_max_session_timeout)
-    /// and a [log] section (flush_interval,
+    /// group_initial_rebalance_delay, group_min_session_timeout, group_max_session_timeout,
+    /// metrics_listen) and a [log] section (flush_interval,
     /// flush_bytes, max_pending_bytes, segment_bytes, segment_interval, cache_bytes,
     /// retention_check_interval, default_partitions, max_inflight_flushes). Environment
     /// variables: STRATA_ + the upper-cased key, STRATA_LOG_ + key for the [log] section
@@ -104,6 +109,11 @@ struct ServeArgs {
     /// Longest consumer session timeout accepted [default: 30m].
     #[arg(long, value_name = "DURATION")]
     group_max_session_timeout: Option<String>,
+    /// Address of the HTTP endpoint with GET /metrics (Prometheus text format) and GET /health
+    /// (200 "ok", or 503 after 3 failed storage requests in a row); port 0 picks a free port
+    /// [default: none, no endpoint].
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<String>,
     /// Log filter (error, warn, info, debug, trace, or a tracing directive like
     /// "strata_broker=debug"); overrides RUST_LOG [default: info].
     #[arg(long, value_name = "FILTER")]
@@ -170,6 +180,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         group_initial_rebalance_delay: args.group_initial_rebalance_delay,
         group_min_session_timeout: args.group_min_session_timeout,
         group_max_session_timeout: args.group_max_session_timeout,
+        metrics_listen: args.metrics_listen,
     };
     let (settings, unknown_env) = settings::load(args.config.as_deref(), std::env::vars(), &flags)?;
     for var in unknown_env {
@@ -181,6 +192,33 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("opening storage {:?}", settings.storage))?;
     let storage = StorageStack::build(backend, &StackConfig::default(), Arc::clone(&clock));
+    let backend_name = storage.store.backend_name();
+    let health_watch = tokio::spawn(health::watch(
+        backend_name,
+        Arc::clone(&storage.health),
+        Arc::clone(&clock),
+    ));
+    let metrics = Arc::new(MetricsSource::new(
+        backend_name,
+        Arc::clone(&storage.metrics),
+        Arc::clone(&storage.health),
+        Arc::clone(&clock),
+    ));
+    // Up before the log opens, so /health answers (and shows storage failing) during a long
+    // recovery, and a bad address fails before any recovery work.
+    let metrics_server = match settings.metrics_listen {
+        Some(address) => {
+            let listener = TcpListener::bind(address)
+                .await
+                .with_context(|| format!("binding metrics_listen {address}"))?;
+            let bound = listener
+                .local_addr()
+                .context("reading the bound metrics address")?;
+            info!("metrics on {bound}");
+            Some(tokio::spawn(http::serve(listener, Arc::clone(&metrics))))
+        }
+        None => None,
+    };
     let node_id = BrokerId(settings.node_id);
     let log = LogManager::open(
         storage.store,
@@ -192,6 +230,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     )
     .await
     .with_context(|| format!("opening the log on {}", settings.storage))?;
+    metrics.attach_log(Arc::clone(&log));
 
     let listener = TcpListener::bind(settings.listen)
         .await
@@ -235,6 +274,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     broker.serve(listener, shutdown_signal()).await;
     info!("flushing and checkpointing the log");
     log.shutdown().await.context("shutting down the log")?;
+    // Kept until the log is flushed, so a slow shutdown can still be watched.
+    if let Some(server) = metrics_server {
+        server.abort();
+    }
+    health_watch.abort();
     info!("stopped");
     Ok(())
 }

@@ -55,6 +55,11 @@ pub struct Settings {
     /// Longest session timeout a consumer may ask for (`group.max.session.timeout.ms`).
     #[serde(with = "humantime_serde")]
     pub group_max_session_timeout: Duration,
+    /// Address of the HTTP endpoint serving `GET /metrics` (Prometheus text format) and
+    /// `GET /health` (200 while storage answers, 503 after 3 failed requests in a row). Unset
+    /// (the default) serves neither. Port 0 picks a free port (reported in the log as
+    /// `metrics on <address>`).
+    pub metrics_listen: Option<SocketAddr>,
     /// The partition log.
     pub log: LogSettings,
 }
@@ -107,6 +112,7 @@ impl Default for Settings {
             group_initial_rebalance_delay: broker.group_initial_rebalance_delay,
             group_min_session_timeout: broker.group_min_session_timeout,
             group_max_session_timeout: broker.group_max_session_timeout,
+            metrics_listen: None,
             log: LogSettings::default(),
         }
     }
@@ -365,6 +371,7 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         &["group_max_session_timeout"],
         Kind::Text,
     ),
+    ("STRATA_METRICS_LISTEN", &["metrics_listen"], Kind::Text),
     (
         "STRATA_LOG_FLUSH_INTERVAL",
         &["log", "flush_interval"],
@@ -427,6 +434,7 @@ pub struct FlagOverrides {
     pub group_initial_rebalance_delay: Option<String>,
     pub group_min_session_timeout: Option<String>,
     pub group_max_session_timeout: Option<String>,
+    pub metrics_listen: Option<String>,
 }
 
 /// A layered settings document being assembled.
@@ -600,6 +608,11 @@ pub fn load(
                 .clone()
                 .map(toml::Value::String),
         ),
+        (
+            "metrics-listen",
+            &["metrics_listen"],
+            flags.metrics_listen.clone().map(toml::Value::String),
+        ),
     ];
     for (flag, path, value) in flag_values {
         let Some(value) = value else { continue };
@@ -664,6 +677,10 @@ impl Settings {
         // be asked for, so it is surely a typo.
         if self.group_max_session_timeout.as_millis() > i32::MAX as u128 {
             return bad("group_max_session_timeout", "must be at most 24d");
+        }
+        // Both binds would race for the port and the loser's error would not say why.
+        if self.metrics_listen == Some(self.listen) && self.listen.port() != 0 {
+            return bad("metrics_listen", "must differ from listen");
         }
         if self.cluster_id.is_empty() {
             return bad("cluster_id", "must not be empty");
@@ -869,6 +886,49 @@ mod tests {
         };
         let e = load(None, env(&[]), &flags).unwrap_err().to_string();
         assert!(e.contains("--group-max-session-timeout"), "{e}");
+    }
+
+    #[test]
+    fn metrics_listen_is_off_by_default_and_set_by_every_layer() {
+        let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        assert_eq!(s.metrics_listen, None);
+
+        let f = file("metrics_listen = \"127.0.0.1:9100\"\n");
+        let (s, _) = load(Some(f.path()), env(&[]), &FlagOverrides::default()).unwrap();
+        assert_eq!(s.metrics_listen, Some("127.0.0.1:9100".parse().unwrap()));
+        let (s, _) = load(
+            Some(f.path()),
+            env(&[("STRATA_METRICS_LISTEN", "0.0.0.0:9101")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap();
+        assert_eq!(s.metrics_listen, Some("0.0.0.0:9101".parse().unwrap()));
+        let flags = FlagOverrides {
+            metrics_listen: Some("127.0.0.1:0".into()),
+            ..Default::default()
+        };
+        let (s, _) = load(
+            Some(f.path()),
+            env(&[("STRATA_METRICS_LISTEN", "0.0.0.0:9101")]),
+            &flags,
+        )
+        .unwrap();
+        assert_eq!(s.metrics_listen, Some("127.0.0.1:0".parse().unwrap()));
+
+        let e = load(
+            None,
+            env(&[("STRATA_METRICS_LISTEN", "port nine")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("STRATA_METRICS_LISTEN"), "{e}");
+        let flags = FlagOverrides {
+            metrics_listen: Some("127.0.0.1:9092".into()),
+            ..Default::default()
+        };
+        let e = load(None, env(&[]), &flags).unwrap_err().to_string();
+        assert!(e.contains("metrics_listen"), "{e}");
     }
 
     #[test]

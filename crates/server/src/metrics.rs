@@ -1,0 +1,624 @@
+//! The broker's metrics in the Prometheus text exposition format (version 0.0.4), rendered on
+//! demand from the storage counters and the log's state — nothing is recorded here, so a scrape
+//! costs one pass over a few atomics and the served partitions, and no scrape costs nothing.
+
+use std::fmt::{self, Write};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use strata_core::{Clock, TopicPartition};
+use strata_log::LogManager;
+use strata_storage::{
+    StorageHealth, StorageHealthSnapshot, StorageMetrics, StorageMetricsSnapshot,
+    LATENCY_BUCKET_BOUNDS,
+};
+
+/// Storage counts as unhealthy once this many requests in a row have failed. One or two failures
+/// are routine on object stores (a throttled request, a retried timeout); three in a row, each
+/// already past the timeout, means storage is not answering.
+pub const UNHEALTHY_AFTER_FAILURES: u64 = 3;
+
+/// At most this many `strata_log_high_watermark` series (the first partitions by topic name and
+/// partition number). Every served partition is a series, and a broker with tens of thousands of
+/// partitions would otherwise make each scrape — and the time-series database — that much larger.
+/// `strata_log_high_watermark_omitted` says how many were left out.
+pub const MAX_WATERMARK_SERIES: usize = 1000;
+
+/// Where the numbers come from. The log is attached once it has opened, so the endpoint (and
+/// `/health` in particular) answers during a long log recovery too.
+#[derive(Debug)]
+pub struct MetricsSource {
+    backend: String,
+    metrics: Arc<StorageMetrics>,
+    health: Arc<StorageHealth>,
+    log: OnceLock<Arc<LogManager>>,
+    clock: Arc<dyn Clock>,
+    started: Duration,
+}
+
+impl MetricsSource {
+    /// `backend` labels the storage series (the store's `backend_name()`, e.g. "s3", "file").
+    pub fn new(
+        backend: impl Into<String>,
+        metrics: Arc<StorageMetrics>,
+        health: Arc<StorageHealth>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        let started = clock.monotonic();
+        Self {
+            backend: backend.into(),
+            metrics,
+            health,
+            log: OnceLock::new(),
+            clock,
+            started,
+        }
+    }
+
+    /// Adds the log's metrics from now on. Only the first call counts.
+    pub fn attach_log(&self, log: Arc<LogManager>) {
+        let _ = self.log.set(log);
+    }
+
+    pub fn health(&self) -> StorageHealthSnapshot {
+        self.health.snapshot()
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            backend: self.backend.clone(),
+            storage: self.metrics.snapshot(),
+            health: self.health.snapshot(),
+            log: self.log.get().map(|log| log_snapshot(log)),
+            uptime: self.clock.monotonic().saturating_sub(self.started),
+        }
+    }
+
+    pub fn render(&self) -> String {
+        render(&self.snapshot())
+    }
+}
+
+fn log_snapshot(log: &LogManager) -> LogSnapshot {
+    let mut served: Vec<TopicPartition> = log.served().into_iter().map(|(tp, _)| tp).collect();
+    let partitions_served = served.len();
+    // Sorted, so the capped set is the same from one scrape to the next.
+    served.sort_unstable_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    served.truncate(MAX_WATERMARK_SERIES);
+    // A partition released or deleted since `served()` has no watermark any more: skip it.
+    let high_watermarks = served
+        .into_iter()
+        .filter_map(|tp| log.watermarks(&tp).ok().map(|w| (tp, w.high.0)))
+        .collect();
+    LogSnapshot {
+        cache_bytes: log.cache_used() as u64,
+        partitions_served,
+        high_watermarks,
+    }
+}
+
+/// Everything one scrape reports.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub backend: String,
+    pub storage: StorageMetricsSnapshot,
+    pub health: StorageHealthSnapshot,
+    /// None until the log has opened.
+    pub log: Option<LogSnapshot>,
+    pub uptime: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogSnapshot {
+    pub cache_bytes: u64,
+    pub partitions_served: usize,
+    /// At most [`MAX_WATERMARK_SERIES`], sorted by topic and partition.
+    pub high_watermarks: Vec<(TopicPartition, i64)>,
+}
+
+/// The exposition text for `snapshot`.
+pub fn render(snapshot: &Snapshot) -> String {
+    let mut out = Exposition::default();
+    let backend = snapshot.backend.as_str();
+    let storage = &snapshot.storage;
+
+    out.family(
+        "strata_storage_requests_total",
+        "counter",
+        "Requests sent to object storage, by kind; every retry counts (object stores bill per request).",
+    );
+    for (op, m) in storage.iter() {
+        let labels = [("backend", backend), ("op", op.as_str())];
+        out.sample("strata_storage_requests_total", &labels, m.requests);
+    }
+    out.family(
+        "strata_storage_errors_total",
+        "counter",
+        "Storage requests that returned an error, including answers such as not-found or a lost conditional write.",
+    );
+    for (op, m) in storage.iter() {
+        let labels = [("backend", backend), ("op", op.as_str())];
+        out.sample("strata_storage_errors_total", &labels, m.errors);
+    }
+    out.family(
+        "strata_storage_failures_total",
+        "counter",
+        "Storage requests the storage failed to serve (throttled, timed out, unavailable).",
+    );
+    for (op, m) in storage.iter() {
+        let labels = [("backend", backend), ("op", op.as_str())];
+        out.sample("strata_storage_failures_total", &labels, m.failures);
+    }
+
+    out.family(
+        "strata_storage_bytes_total",
+        "counter",
+        "Payload bytes moved by successful storage requests: in = written to storage, out = read from it.",
+    );
+    let bytes_in: u64 = storage.iter().map(|(_, m)| m.bytes_in).sum();
+    let bytes_out: u64 = storage.iter().map(|(_, m)| m.bytes_out).sum();
+    out.sample(
+        "strata_storage_bytes_total",
+        &[("backend", backend), ("direction", "in")],
+        bytes_in,
+    );
+    out.sample(
+        "strata_storage_bytes_total",
+        &[("backend", backend), ("direction", "out")],
+        bytes_out,
+    );
+
+    out.family(
+        "strata_storage_request_seconds",
+        "histogram",
+        "Latency of one storage request (one attempt; retries are separate requests).",
+    );
+    for (op, m) in storage.iter() {
+        let hist = &m.latency;
+        let labels = [("backend", backend), ("op", op.as_str())];
+        // The snapshot counts each bucket on its own; Prometheus buckets are cumulative.
+        let mut cumulative = 0u64;
+        for (i, bound) in LATENCY_BUCKET_BOUNDS.iter().enumerate() {
+            cumulative += hist.counts.get(i).copied().unwrap_or(0);
+            let le = Float(bound.as_secs_f64()).to_string();
+            out.sample(
+                "strata_storage_request_seconds_bucket",
+                &[labels[0], labels[1], ("le", le.as_str())],
+                cumulative,
+            );
+        }
+        // Requests slower than every bound are only in +Inf, which is therefore the total.
+        let count = hist.count();
+        out.sample(
+            "strata_storage_request_seconds_bucket",
+            &[labels[0], labels[1], ("le", "+Inf")],
+            count,
+        );
+        out.sample(
+            "strata_storage_request_seconds_sum",
+            &labels,
+            Float(hist.sum.as_secs_f64()),
+        );
+        out.sample("strata_storage_request_seconds_count", &labels, count);
+    }
+
+    out.family(
+        "strata_storage_requests_per_gb_ingested",
+        "gauge",
+        "Storage requests of every kind per 10^9 bytes written since start: the request bill per unit of data stored. Absent before the first write.",
+    );
+    if let Some(per_gb) = storage.requests_per_gb_ingested() {
+        out.sample(
+            "strata_storage_requests_per_gb_ingested",
+            &[("backend", backend)],
+            Float(per_gb),
+        );
+    }
+
+    out.family(
+        "strata_storage_healthy",
+        "gauge",
+        "1 unless the last 3 or more storage requests in a row failed.",
+    );
+    out.sample(
+        "strata_storage_healthy",
+        &[("backend", backend)],
+        u64::from(snapshot.health.is_healthy(UNHEALTHY_AFTER_FAILURES)),
+    );
+    out.family(
+        "strata_storage_consecutive_failures",
+        "gauge",
+        "Storage requests failed in a row since the last success.",
+    );
+    out.sample(
+        "strata_storage_consecutive_failures",
+        &[("backend", backend)],
+        snapshot.health.consecutive_failures,
+    );
+
+    if let Some(log) = &snapshot.log {
+        out.family(
+            "strata_log_cache_bytes",
+            "gauge",
+            "Bytes held by the shared tail cache.",
+        );
+        out.sample("strata_log_cache_bytes", &[], log.cache_bytes);
+        out.family(
+            "strata_log_partitions_served",
+            "gauge",
+            "Partitions this broker serves.",
+        );
+        out.sample(
+            "strata_log_partitions_served",
+            &[],
+            log.partitions_served as u64,
+        );
+        out.family(
+            "strata_log_high_watermark",
+            "gauge",
+            "One past the last durable offset of a served partition (the first 1000 partitions by topic and number).",
+        );
+        for (tp, high) in &log.high_watermarks {
+            let partition = tp.partition.to_string();
+            out.sample(
+                "strata_log_high_watermark",
+                &[("topic", &tp.topic), ("partition", &partition)],
+                Int(*high),
+            );
+        }
+        out.family(
+            "strata_log_high_watermark_omitted",
+            "gauge",
+            "Served partitions left out of strata_log_high_watermark by its series cap.",
+        );
+        out.sample(
+            "strata_log_high_watermark_omitted",
+            &[],
+            log.partitions_served.saturating_sub(MAX_WATERMARK_SERIES) as u64,
+        );
+    }
+
+    out.family(
+        "strata_process_uptime_seconds",
+        "gauge",
+        "Seconds since the broker started.",
+    );
+    out.sample(
+        "strata_process_uptime_seconds",
+        &[],
+        Float(snapshot.uptime.as_secs_f64()),
+    );
+    out.family(
+        "strata_build_info",
+        "gauge",
+        "Always 1; labels the version.",
+    );
+    out.sample(
+        "strata_build_info",
+        &[("version", env!("CARGO_PKG_VERSION"))],
+        1u64,
+    );
+    out.text
+}
+
+/// Builds the exposition text. Writing to a `String` cannot fail, so `write!` results are
+/// dropped.
+#[derive(Default)]
+struct Exposition {
+    text: String,
+}
+
+impl Exposition {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.text, "# HELP {name} {}", escape_help(help));
+        let _ = writeln!(self.text, "# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl fmt::Display) {
+        self.text.push_str(name);
+        if !labels.is_empty() {
+            self.text.push('{');
+            for (i, (label, value)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.text.push(',');
+                }
+                let _ = write!(self.text, "{label}=\"{}\"", escape_label_value(value));
+            }
+            self.text.push('}');
+        }
+        let _ = writeln!(self.text, " {value}");
+    }
+}
+
+/// A label value as the text format wants it: backslash, double quote and line feed escaped.
+pub fn escape_label_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// HELP text escapes backslash and line feed (a quote is fine there).
+fn escape_help(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+/// A float sample value in the text format's spelling (`+Inf`, `-Inf`, `NaN`; Rust's `Display`
+/// never uses an exponent, which Prometheus parses fine).
+struct Float(f64);
+
+impl fmt::Display for Float {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = self.0;
+        if v.is_nan() {
+            f.write_str("NaN")
+        } else if v.is_infinite() {
+            f.write_str(if v > 0.0 { "+Inf" } else { "-Inf" })
+        } else {
+            write!(f, "{v}")
+        }
+    }
+}
+
+/// An integer gauge that may be negative (a watermark is an `i64`).
+struct Int(i64);
+
+impl fmt::Display for Int {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use strata_core::clock::ManualClock;
+    use strata_storage::{OpKind, StorageError, StorageResult};
+
+    use super::*;
+
+    fn snapshot_with(metrics: &StorageMetrics, health: &StorageHealth) -> Snapshot {
+        Snapshot {
+            backend: "s3".to_string(),
+            storage: metrics.snapshot(),
+            health: health.snapshot(),
+            log: None,
+            uptime: Duration::from_millis(1500),
+        }
+    }
+
+    /// The value of the one line that starts with `series ` (name plus labels, exactly).
+    fn value_of<'a>(text: &'a str, series: &str) -> &'a str {
+        let prefix = format!("{series} ");
+        let matches: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix(prefix.as_str()))
+            .collect();
+        assert_eq!(matches.len(), 1, "{series} in:\n{text}");
+        matches[0]
+    }
+
+    #[test]
+    fn label_values_and_help_are_escaped() {
+        assert_eq!(escape_label_value("plain"), "plain");
+        assert_eq!(
+            escape_label_value("a\\b\"c\nd"),
+            "a\\\\b\\\"c\\nd",
+            "backslash, quote and newline"
+        );
+        assert_eq!(escape_help("x\\y\nz \"q\""), "x\\\\y\\nz \"q\"");
+
+        let mut out = Exposition::default();
+        out.sample("m", &[("topic", "we\"ird\\\n")], 3u64);
+        assert_eq!(out.text, "m{topic=\"we\\\"ird\\\\\\n\"} 3\n");
+        let mut out = Exposition::default();
+        out.sample("m", &[], Float(f64::INFINITY));
+        out.sample("m", &[], Float(f64::NAN));
+        out.sample("m", &[], Float(0.25));
+        out.sample("m", &[], Int(-1));
+        assert_eq!(out.text, "m +Inf\nm NaN\nm 0.25\nm -1\n");
+    }
+
+    #[test]
+    fn every_family_has_help_and_type_before_its_samples_and_lines_parse() {
+        let clock = Arc::new(ManualClock::new(0));
+        let metrics = StorageMetrics::new();
+        let health = StorageHealth::new(clock);
+        let mut snapshot = snapshot_with(&metrics, &health);
+        snapshot.log = Some(LogSnapshot {
+            cache_bytes: 4096,
+            partitions_served: 2,
+            high_watermarks: vec![
+                (TopicPartition::new("orders", 0), 17),
+                (TopicPartition::new("orders", 1), 0),
+            ],
+        });
+        let text = render(&snapshot);
+        assert!(text.ends_with('\n'));
+
+        let mut declared: Vec<(String, String)> = Vec::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+                assert!(
+                    declared.iter().all(|(n, _)| n != name),
+                    "{name} declared twice"
+                );
+                declared.push((name.to_string(), kind.to_string()));
+                continue;
+            }
+            if line.starts_with("# HELP ") {
+                continue;
+            }
+            // A sample: name, optional {labels}, one space, a number.
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            assert!(
+                value == "+Inf" || value == "NaN" || value.parse::<f64>().is_ok(),
+                "{line}"
+            );
+            let name = series.split('{').next().unwrap();
+            // Samples belong to the family declared last (families are contiguous).
+            let (family, kind) = declared.last().unwrap();
+            let belongs = name == family
+                || (kind == "histogram"
+                    && [
+                        format!("{family}_bucket"),
+                        format!("{family}_sum"),
+                        format!("{family}_count"),
+                    ]
+                    .contains(&name.to_string()));
+            assert!(belongs, "{line} after # TYPE {family}");
+        }
+        assert_eq!(
+            value_of(
+                &text,
+                "strata_log_high_watermark{topic=\"orders\",partition=\"0\"}"
+            ),
+            "17"
+        );
+        assert_eq!(value_of(&text, "strata_log_cache_bytes"), "4096");
+        assert_eq!(value_of(&text, "strata_log_partitions_served"), "2");
+        assert_eq!(value_of(&text, "strata_log_high_watermark_omitted"), "0");
+        assert_eq!(value_of(&text, "strata_process_uptime_seconds"), "1.5");
+        // Nothing written yet: no requests-per-GB sample, but the family is still described.
+        assert!(text.contains("# TYPE strata_storage_requests_per_gb_ingested gauge"));
+        assert!(!text.contains("strata_storage_requests_per_gb_ingested{"));
+    }
+
+    #[test]
+    fn storage_counters_buckets_are_cumulative_and_end_in_the_total() {
+        let clock = Arc::new(ManualClock::new(0));
+        let metrics = StorageMetrics::new();
+        let health = StorageHealth::new(clock);
+        let ok: StorageResult<()> = Ok(());
+        // 2 requests in the first bucket, 1 in the third, 1 slower than every bound.
+        for micros in [10, 64, 200, 60_000_000] {
+            metrics.record(OpKind::Get, Duration::from_micros(micros), &ok, 0, 1_000);
+        }
+        metrics.record(
+            OpKind::PutCreate,
+            Duration::from_millis(1),
+            &ok,
+            500_000_000,
+            0,
+        );
+        let failed: StorageResult<()> = Err(StorageError::Unavailable("down".into()));
+        metrics.record(OpKind::PutCreate, Duration::from_millis(3), &failed, 1, 0);
+
+        let text = render(&snapshot_with(&metrics, &health));
+        let get = "backend=\"s3\",op=\"get\"";
+        let bucket = |le: &str| {
+            value_of(
+                &text,
+                &format!("strata_storage_request_seconds_bucket{{{get},le=\"{le}\"}}"),
+            )
+            .to_string()
+        };
+        assert_eq!(bucket("0.000064"), "2");
+        assert_eq!(bucket("0.000128"), "2");
+        assert_eq!(bucket("0.000256"), "3");
+        assert_eq!(bucket("16.777216"), "3");
+        assert_eq!(bucket("+Inf"), "4");
+        assert_eq!(
+            value_of(
+                &text,
+                &format!("strata_storage_request_seconds_count{{{get}}}")
+            ),
+            "4"
+        );
+        let sum: f64 = value_of(
+            &text,
+            &format!("strata_storage_request_seconds_sum{{{get}}}"),
+        )
+        .parse()
+        .unwrap();
+        assert!((sum - 60.000274).abs() < 1e-9, "{sum}");
+        // Buckets never decrease, for every op.
+        let mut last: Option<(String, u64)> = None;
+        for line in text
+            .lines()
+            .filter(|l| l.starts_with("strata_storage_request_seconds_bucket{"))
+        {
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            let op = series.split(",le=").next().unwrap().to_string();
+            let value: u64 = value.parse().unwrap();
+            if let Some((prev_op, prev)) = &last {
+                if *prev_op == op {
+                    assert!(value >= *prev, "{line}");
+                }
+            }
+            last = Some((op, value));
+        }
+        assert_eq!(
+            text.lines()
+                .filter(|l| l.starts_with("strata_storage_request_seconds_bucket{"))
+                .count(),
+            OpKind::COUNT * (LATENCY_BUCKET_BOUNDS.len() + 1)
+        );
+
+        let create = "backend=\"s3\",op=\"put_create\"";
+        assert_eq!(
+            value_of(&text, &format!("strata_storage_requests_total{{{create}}}")),
+            "2"
+        );
+        assert_eq!(
+            value_of(&text, &format!("strata_storage_errors_total{{{create}}}")),
+            "1"
+        );
+        assert_eq!(
+            value_of(
+                &text,
+                "strata_storage_bytes_total{backend=\"s3\",direction=\"in\"}"
+            ),
+            "500000000"
+        );
+        assert_eq!(
+            value_of(
+                &text,
+                "strata_storage_bytes_total{backend=\"s3\",direction=\"out\"}"
+            ),
+            "4000"
+        );
+        // 6 requests for half a gigabyte written.
+        assert_eq!(
+            value_of(
+                &text,
+                "strata_storage_requests_per_gb_ingested{backend=\"s3\"}"
+            ),
+            "12"
+        );
+    }
+
+    #[test]
+    fn health_gauges_follow_consecutive_failures() {
+        let clock = Arc::new(ManualClock::new(0));
+        let metrics = StorageMetrics::new();
+        let health = StorageHealth::new(clock);
+        for _ in 0..UNHEALTHY_AFTER_FAILURES {
+            health.record_failure(&StorageError::Unavailable("down".into()));
+        }
+        let text = render(&snapshot_with(&metrics, &health));
+        assert_eq!(
+            value_of(&text, "strata_storage_healthy{backend=\"s3\"}"),
+            "0"
+        );
+        assert_eq!(
+            value_of(&text, "strata_storage_consecutive_failures{backend=\"s3\"}"),
+            "3"
+        );
+        health.record_success();
+        let text = render(&snapshot_with(&metrics, &health));
+        assert_eq!(
+            value_of(&text, "strata_storage_healthy{backend=\"s3\"}"),
+            "1"
+        );
+        // No log attached yet: no log series at all.
+        assert!(!text.contains("strata_log_"));
+    }
+}

@@ -1,0 +1,159 @@
+//! What survives a broker restart: a graceful stop (SIGTERM) flushes and exits 0, and an
+//! idempotent producer streaming across a restart — graceful or SIGKILL — ends with every
+//! record exactly once, in order, with no gaps.
+
+// A failed expectation in a test is a panic; helpers here are test code too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use strata_tests::clients::{consume_exactly, create_topic, produce_all, producer, watermarks};
+use strata_tests::process::StorageKind;
+use strata_tests::records::{assert_partitions_match, varied_records, TestRecord};
+use strata_tests::stream::{ContinuousProducer, Outcome};
+use strata_tests::wait::DEADLINE;
+use strata_tests::{StrataOptions, StrataProcess};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_exits_zero_and_a_restart_serves_every_acknowledged_record() {
+    let mut broker = StrataProcess::start();
+    let topic = "survives-sigterm";
+    let sent: Vec<_> = varied_records(300)
+        .into_iter()
+        .map(|r| (Some(0), r))
+        .collect();
+    let acked = produce_all(&producer(&broker.bootstrap(), &[]), topic, &sent).await;
+    assert_eq!(acked.last().map(|a| a.offset), Some(299));
+
+    let status = broker.sigterm();
+    assert!(
+        status.success(),
+        "strata exited with {status} after SIGTERM"
+    );
+    broker.restart();
+
+    let produced = BTreeMap::from([(0, sent.into_iter().map(|(_, r)| r).collect::<Vec<_>>())]);
+    let consumed = consume_exactly(&broker.bootstrap(), topic, &[(0, 0)], 300).await;
+    assert_partitions_match(&produced, &consumed, 0);
+    assert_eq!(watermarks(&broker.bootstrap(), topic, 0).await, (0, 300));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_storage_serves_a_round_trip() {
+    let broker =
+        StrataProcess::start_with(StrataOptions::default().with_storage(StorageKind::Memory));
+    let topic = "in-memory";
+    let sent: Vec<_> = varied_records(100)
+        .into_iter()
+        .map(|r| (Some(0), r))
+        .collect();
+    produce_all(&producer(&broker.bootstrap(), &[]), topic, &sent).await;
+    let produced = BTreeMap::from([(0, sent.into_iter().map(|(_, r)| r).collect::<Vec<_>>())]);
+    let consumed = consume_exactly(&broker.bootstrap(), topic, &[(0, 0)], 100).await;
+    assert_partitions_match(&produced, &consumed, 0);
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    Graceful,
+    Kill9,
+}
+
+/// Streams with an idempotent producer, stops the broker once 1/4 of the records are
+/// acknowledged, restarts it on the same data and port, and lets the producer finish.
+async fn idempotent_stream_across_restart(stop: Stop) {
+    const PARTITIONS: i32 = 2;
+    const RECORDS: u64 = 4000;
+    let mut broker = StrataProcess::start();
+    let bootstrap = broker.bootstrap();
+    let topic = format!("idempotent-across-{stop:?}").to_lowercase();
+    create_topic(&bootstrap, &topic, PARTITIONS, &[]).await;
+
+    let producer = producer(
+        &bootstrap,
+        &[
+            ("enable.idempotence", "true"),
+            ("message.timeout.ms", "60000"),
+            ("retry.backoff.ms", "20"),
+            ("linger.ms", "2"),
+        ],
+    );
+    let stream = ContinuousProducer::start(producer, &topic, PARTITIONS, 200, Some(RECORDS));
+    stream.wait_for_acked(RECORDS as usize / 4, DEADLINE).await;
+    match stop {
+        Stop::Graceful => {
+            let status = broker.sigterm();
+            assert!(
+                status.success(),
+                "strata exited with {status} after SIGTERM"
+            );
+        }
+        Stop::Kill9 => broker.kill9(),
+    }
+    let acked_before_restart = stream.acked();
+    broker.restart();
+    // Delivery reports wait for the message timeout at most; the stream needs a bit longer.
+    let outcomes = stream.join(Duration::from_secs(90)).await;
+    assert_eq!(
+        outcomes.len() as u64,
+        RECORDS,
+        "the stream sent every record"
+    );
+    eprintln!(
+        "{acked_before_restart} of {RECORDS} records were acknowledged when the broker stopped"
+    );
+
+    assert_every_record_acknowledged(&outcomes);
+    let produced = records_by_partition(&outcomes);
+    let starts: Vec<(i32, i64)> = (0..PARTITIONS).map(|p| (p, 0)).collect();
+    let consumed = consume_exactly(&bootstrap, &topic, &starts, RECORDS as usize).await;
+    assert_partitions_match(&produced, &consumed, 0);
+    for (partition, records) in &produced {
+        let high = watermarks(&bootstrap, &topic, *partition).await.1;
+        assert_eq!(
+            high,
+            records.len() as i64,
+            "high watermark of {topic}/{partition}: a duplicate or a gap"
+        );
+    }
+}
+
+/// An idempotent producer with unlimited retries must get every record in.
+fn assert_every_record_acknowledged(outcomes: &[Outcome]) {
+    let failed: Vec<_> = outcomes.iter().filter(|o| o.result.is_err()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} deliveries failed; first: {:?}",
+        failed.len(),
+        outcomes.len(),
+        failed.first()
+    );
+}
+
+/// Send order per partition; each acknowledged offset must match its position.
+fn records_by_partition(outcomes: &[Outcome]) -> BTreeMap<i32, Vec<TestRecord>> {
+    let mut produced: BTreeMap<i32, Vec<TestRecord>> = BTreeMap::new();
+    for outcome in outcomes {
+        let records = produced.entry(outcome.partition).or_default();
+        let acked = outcome.result.as_ref().expect("checked above");
+        assert_eq!(
+            (acked.partition, acked.offset),
+            (outcome.partition, records.len() as i64),
+            "record {} acknowledged out of place",
+            outcome.sequence
+        );
+        records.push(outcome.record.clone());
+    }
+    produced
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotent_producer_streams_across_a_graceful_restart_without_duplicates_or_gaps() {
+    idempotent_stream_across_restart(Stop::Graceful).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotent_producer_streams_across_a_kill9_restart_without_duplicates_or_gaps() {
+    idempotent_stream_across_restart(Stop::Kill9).await;
+}
