@@ -74,6 +74,14 @@ impl StrataOptions {
     }
 }
 
+/// `scheme://authority[/path][?query]` with `/suffix` appended to the path.
+fn with_path_suffix(base: &str, suffix: &str) -> String {
+    match base.split_once('?') {
+        Some((head, query)) => format!("{}/{suffix}?{query}", head.trim_end_matches('/')),
+        None => format!("{}/{suffix}", base.trim_end_matches('/')),
+    }
+}
+
 /// The broker's stdout and stderr, interleaved as read, kept for failure reports.
 #[derive(Default)]
 struct OutputLog {
@@ -247,10 +255,26 @@ impl StrataProcess {
 
     fn storage_url(&self) -> String {
         match self.options.storage {
-            // The path is absolute, so this is file:///tmp/...
-            StorageKind::Directory => {
-                format!("file://{}", self.data_dir.path().join("store").display())
-            }
+            // STRATA_TEST_STORAGE reruns every durable-storage test on another backend (CI
+            // runs the suite on S3 and on RADOS too): each broker gets its own prefix (S3) or
+            // namespace (RADOS) under that URL, named after its temporary directory, so a
+            // restart finds its data again and tests never see each other's objects.
+            StorageKind::Directory => match std::env::var("STRATA_TEST_STORAGE") {
+                Ok(base) if !base.is_empty() => {
+                    let unique = self
+                        .data_dir
+                        .path()
+                        .file_name()
+                        .map(|n| {
+                            n.to_string_lossy()
+                                .replace(|c: char| !c.is_ascii_alphanumeric(), "")
+                        })
+                        .unwrap_or_default();
+                    with_path_suffix(&base, &unique)
+                }
+                // The path is absolute, so this is file:///tmp/...
+                _ => format!("file://{}", self.data_dir.path().join("store").display()),
+            },
             StorageKind::Memory => "memory://".to_string(),
         }
     }
