@@ -56,6 +56,9 @@ impl Connection {
             .max(1);
         let mut buf = BytesMut::with_capacity(MIN_READ_SPACE);
         let mut inflight: FuturesOrdered<JoinHandle<Reply>> = FuturesOrdered::new();
+        // Produce requests append in arrival order (see `ProduceTurn`).
+        let produce_order = Arc::new(tokio::sync::watch::channel(0u64).0);
+        let mut next_produce_ticket = 0u64;
         // False once the client closed its side, the broker is shutting down, or the input
         // became unusable: from then on we only answer what we already accepted.
         let mut reading = true;
@@ -67,11 +70,18 @@ impl Connection {
             while reading && inflight.len() < depth {
                 match try_split_frame(&mut buf, max_frame) {
                     Ok(Some(frame)) => {
+                        let is_produce = frame.len() >= 2 && frame[0] == 0 && frame[1] == 0;
+                        let turn = is_produce.then(|| {
+                            let ticket = next_produce_ticket;
+                            next_produce_ticket += 1;
+                            crate::ProduceTurn::new(ticket, Arc::clone(&produce_order))
+                        });
                         inflight.push_back(tokio::spawn(dispatch::handle_frame(
                             Arc::clone(&self.broker),
                             frame,
                             self.peer,
                             self.shutdown.clone(),
+                            turn,
                         )));
                     }
                     // Incomplete; try_split_frame has reserved room for the rest of the frame.

@@ -107,9 +107,12 @@ impl GroupCoordinator {
                     .await
                 {
                     Ok(t) => t,
-                    Err(LogError::TopicAlreadyExists(_)) => log
-                        .topic(OFFSETS_TOPIC)
-                        .ok_or(LogError::UnknownTopicOrPartition)?,
+                    Err(LogError::TopicAlreadyExists(_)) => {
+                        // Another broker of the cluster created it since our catalog was read.
+                        log.refresh_catalog().await?;
+                        log.topic(OFFSETS_TOPIC)
+                            .ok_or(LogError::UnknownTopicOrPartition)?
+                    }
                     Err(e) => return Err(e),
                 }
             }
@@ -138,6 +141,9 @@ impl GroupCoordinator {
         }
         let tp = TopicPartition::new(OFFSETS_TOPIC, p);
         let records = replay(&self.log, &tp).await?;
+        // Nothing else writes this partition until the shard task starts below, which is
+        // what makes rewriting its head safe here.
+        let records = compact_shard(&self.log, &tp, records, self.clock.wall_millis()).await;
         let loaded = records.len();
         let state = GroupsState::replay(
             self.config.clone(),
@@ -324,6 +330,64 @@ impl GroupCoordinator {
     }
 }
 
+/// Below this many records a shard's log is not worth compacting.
+const COMPACT_MIN_RECORDS: usize = 1000;
+/// Records per batch when rewriting a compacted shard.
+const COMPACT_BATCH_RECORDS: usize = 500;
+
+/// Kafka compacts `__consumer_offsets` by key; here the equivalent happens when a shard loads.
+/// Only the newest record per key matters to replay (tombstones included), so once the log
+/// holds more than twice that, the live records are written again at its end (sequence numbers
+/// unchanged, so replay order is unchanged) and the log start moves past everything older.
+/// Any failure leaves the log as it was: the old records are deleted only after the rewrite is
+/// durable, and a rewrite that stopped half-way only duplicates records replay already
+/// deduplicates.
+async fn compact_shard(
+    log: &LogManager,
+    tp: &TopicPartition,
+    records: Vec<PersistRecord>,
+    now_ms: i64,
+) -> Vec<PersistRecord> {
+    let mut newest: HashMap<strata_groups::PersistKey, PersistRecord> = HashMap::new();
+    for r in &records {
+        let key = r.key();
+        if newest.get(&key).is_none_or(|old| old.seq <= r.seq) {
+            newest.insert(key, r.clone());
+        }
+    }
+    let mut live: Vec<PersistRecord> = newest
+        .into_values()
+        .filter(|r| {
+            !matches!(
+                r.body,
+                strata_groups::RecordBody::GroupTombstone
+                    | strata_groups::RecordBody::OffsetTombstone { .. }
+            )
+        })
+        .collect();
+    if records.len() < COMPACT_MIN_RECORDS || records.len() < 2 * live.len() {
+        return records;
+    }
+    live.sort_by_key(|r| r.seq);
+    let start = match log.watermarks(tp) {
+        Ok(w) => w.high,
+        Err(_) => return records,
+    };
+    for chunk in live.chunks(COMPACT_BATCH_RECORDS) {
+        if let PersistOutcome::Failed(_) = persist(log, tp, chunk, now_ms).await {
+            tracing::warn!(partition = %tp, "compacting a group shard failed; keeping its full log");
+            return records;
+        }
+    }
+    match log.delete_records(tp, Some(start)).await {
+        Ok(_) => tracing::info!(partition = %tp, before = records.len(), after = live.len(),
+            "compacted group shard"),
+        Err(e) => tracing::warn!(partition = %tp, error = %e,
+            "compacted group shard written, but its old records could not be dropped"),
+    }
+    live
+}
+
 /// Reads a shard's partition from its start and decodes every persisted record. A record that
 /// does not decode is skipped with an error log: losing one stale fact is better than a
 /// coordinator that can never start.
@@ -504,6 +568,54 @@ async fn persist(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_shard_log_full_of_superseded_commits_is_compacted_on_load() {
+        use strata_groups::{OffsetValue, RecordBody};
+        let store: Arc<dyn strata_storage::ObjectStore> =
+            Arc::new(strata_storage::MemoryStore::new());
+        let log = LogManager::open(
+            store,
+            strata_core::SystemClock::shared(),
+            strata_log::LogConfig::default(),
+            strata_core::BrokerId(0),
+        )
+        .await
+        .unwrap();
+        log.create_topic(OFFSETS_TOPIC, Some(1), Default::default(), false)
+            .await
+            .unwrap();
+        let tp = TopicPartition::new(OFFSETS_TOPIC, 0);
+        let commit = |seq: u64, partition: i32, offset: i64| PersistRecord {
+            seq,
+            group_id: "g".into(),
+            body: RecordBody::Offset {
+                partition: TopicPartition::new("t", partition),
+                value: OffsetValue {
+                    offset: Offset(offset),
+                    leader_epoch: None,
+                    metadata: String::new(),
+                    commit_timestamp_ms: 0,
+                },
+            },
+        };
+        // 1,200 commits of two partitions: only the last of each matters.
+        for seq in 0..1200u64 {
+            let r = commit(seq, (seq % 2) as i32, seq as i64);
+            assert_eq!(persist(&log, &tp, &[r], 0).await, PersistOutcome::Durable);
+        }
+        let replayed = replay(&log, &tp).await.unwrap();
+        assert_eq!(replayed.len(), 1200);
+        let compacted = compact_shard(&log, &tp, replayed, 0).await;
+        assert_eq!(
+            compacted,
+            vec![commit(1198, 0, 1198), commit(1199, 1, 1199)]
+        );
+        // What a later load replays is the compacted head only, with the same facts.
+        let again = replay(&log, &tp).await.unwrap();
+        assert_eq!(again, compacted);
+        assert_eq!(log.watermarks(&tp).unwrap().log_start, Offset(1200));
+    }
 
     #[test]
     fn shards_follow_kafkas_hash() {

@@ -37,6 +37,7 @@ pub(crate) async fn handle_frame(
     mut frame: Bytes,
     peer: SocketAddr,
     shutdown: watch::Receiver<bool>,
+    produce_turn: Option<crate::ProduceTurn>,
 ) -> Reply {
     let header = match parse_request_header(&mut frame) {
         Ok(header) => header,
@@ -51,6 +52,7 @@ pub(crate) async fn handle_frame(
         client_id: header.client_id().map(str::to_string),
         peer,
         shutdown,
+        produce_turn: Arc::new(std::sync::Mutex::new(produce_turn)),
     };
     let api_key = match &header.api {
         RequestApi::Supported { key, .. } | RequestApi::UnsupportedVersion { key, .. } => *key,
@@ -141,6 +143,14 @@ async fn route(
             &configs::incremental_alter_configs(broker, r, ctx).await,
         ),
         RequestKind::DescribeCluster(r) => reply(ctx, &cluster::describe_cluster(broker, r, ctx)),
+        RequestKind::AlterPartitionReassignments(r) => reply(
+            ctx,
+            &cluster::alter_partition_reassignments(broker, r, ctx).await,
+        ),
+        RequestKind::ListPartitionReassignments(r) => reply(
+            ctx,
+            &cluster::list_partition_reassignments(broker, r, ctx).await,
+        ),
         RequestKind::InitProducerId(r) => {
             reply(ctx, &producer::init_producer_id(broker, r, ctx).await)
         }

@@ -19,8 +19,10 @@ pub mod code {
     pub const OFFSET_OUT_OF_RANGE: i16 = 1;
     pub const CORRUPT_MESSAGE: i16 = 2;
     pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    pub const LEADER_NOT_AVAILABLE: i16 = 5;
     pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
     pub const REQUEST_TIMED_OUT: i16 = 7;
+    pub const BROKER_NOT_AVAILABLE: i16 = 8;
     pub const MESSAGE_TOO_LARGE: i16 = 10;
     pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
     pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
@@ -64,6 +66,7 @@ pub mod code {
     pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
     pub const INVALID_RECORD: i16 = 87;
     pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+    pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
     pub const THROTTLING_QUOTA_EXCEEDED: i16 = 89;
     pub const UNKNOWN_TOPIC_ID: i16 = 100;
     pub const MISMATCHED_ENDPOINT_TYPE: i16 = 114;

@@ -10,6 +10,7 @@
 //! gets an error answer or, where the protocol has no way to say so, closes its connection only.
 
 mod api_versions;
+pub mod cluster;
 mod connection;
 pub mod coordinator;
 mod dispatch;
@@ -24,7 +25,7 @@ mod tests;
 
 pub use api_versions::{supported_apis, supported_versions};
 pub use server::{Broker, BrokerParts};
-pub use settings::BrokerSettings;
+pub use settings::{BrokerSettings, ClusterSettings};
 
 use std::net::SocketAddr;
 
@@ -39,4 +40,53 @@ pub(crate) struct RequestContext {
     pub peer: SocketAddr,
     /// Turns true when the broker starts shutting down: long polls return early.
     pub shutdown: watch::Receiver<bool>,
+    /// For a Produce: its place in the connection's order of appends.
+    pub produce_turn: std::sync::Arc<std::sync::Mutex<Option<ProduceTurn>>>,
+}
+
+/// A Produce request's place in its connection's append order.
+///
+/// Requests on one connection run concurrently, but Kafka appends a connection's produce
+/// requests in the order they arrived — a producer without idempotence relies on that for
+/// per-partition order when it pipelines. Each Produce takes a ticket when its frame is read;
+/// it assigns offsets only when the turn counter reaches its ticket, and passes the turn on as
+/// soon as its batches are queued (before they are durable), so pipelining still overlaps the
+/// storage writes. Dropping a turn (an error path, a cancelled task) passes it on too.
+#[derive(Debug)]
+pub(crate) struct ProduceTurn {
+    ticket: u64,
+    turn: std::sync::Arc<watch::Sender<u64>>,
+    passed: bool,
+}
+
+impl ProduceTurn {
+    pub(crate) fn new(ticket: u64, turn: std::sync::Arc<watch::Sender<u64>>) -> Self {
+        Self {
+            ticket,
+            turn,
+            passed: false,
+        }
+    }
+
+    /// Waits until every earlier Produce of the connection has queued its batches.
+    pub(crate) async fn wait(&self) {
+        let mut rx = self.turn.subscribe();
+        // The sender lives as long as this turn does, so `wait_for` cannot fail.
+        let _ = rx.wait_for(|t| *t >= self.ticket).await;
+    }
+
+    /// Lets the next Produce of the connection go.
+    pub(crate) fn pass(&mut self) {
+        if !self.passed {
+            self.passed = true;
+            let next = self.ticket + 1;
+            self.turn.send_modify(|t| *t = (*t).max(next));
+        }
+    }
+}
+
+impl Drop for ProduceTurn {
+    fn drop(&mut self) {
+        self.pass();
+    }
 }

@@ -6,10 +6,12 @@ use std::time::Duration;
 
 use strata_core::Clock;
 use strata_log::{LogError, LogManager};
+use strata_storage::ObjectStore;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tracing::{debug, info, warn};
 
+use crate::cluster::{ClusterNode, ClusterStartError};
 use crate::connection::Connection;
 use crate::coordinator::GroupCoordinator;
 use crate::BrokerSettings;
@@ -35,6 +37,9 @@ pub struct Broker {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) settings: BrokerSettings,
     pub(crate) groups: Arc<GroupCoordinator>,
+    /// Cluster mode: membership, ownership and the cluster view. None for a broker alone on
+    /// its storage, which leads every partition.
+    pub(crate) cluster: Option<Arc<ClusterNode>>,
 }
 
 /// Pause after a failed accept (typically EMFILE): retrying at once would spin.
@@ -60,7 +65,52 @@ impl Broker {
             clock: parts.clock,
             settings: parts.settings,
             groups,
+            cluster: None,
         })
+    }
+
+    /// Builds a broker in cluster mode (`settings.cluster` must be set, the log opened with
+    /// `Ownership::Managed`): starts the group coordinator without any shard, then joins the
+    /// cluster on `store`; partitions and coordinator shards arrive as ownership is acquired.
+    pub async fn open_clustered(
+        parts: BrokerParts,
+        store: Arc<dyn ObjectStore>,
+    ) -> Result<Self, ClusterStartError> {
+        let cluster_settings = parts.settings.cluster.unwrap_or_default();
+        let groups = GroupCoordinator::start(
+            Arc::clone(&parts.log),
+            Arc::clone(&parts.clock),
+            parts.settings.group_config(),
+            parts.settings.group_shards,
+            parts.member_id_seed,
+            false,
+        )
+        .await?;
+        let node = ClusterNode::start(
+            store,
+            Arc::clone(&parts.clock),
+            Arc::clone(&parts.log),
+            Arc::clone(&groups),
+            parts.settings.node_id,
+            (
+                parts.settings.advertised_host.clone(),
+                parts.settings.advertised_port,
+            ),
+            cluster_settings,
+        )
+        .await?;
+        Ok(Self {
+            log: parts.log,
+            clock: parts.clock,
+            settings: parts.settings,
+            groups,
+            cluster: Some(node),
+        })
+    }
+
+    /// The cluster membership, in cluster mode.
+    pub fn cluster(&self) -> Option<&Arc<ClusterNode>> {
+        self.cluster.as_ref()
     }
 
     pub fn settings(&self) -> &BrokerSettings {

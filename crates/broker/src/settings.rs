@@ -51,6 +51,32 @@ pub struct BrokerSettings {
     /// `group.max.session.timeout.ms`: JoinGroups asking for a longer session are refused
     /// (INVALID_SESSION_TIMEOUT).
     pub group_max_session_timeout: Duration,
+    /// Cluster mode: None serves every partition here (a broker alone on its storage); Some
+    /// makes this broker one member of a cluster sharing the storage (see [`crate::cluster`]).
+    pub cluster: Option<ClusterSettings>,
+}
+
+/// Timing of cluster membership and ownership.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClusterSettings {
+    /// A broker whose heartbeat did not move for this long is dead and its partitions are
+    /// taken over: the failover time is about this plus one heartbeat interval.
+    pub lease_period: Duration,
+    /// How often this broker proves it is alive (and re-reads who else is).
+    pub heartbeat_interval: Duration,
+    /// How often ownership records are re-read, by the ownership runner (claims and handovers
+    /// wait for it) and for Metadata answers. Two rounds bound a graceful handover.
+    pub ownership_interval: Duration,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        Self {
+            lease_period: Duration::from_secs(5),
+            heartbeat_interval: Duration::from_secs(1),
+            ownership_interval: Duration::from_millis(250),
+        }
+    }
 }
 
 impl BrokerSettings {
@@ -85,6 +111,7 @@ impl Default for BrokerSettings {
             group_initial_rebalance_delay: groups.initial_rebalance_delay,
             group_min_session_timeout: groups.min_session_timeout,
             group_max_session_timeout: groups.max_session_timeout,
+            cluster: None,
         }
     }
 }

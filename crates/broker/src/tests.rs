@@ -294,6 +294,7 @@ async fn create_topic(client: &mut Client, name: &str) -> uuid::Uuid {
 
 // --- tests ---
 
+mod cluster;
 mod groups;
 
 #[tokio::test]

@@ -7,6 +7,7 @@
 //! actual port (tests start the binary with `--listen 127.0.0.1:0` and wait for that line).
 //! With `metrics_listen` set, `metrics on <address>` likewise reports the metrics endpoint.
 
+mod admin;
 mod health;
 mod http;
 mod metrics;
@@ -20,9 +21,9 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use strata_broker::{Broker, BrokerParts, BrokerSettings};
+use strata_broker::{Broker, BrokerParts, BrokerSettings, ClusterSettings};
 use strata_core::{BrokerId, Clock, SystemClock};
-use strata_log::LogManager;
+use strata_log::{LogManager, Ownership as LogOwnership};
 use strata_storage::{url_scheme, StackConfig, StorageStack, StoreRegistry};
 use tokio::net::TcpListener;
 use tracing::{error, info, warn};
@@ -53,7 +54,7 @@ enum Command {
     /// cluster_id, storage, auto_create_topics, max_request_bytes, max_connections,
     /// max_inflight_requests_per_connection, shutdown_grace, group_shards,
     /// group_initial_rebalance_delay, group_min_session_timeout, group_max_session_timeout,
-    /// metrics_listen) and a [log] section (flush_interval,
+    /// metrics_listen, cluster, lease_period, heartbeat_interval) and a [log] section (flush_interval,
     /// flush_bytes, max_pending_bytes, segment_bytes, segment_interval, cache_bytes,
     /// retention_check_interval, default_partitions, max_inflight_flushes). Environment
     /// variables: STRATA_ + the upper-cased key, STRATA_LOG_ + key for the [log] section
@@ -62,6 +63,12 @@ enum Command {
     /// "64MiB"/"1GB".
     // Boxed: the flags make it far larger than the other variants.
     Serve(Box<ServeArgs>),
+    /// Operate on partitions of a running cluster (cluster mode).
+    #[command(subcommand)]
+    Partitions(admin::PartitionsCommand),
+    /// Operate on brokers of a running cluster (cluster mode).
+    #[command(subcommand)]
+    Broker(admin::BrokerCommand),
     /// Print the version.
     Version,
 }
@@ -114,6 +121,18 @@ struct ServeArgs {
     /// [default: none, no endpoint].
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<String>,
+    /// Cluster mode: share the storage with other brokers (each with its own --node-id);
+    /// partitions are spread over the live brokers and taken over when one dies. A broker
+    /// whose stream is fenced by the others exits with status 1 (restart it) [default: false].
+    #[arg(long, value_name = "BOOL")]
+    cluster: Option<bool>,
+    /// Cluster mode: how long a silent broker stays owner before the others take over its
+    /// partitions [default: 5s].
+    #[arg(long, value_name = "DURATION")]
+    lease_period: Option<String>,
+    /// Cluster mode: how often a broker heartbeats [default: 1s].
+    #[arg(long, value_name = "DURATION")]
+    heartbeat_interval: Option<String>,
     /// Log filter (error, warn, info, debug, trace, or a tracing directive like
     /// "strata_broker=debug"); overrides RUST_LOG [default: info].
     #[arg(long, value_name = "FILTER")]
@@ -127,6 +146,8 @@ fn main() -> ExitCode {
             let _ = writeln!(std::io::stdout(), "strata {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
+        Command::Partitions(command) => run_admin(admin::partitions(command)),
+        Command::Broker(command) => run_admin(admin::broker(command)),
         Command::Serve(args) => {
             if let Err(e) = init_logging(args.log_level.as_deref()) {
                 let _ = writeln!(std::io::stderr(), "strata: {e:#}");
@@ -146,6 +167,22 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+/// Runs an operator command: errors to stderr, exit status 1.
+fn run_admin(command: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+        .and_then(|runtime| runtime.block_on(command));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "strata: {e:#}");
+            ExitCode::FAILURE
         }
     }
 }
@@ -181,6 +218,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         group_min_session_timeout: args.group_min_session_timeout,
         group_max_session_timeout: args.group_max_session_timeout,
         metrics_listen: args.metrics_listen,
+        cluster: args.cluster,
+        lease_period: args.lease_period,
+        heartbeat_interval: args.heartbeat_interval,
     };
     let (settings, unknown_env) = settings::load(args.config.as_deref(), std::env::vars(), &flags)?;
     for var in unknown_env {
@@ -220,13 +260,20 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         None => None,
     };
     let node_id = BrokerId(settings.node_id);
-    let log = LogManager::open(
-        storage.store,
+    // In cluster mode the log serves nothing until ownership is acquired.
+    let log_mode = if settings.cluster {
+        LogOwnership::Managed
+    } else {
+        LogOwnership::All
+    };
+    let log = LogManager::open_with(
+        Arc::clone(&storage.store),
         Arc::clone(&clock),
         settings
             .log
             .to_log_config(&url_scheme(&settings.storage).unwrap_or_else(|| "file".into()))?,
         node_id,
+        log_mode,
     )
     .await
     .with_context(|| format!("opening the log on {}", settings.storage))?;
@@ -237,7 +284,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("binding {}", settings.listen))?;
     let bound = listener.local_addr().context("reading the bound address")?;
     let (advertised_host, advertised_port) = advertised(&settings, bound)?;
-    let broker = Broker::open(BrokerParts {
+    let parts = BrokerParts {
         log: Arc::clone(&log),
         clock,
         settings: BrokerSettings {
@@ -255,12 +302,24 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             group_initial_rebalance_delay: settings.group_initial_rebalance_delay,
             group_min_session_timeout: settings.group_min_session_timeout,
             group_max_session_timeout: settings.group_max_session_timeout,
+            cluster: settings.cluster.then(|| ClusterSettings {
+                lease_period: settings.lease_period,
+                heartbeat_interval: settings.heartbeat_interval,
+                ..ClusterSettings::default()
+            }),
             ..BrokerSettings::default()
         },
         member_id_seed: rand::random(),
-    })
-    .await
-    .context("starting the consumer-group coordinator (__consumer_offsets)")?;
+    };
+    let broker = if settings.cluster {
+        Broker::open_clustered(parts, Arc::clone(&storage.store))
+            .await
+            .context("joining the cluster")?
+    } else {
+        Broker::open(parts)
+            .await
+            .context("starting the consumer-group coordinator (__consumer_offsets)")?
+    };
     let broker = Arc::new(broker);
     info!(
         node_id = settings.node_id,
@@ -271,7 +330,27 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     );
     info!("listening on {bound}");
 
-    broker.serve(listener, shutdown_signal()).await;
+    match broker.cluster().cloned() {
+        None => broker.serve(listener, shutdown_signal()).await,
+        Some(node) => {
+            // On a signal, hand partitions over while clients can still be told where they
+            // went; if this broker is fenced, exit non-zero at once: it can acknowledge
+            // nothing more, and its supervisor restarts it as a new incarnation.
+            let leaving = Arc::clone(&node);
+            let grace = settings.shutdown_grace;
+            let stopped = async move {
+                shutdown_signal().await;
+                leaving.leave(grace).await;
+            };
+            tokio::select! {
+                () = broker.serve(listener, stopped) => {}
+                reason = node.fatal() => anyhow::bail!(
+                    "fenced out of the cluster ({reason}); exiting so that a supervisor \
+                     restarts this broker as a new incarnation"
+                ),
+            }
+        }
+    }
     info!("flushing and checkpointing the log");
     log.shutdown().await.context("shutting down the log")?;
     // Kept until the log is flushed, so a slow shutdown can still be watched.

@@ -60,6 +60,17 @@ pub struct Settings {
     /// (the default) serves neither. Port 0 picks a free port (reported in the log as
     /// `metrics on <address>`).
     pub metrics_listen: Option<SocketAddr>,
+    /// Cluster mode: this broker is one of several sharing `storage`; partitions are spread
+    /// over the live brokers, move between them, and are taken over when one dies. Off: this
+    /// broker serves every partition (only one broker may run on the storage).
+    pub cluster: bool,
+    /// Cluster mode: a broker whose heartbeat stood still this long is dead and its
+    /// partitions are taken over (failover takes about this long).
+    #[serde(with = "humantime_serde")]
+    pub lease_period: Duration,
+    /// Cluster mode: how often a broker proves it is alive.
+    #[serde(with = "humantime_serde")]
+    pub heartbeat_interval: Duration,
     /// The partition log.
     pub log: LogSettings,
 }
@@ -113,6 +124,9 @@ impl Default for Settings {
             group_min_session_timeout: broker.group_min_session_timeout,
             group_max_session_timeout: broker.group_max_session_timeout,
             metrics_listen: None,
+            cluster: false,
+            lease_period: strata_broker::ClusterSettings::default().lease_period,
+            heartbeat_interval: strata_broker::ClusterSettings::default().heartbeat_interval,
             log: LogSettings::default(),
         }
     }
@@ -372,6 +386,13 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         Kind::Text,
     ),
     ("STRATA_METRICS_LISTEN", &["metrics_listen"], Kind::Text),
+    ("STRATA_CLUSTER", &["cluster"], Kind::Boolean),
+    ("STRATA_LEASE_PERIOD", &["lease_period"], Kind::Text),
+    (
+        "STRATA_HEARTBEAT_INTERVAL",
+        &["heartbeat_interval"],
+        Kind::Text,
+    ),
     (
         "STRATA_LOG_FLUSH_INTERVAL",
         &["log", "flush_interval"],
@@ -435,6 +456,9 @@ pub struct FlagOverrides {
     pub group_min_session_timeout: Option<String>,
     pub group_max_session_timeout: Option<String>,
     pub metrics_listen: Option<String>,
+    pub cluster: Option<bool>,
+    pub lease_period: Option<String>,
+    pub heartbeat_interval: Option<String>,
 }
 
 /// A layered settings document being assembled.
@@ -613,6 +637,21 @@ pub fn load(
             &["metrics_listen"],
             flags.metrics_listen.clone().map(toml::Value::String),
         ),
+        (
+            "cluster",
+            &["cluster"],
+            flags.cluster.map(toml::Value::Boolean),
+        ),
+        (
+            "lease-period",
+            &["lease_period"],
+            flags.lease_period.clone().map(toml::Value::String),
+        ),
+        (
+            "heartbeat-interval",
+            &["heartbeat_interval"],
+            flags.heartbeat_interval.clone().map(toml::Value::String),
+        ),
     ];
     for (flag, path, value) in flag_values {
         let Some(value) = value else { continue };
@@ -681,6 +720,13 @@ impl Settings {
         // Both binds would race for the port and the loser's error would not say why.
         if self.metrics_listen == Some(self.listen) && self.listen.port() != 0 {
             return bad("metrics_listen", "must differ from listen");
+        }
+        // A lease must survive a few lost heartbeats, or a busy broker is declared dead.
+        if self.heartbeat_interval.is_zero() || self.heartbeat_interval * 2 > self.lease_period {
+            return bad(
+                "heartbeat_interval",
+                "must be more than 0 and at most half of lease_period",
+            );
         }
         if self.cluster_id.is_empty() {
             return bad("cluster_id", "must not be empty");
@@ -929,6 +975,40 @@ mod tests {
         };
         let e = load(None, env(&[]), &flags).unwrap_err().to_string();
         assert!(e.contains("metrics_listen"), "{e}");
+    }
+
+    #[test]
+    fn cluster_mode_is_off_by_default_and_set_by_every_layer() {
+        let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        assert!(!s.cluster);
+        assert_eq!(s.lease_period, Duration::from_secs(5));
+        assert_eq!(s.heartbeat_interval, Duration::from_secs(1));
+
+        let f = file("cluster = true\nlease_period = \"10s\"\n");
+        let (s, _) = load(
+            Some(f.path()),
+            env(&[("STRATA_HEARTBEAT_INTERVAL", "2s")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap();
+        assert!(s.cluster);
+        assert_eq!(s.lease_period, Duration::from_secs(10));
+        assert_eq!(s.heartbeat_interval, Duration::from_secs(2));
+        let flags = FlagOverrides {
+            cluster: Some(false),
+            ..Default::default()
+        };
+        let (s, _) = load(None, env(&[("STRATA_CLUSTER", "true")]), &flags).unwrap();
+        assert!(!s.cluster);
+
+        let e = load(
+            None,
+            env(&[("STRATA_HEARTBEAT_INTERVAL", "3s")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("heartbeat_interval"), "{e}");
     }
 
     #[test]

@@ -1,10 +1,36 @@
-//! DescribeCluster (v0–v1): this broker is the cluster and its controller.
+//! DescribeCluster (v0–v1), the coordinator lookup of FindCoordinator, and partition
+//! reassignments (AlterPartitionReassignments / ListPartitionReassignments v0).
+//!
+//! Alone on its storage, this broker is the cluster and its controller. In cluster mode the
+//! brokers are the live members and the controller is the lowest live id (nothing in Strata
+//! controls anything; clients only display it). A reassignment moves a partition's ownership:
+//! its first replica becomes a placement override, which the owner hands over to; Strata keeps
+//! one copy of the data in storage, so the other replicas of a request mean nothing here.
 
-use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
-use kafka_protocol::messages::{
-    BrokerId as WireBrokerId, DescribeClusterRequest, DescribeClusterResponse,
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kafka_protocol::messages::alter_partition_reassignments_response::{
+    ReassignablePartitionResponse, ReassignableTopicResponse,
 };
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::list_partition_reassignments_response::{
+    OngoingPartitionReassignment, OngoingTopicReassignment,
+};
+use kafka_protocol::messages::{
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse,
+    BrokerId as WireBrokerId, DescribeClusterRequest, DescribeClusterResponse,
+    ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse,
+};
+use strata_cluster::ClusterView;
+use strata_core::{BrokerId, TopicPartition};
+use strata_log::TopicInfo;
 
+use super::topic_name;
+use crate::cluster::{parse_resource, resource_name};
+use crate::coordinator::{shard_of, OFFSETS_TOPIC};
+
+use super::metadata::Leaders;
 use super::{acl_op, str_bytes};
 use crate::errors::{code, message};
 use crate::server::Broker;
@@ -41,14 +67,205 @@ pub(crate) fn describe_cluster(
     }
     response.error_code = code::NONE;
     response.cluster_id = str_bytes(&broker.settings.cluster_id);
-    response.controller_id = WireBrokerId(node_id);
-    let mut me = DescribeClusterBroker::default();
-    me.broker_id = WireBrokerId(node_id);
-    me.host = str_bytes(&broker.settings.advertised_host);
-    me.port = i32::from(broker.settings.advertised_port);
-    response.brokers = vec![me];
+    let leaders = Leaders::of(broker);
+    response.controller_id = WireBrokerId(leaders.controller(node_id));
+    response.brokers = leaders
+        .brokers(broker)
+        .into_iter()
+        .map(|(id, host, port)| {
+            let mut b = DescribeClusterBroker::default();
+            b.broker_id = WireBrokerId(id);
+            b.host = str_bytes(&host);
+            b.port = i32::from(port);
+            b
+        })
+        .collect();
     if request.include_cluster_authorized_operations {
         response.cluster_authorized_operations = acl_op::cluster_all();
     }
+    response
+}
+
+/// The broker hosting `group`'s coordinator shard: this one alone on its storage; in cluster
+/// mode the live owner of the shard's `__consumer_offsets` partition.
+pub(crate) fn group_coordinator(
+    broker: &Broker,
+    group: &str,
+) -> Result<(i32, String, u16), (i16, String)> {
+    let Some(node) = broker.cluster.as_deref() else {
+        return Ok((
+            broker.settings.node_id.0,
+            broker.settings.advertised_host.clone(),
+            broker.settings.advertised_port,
+        ));
+    };
+    let unavailable = |why: &str| (code::COORDINATOR_NOT_AVAILABLE, why.to_string());
+    let topic = broker
+        .log
+        .topic(OFFSETS_TOPIC)
+        .ok_or_else(|| unavailable("the consumer offsets topic does not exist yet"))?;
+    let shard = shard_of(group, broker.groups.shard_count()) as i32;
+    let tp = TopicPartition::new(Arc::clone(&topic.name), shard);
+    let view = node.view();
+    let (leader, _) = node
+        .leader_of(&view, &node.owners(), topic.id, &tp)
+        .ok_or_else(|| unavailable("the group's coordinator shard is between owners"))?;
+    let (host, port) = view
+        .address(leader)
+        .map(|(h, p)| (h.to_string(), p))
+        .ok_or_else(|| unavailable("the group's coordinator is not live"))?;
+    Ok((leader.0, host, port))
+}
+
+pub(crate) async fn alter_partition_reassignments(
+    broker: &Broker,
+    request: AlterPartitionReassignmentsRequest,
+    _ctx: &RequestContext,
+) -> AlterPartitionReassignmentsResponse {
+    let mut response = AlterPartitionReassignmentsResponse::default();
+    response.error_code = code::NONE;
+    let view = broker.cluster.as_deref().map(|n| n.view());
+    for topic in request.topics {
+        let info = broker.log.topic(topic.name.0.as_str());
+        let mut out = ReassignableTopicResponse::default();
+        out.name = topic.name;
+        for p in topic.partitions {
+            let mut r = ReassignablePartitionResponse::default();
+            r.partition_index = p.partition_index;
+            let outcome = match &info {
+                Some(info) if (0..info.partitions).contains(&p.partition_index) => {
+                    reassign(broker, view.as_ref(), info, p.partition_index, p.replicas).await
+                }
+                _ => Err((
+                    code::UNKNOWN_TOPIC_OR_PARTITION,
+                    "no such topic or partition".to_string(),
+                )),
+            };
+            match outcome {
+                Ok(()) => r.error_code = code::NONE,
+                Err((error, text)) => {
+                    r.error_code = error;
+                    r.error_message = message(text);
+                }
+            }
+            out.partitions.push(r);
+        }
+        response.responses.push(out);
+    }
+    response
+}
+
+async fn reassign(
+    broker: &Broker,
+    view: Option<&ClusterView>,
+    info: &TopicInfo,
+    partition: i32,
+    replicas: Option<Vec<WireBrokerId>>,
+) -> Result<(), (i16, String)> {
+    let target = match replicas.as_deref() {
+        None => None,
+        Some([]) => {
+            return Err((
+                code::INVALID_REPLICA_ASSIGNMENT,
+                "a reassignment needs at least one replica".to_string(),
+            ))
+        }
+        Some([first, ..]) => Some(BrokerId(first.0)),
+    };
+    let (Some(node), Some(view)) = (broker.cluster.as_deref(), view) else {
+        // Alone on its storage this broker holds everything: only itself is a valid target.
+        return match target {
+            None => Ok(()),
+            Some(t) if t == broker.settings.node_id => Ok(()),
+            Some(t) => Err((
+                code::INVALID_REPLICA_ASSIGNMENT,
+                format!("broker {t} does not exist: this broker is not in cluster mode"),
+            )),
+        };
+    };
+    if let Some(t) = target {
+        if !view.is_live(t) || view.is_draining(t) {
+            return Err((
+                code::INVALID_REPLICA_ASSIGNMENT,
+                format!("broker {t} is not a live, non-draining broker"),
+            ));
+        }
+    }
+    let resource = resource_name(info.id, partition);
+    node.set_placement(&resource, target).await.map_err(|e| {
+        (
+            if e.is_retryable() {
+                code::REQUEST_TIMED_OUT
+            } else {
+                code::UNKNOWN_SERVER_ERROR
+            },
+            e.to_string(),
+        )
+    })?;
+    tracing::info!(
+        topic = %info.name,
+        partition,
+        target = ?target.map(|t| t.0),
+        "partition reassignment requested"
+    );
+    Ok(())
+}
+
+pub(crate) async fn list_partition_reassignments(
+    broker: &Broker,
+    request: ListPartitionReassignmentsRequest,
+    _ctx: &RequestContext,
+) -> ListPartitionReassignmentsResponse {
+    let mut response = ListPartitionReassignmentsResponse::default();
+    response.error_code = code::NONE;
+    let Some(node) = broker.cluster.as_deref() else {
+        return response;
+    };
+    let ongoing = match node.reassignments().await {
+        Ok(ongoing) => ongoing,
+        Err(e) => {
+            response.error_code = code::REQUEST_TIMED_OUT;
+            response.error_message = message(e.to_string());
+            return response;
+        }
+    };
+    // By topic name, in the order of partitions; a filter keeps only what was asked.
+    let wanted: Option<BTreeMap<String, Vec<i32>>> = request.topics.map(|topics| {
+        topics
+            .into_iter()
+            .map(|t| (t.name.0.to_string(), t.partition_indexes))
+            .collect()
+    });
+    let mut by_topic: BTreeMap<String, Vec<OngoingPartitionReassignment>> = BTreeMap::new();
+    for (resource, target, owner) in ongoing {
+        let Some((id, partition)) = parse_resource(&resource) else {
+            continue;
+        };
+        let Some(info) = broker.log.topic_by_id(id) else {
+            continue;
+        };
+        let name = info.name.to_string();
+        if let Some(wanted) = &wanted {
+            if !wanted.get(&name).is_some_and(|ps| ps.contains(&partition)) {
+                continue;
+            }
+        }
+        let mut p = OngoingPartitionReassignment::default();
+        p.partition_index = partition;
+        p.replicas = vec![WireBrokerId(target.0)];
+        p.adding_replicas = vec![WireBrokerId(target.0)];
+        p.removing_replicas = owner.map(|o| vec![WireBrokerId(o.0)]).unwrap_or_default();
+        p.replicas.extend(p.removing_replicas.iter().copied());
+        by_topic.entry(name).or_default().push(p);
+    }
+    response.topics = by_topic
+        .into_iter()
+        .map(|(name, partitions)| {
+            let mut t = OngoingTopicReassignment::default();
+            t.name = topic_name(&name);
+            t.partitions = partitions;
+            t
+        })
+        .collect();
     response
 }

@@ -30,7 +30,7 @@ use strata_log::{LogError, Watermarks};
 use tokio::sync::watch;
 use tokio::time::Sleep;
 
-use super::{check_leader_epoch, topic_id_of};
+use super::{check_leader_epoch, leader_epoch_of, topic_id_of};
 use crate::errors::{code, error_code};
 use crate::framing::{encode_response, encode_response_vectored, EncodeError, ResponseFrame};
 use crate::server::Broker;
@@ -111,13 +111,15 @@ async fn fetch(
                 if p.partition < 0 || p.partition >= info.partitions {
                     return Err(code::UNKNOWN_TOPIC_OR_PARTITION);
                 }
+                let tp = TopicPartition::new(Arc::clone(&info.name), p.partition);
                 if v >= 9 {
-                    let epoch_error = check_leader_epoch(p.current_leader_epoch);
+                    let epoch_error =
+                        check_leader_epoch(p.current_leader_epoch, leader_epoch_of(broker, &tp));
                     if epoch_error != code::NONE {
                         return Err(epoch_error);
                     }
                 }
-                Ok(TopicPartition::new(Arc::clone(&info.name), p.partition))
+                Ok(tp)
             });
             wanted.push(Wanted {
                 topic: topic_index,
@@ -418,6 +420,7 @@ mod tests {
             client_id: None,
             peer: SocketAddr::from(([127, 0, 0, 1], 1)),
             shutdown: watch::channel(false).1,
+            produce_turn: Default::default(),
         }
     }
 

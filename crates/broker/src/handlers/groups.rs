@@ -79,7 +79,6 @@ pub(crate) fn find_coordinator(
         key_type::GROUP
     };
     let found = coordinator_for(kind);
-    let settings = &broker.settings;
     let mut response = FindCoordinatorResponse::default();
     if v >= 4 {
         response.coordinators = request
@@ -87,12 +86,15 @@ pub(crate) fn find_coordinator(
             .into_iter()
             .map(|key| {
                 let mut c = Coordinator::default();
+                let found = found
+                    .clone()
+                    .and_then(|()| super::cluster::group_coordinator(broker, key.as_str()));
                 c.key = key;
                 match &found {
-                    Ok(()) => {
-                        c.node_id = WireBrokerId(settings.node_id.0);
-                        c.host = str_bytes(&settings.advertised_host);
-                        c.port = i32::from(settings.advertised_port);
+                    Ok((id, host, port)) => {
+                        c.node_id = WireBrokerId(*id);
+                        c.host = str_bytes(host);
+                        c.port = i32::from(*port);
                     }
                     Err((error, text)) => {
                         c.node_id = WireBrokerId(-1);
@@ -106,11 +108,13 @@ pub(crate) fn find_coordinator(
             .collect();
         return response;
     }
+    let found =
+        found.and_then(|()| super::cluster::group_coordinator(broker, request.key.as_str()));
     match found {
-        Ok(()) => {
-            response.node_id = WireBrokerId(settings.node_id.0);
-            response.host = str_bytes(&settings.advertised_host);
-            response.port = i32::from(settings.advertised_port);
+        Ok((id, host, port)) => {
+            response.node_id = WireBrokerId(id);
+            response.host = str_bytes(&host);
+            response.port = i32::from(port);
         }
         Err((error, text)) => {
             // Kafka's "no node": id -1, empty host, port -1.

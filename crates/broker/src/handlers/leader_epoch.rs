@@ -10,7 +10,7 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
 use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 use strata_core::TopicPartition;
 
-use super::{check_leader_epoch, LEADER_EPOCH};
+use super::{check_leader_epoch, leader_epoch_of, LEADER_EPOCH};
 use crate::errors::{code, error_code};
 use crate::server::Broker;
 use crate::RequestContext;
@@ -42,11 +42,13 @@ pub(crate) fn offset_for_leader_epoch(
                             return out;
                         }
                     };
-                    let epoch_error = check_leader_epoch(p.current_leader_epoch);
+                    let leader_epoch = leader_epoch_of(broker, &tp);
+                    let epoch_error = check_leader_epoch(p.current_leader_epoch, leader_epoch);
                     if epoch_error != code::NONE {
                         out.error_code = epoch_error;
                         return out;
                     }
+                    let leader_epoch = leader_epoch.unwrap_or(LEADER_EPOCH);
                     if p.leader_epoch < LEADER_EPOCH {
                         // An epoch before the first: Kafka answers UNDEFINED (-1, -1).
                         return out;
@@ -54,7 +56,10 @@ pub(crate) fn offset_for_leader_epoch(
                     match broker.log.watermarks(&tp) {
                         Ok(marks) => {
                             out.error_code = code::NONE;
-                            out.leader_epoch = LEADER_EPOCH;
+                            // A log is never truncated (storage keeps every acknowledged
+                            // batch across owners), so every epoch up to the current one
+                            // ends, for a client's truncation check, at the high watermark.
+                            out.leader_epoch = p.leader_epoch.min(leader_epoch);
                             out.end_offset = marks.high.get();
                         }
                         Err(e) => out.error_code = error_code(&e),

@@ -14,7 +14,7 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use strata_core::TopicPartition;
 use strata_log::{LogError, TopicInfo};
 
-use super::{check_leader_epoch, LEADER_EPOCH};
+use super::{check_leader_epoch, leader_epoch_of, LEADER_EPOCH};
 use crate::errors::{code, error_code};
 use crate::server::Broker;
 use crate::RequestContext;
@@ -69,7 +69,8 @@ async fn list_partition(
         }
     };
     if v >= 4 {
-        let epoch_error = check_leader_epoch(partition.current_leader_epoch);
+        let epoch_error =
+            check_leader_epoch(partition.current_leader_epoch, leader_epoch_of(broker, &tp));
         if epoch_error != code::NONE {
             out.error_code = epoch_error;
             return out;
@@ -80,7 +81,7 @@ async fn list_partition(
             out.offset = offset;
             out.timestamp = timestamp;
             if v >= 4 {
-                out.leader_epoch = LEADER_EPOCH;
+                out.leader_epoch = leader_epoch_of(broker, &tp).unwrap_or(LEADER_EPOCH);
             }
         }
         // Nothing at or after the timestamp: Kafka answers offset -1, timestamp -1.

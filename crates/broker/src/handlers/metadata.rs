@@ -1,4 +1,7 @@
-//! Metadata (v0–v12): this broker is the whole cluster and leads every partition.
+//! Metadata (v0–v12). Alone on its storage, this broker is the whole cluster and leads every
+//! partition. In cluster mode the brokers are the live members, the controller is the lowest
+//! live id (Kafka clients only display it: there is no controller), and a partition's leader is
+//! the live owner of its Active ownership record, at the record's epoch.
 
 use std::sync::Arc;
 
@@ -12,9 +15,13 @@ use super::LEADER_EPOCH;
 use super::{
     acl_op, is_internal_topic, str_bytes, topic_id_of, topic_name, topic_or_auto_create, uuid_of,
 };
+use crate::cluster::ClusterNode;
 use crate::errors::{code, error_code};
 use crate::server::Broker;
 use crate::RequestContext;
+use std::collections::BTreeMap;
+use strata_cluster::{ClusterView, OwnerRecord};
+use strata_core::TopicPartition;
 
 pub(crate) async fn handle(
     broker: &Broker,
@@ -25,13 +32,20 @@ pub(crate) async fn handle(
     let node_id = broker.settings.node_id.0;
     let mut response = MetadataResponse::default();
 
-    let mut me = MetadataResponseBroker::default();
-    me.node_id = WireBrokerId(node_id);
-    me.host = str_bytes(&broker.settings.advertised_host);
-    me.port = i32::from(broker.settings.advertised_port);
-    response.brokers = vec![me];
+    let leaders = Leaders::of(broker);
+    response.brokers = leaders
+        .brokers(broker)
+        .into_iter()
+        .map(|(id, host, port)| {
+            let mut b = MetadataResponseBroker::default();
+            b.node_id = WireBrokerId(id);
+            b.host = str_bytes(&host);
+            b.port = i32::from(port);
+            b
+        })
+        .collect();
     if v >= 1 {
-        response.controller_id = WireBrokerId(node_id);
+        response.controller_id = WireBrokerId(leaders.controller(node_id));
     }
     if v >= 2 {
         response.cluster_id = Some(str_bytes(&broker.settings.cluster_id));
@@ -52,7 +66,7 @@ pub(crate) async fn handle(
             .log
             .topics()
             .iter()
-            .map(|info| described_topic(info, node_id, v, with_topic_ops))
+            .map(|info| described_topic(info, &leaders, v, with_topic_ops))
             .collect();
         return response;
     };
@@ -64,7 +78,7 @@ pub(crate) async fn handle(
         let by_id = v >= 10 && !wanted.topic_id.is_nil();
         let topic = if by_id {
             match broker.log.topic_by_id(topic_id_of(&wanted.topic_id)) {
-                Some(info) => described_topic(&info, node_id, v, with_topic_ops),
+                Some(info) => described_topic(&info, &leaders, v, with_topic_ops),
                 None => {
                     let mut t = MetadataResponseTopic::default();
                     t.error_code = code::UNKNOWN_TOPIC_ID;
@@ -76,7 +90,7 @@ pub(crate) async fn handle(
         } else {
             let name = wanted.name.as_ref().map(|n| n.0.as_str()).unwrap_or("");
             match topic_or_auto_create(broker, name, allow_auto_create).await {
-                Ok(info) => described_topic(&info, node_id, v, with_topic_ops),
+                Ok(info) => described_topic(&info, &leaders, v, with_topic_ops),
                 Err(e) => {
                     let mut t = MetadataResponseTopic::default();
                     t.error_code = error_code(&e);
@@ -93,7 +107,7 @@ pub(crate) async fn handle(
 
 fn described_topic(
     info: &Arc<TopicInfo>,
-    node_id: i32,
+    leaders: &Leaders<'_>,
     v: i16,
     with_topic_ops: bool,
 ) -> MetadataResponseTopic {
@@ -112,16 +126,96 @@ fn described_topic(
     topic.partitions = (0..info.partitions)
         .map(|index| {
             let mut p = MetadataResponsePartition::default();
-            p.error_code = code::NONE;
             p.partition_index = index;
-            p.leader_id = WireBrokerId(node_id);
-            if v >= 7 {
-                p.leader_epoch = LEADER_EPOCH;
+            match leaders.leader(info, index) {
+                Some((leader, epoch)) => {
+                    p.error_code = code::NONE;
+                    p.leader_id = WireBrokerId(leader);
+                    if v >= 7 {
+                        p.leader_epoch = epoch;
+                    }
+                    p.replica_nodes = vec![WireBrokerId(leader)];
+                    p.isr_nodes = vec![WireBrokerId(leader)];
+                }
+                None => {
+                    // Between owners (a handover, or a dead owner whose lease has not run
+                    // out): retriable, so clients refresh metadata until a new owner serves.
+                    p.error_code = code::LEADER_NOT_AVAILABLE;
+                    p.leader_id = WireBrokerId(-1);
+                    if v >= 7 {
+                        p.leader_epoch = -1;
+                    }
+                }
             }
-            p.replica_nodes = vec![WireBrokerId(node_id)];
-            p.isr_nodes = vec![WireBrokerId(node_id)];
             p
         })
         .collect();
     topic
+}
+
+/// The cluster view and ownership records one answer is built from.
+type Snapshot<'a> = (
+    &'a ClusterNode,
+    ClusterView,
+    Arc<BTreeMap<String, OwnerRecord>>,
+);
+
+/// Who leads what, from one snapshot of the cluster view and ownership records, so one
+/// answer is consistent with itself.
+pub(crate) struct Leaders<'a> {
+    node_id: i32,
+    cluster: Option<Snapshot<'a>>,
+}
+
+impl<'a> Leaders<'a> {
+    pub(crate) fn of(broker: &'a Broker) -> Self {
+        Self {
+            node_id: broker.settings.node_id.0,
+            cluster: broker
+                .cluster
+                .as_deref()
+                .map(|node| (node, node.view(), node.owners())),
+        }
+    }
+
+    /// Every broker clients may connect to: id, host, port.
+    pub(crate) fn brokers(&self, broker: &Broker) -> Vec<(i32, String, u16)> {
+        match &self.cluster {
+            None => vec![(
+                self.node_id,
+                broker.settings.advertised_host.clone(),
+                broker.settings.advertised_port,
+            )],
+            Some((_, view, _)) => view
+                .members
+                .iter()
+                .map(|(id, m)| (id.0, m.registration.host.clone(), m.registration.port))
+                .collect(),
+        }
+    }
+
+    /// The lowest live id (ourselves while the view is still empty).
+    pub(crate) fn controller(&self, fallback: i32) -> i32 {
+        match &self.cluster {
+            None => self.node_id,
+            Some((_, view, _)) => view
+                .members
+                .keys()
+                .next()
+                .map(|id| id.0)
+                .unwrap_or(fallback),
+        }
+    }
+
+    /// The leader of a partition and its epoch; None when no live broker holds it.
+    pub(crate) fn leader(&self, info: &TopicInfo, partition: i32) -> Option<(i32, i32)> {
+        match &self.cluster {
+            None => Some((self.node_id, LEADER_EPOCH)),
+            Some((node, view, owners)) => {
+                let tp = TopicPartition::new(Arc::clone(&info.name), partition);
+                node.leader_of(view, owners, info.id, &tp)
+                    .map(|(id, epoch)| (id.0, i32::try_from(epoch.0).unwrap_or(i32::MAX)))
+            }
+        }
+    }
 }

@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;
+use strata_core::TopicPartition;
 use strata_log::{LogError, TopicId, TopicInfo};
 use uuid::Uuid;
 
@@ -26,16 +27,34 @@ use crate::coordinator::OFFSETS_TOPIC;
 use crate::errors::code;
 use crate::server::Broker;
 
-/// The only leader epoch Strata reports. Ownership epochs live in storage and never reach
-/// clients: with one epoch, clients' truncation checks (OffsetForLeaderEpoch) always agree.
+/// The leader epoch a broker alone on its storage reports. With one epoch, clients'
+/// truncation checks (OffsetForLeaderEpoch) always agree.
 pub(crate) const LEADER_EPOCH: i32 = 0;
 
-/// Validates the leader epoch a client believes current (-1 = "not known, skip the check"),
-/// as Kafka does on Fetch, ListOffsets and OffsetForLeaderEpoch.
-pub(crate) fn check_leader_epoch(current_leader_epoch: i32) -> i16 {
-    if current_leader_epoch < 0 || current_leader_epoch == LEADER_EPOCH {
+/// The leader epoch of a partition served here: [`LEADER_EPOCH`] alone on the storage, the
+/// ownership epoch in cluster mode (what Metadata reports, so a client's view of who leads can
+/// be checked). None in cluster mode when the partition is not served here: the request then
+/// fails as NOT_LEADER_OR_FOLLOWER anyway.
+pub(crate) fn leader_epoch_of(broker: &Broker, tp: &TopicPartition) -> Option<i32> {
+    match broker.cluster {
+        None => Some(LEADER_EPOCH),
+        Some(_) => broker
+            .log
+            .served_epoch(tp)
+            .map(|e| i32::try_from(e).unwrap_or(i32::MAX)),
+    }
+}
+
+/// Validates the leader epoch a client believes current (-1 = "not known, skip the check")
+/// against the partition's (`leader_epoch`, None = not served here: no check), as Kafka does
+/// on Fetch, ListOffsets and OffsetForLeaderEpoch.
+pub(crate) fn check_leader_epoch(current_leader_epoch: i32, leader_epoch: Option<i32>) -> i16 {
+    let Some(leader_epoch) = leader_epoch else {
+        return code::NONE;
+    };
+    if current_leader_epoch < 0 || current_leader_epoch == leader_epoch {
         code::NONE
-    } else if current_leader_epoch > LEADER_EPOCH {
+    } else if current_leader_epoch > leader_epoch {
         code::UNKNOWN_LEADER_EPOCH
     } else {
         code::FENCED_LEADER_EPOCH
@@ -166,9 +185,11 @@ mod tests {
 
     #[test]
     fn leader_epoch_check_matches_kafka() {
-        assert_eq!(check_leader_epoch(-1), code::NONE);
-        assert_eq!(check_leader_epoch(0), code::NONE);
-        assert_eq!(check_leader_epoch(3), code::UNKNOWN_LEADER_EPOCH);
+        assert_eq!(check_leader_epoch(-1, Some(0)), code::NONE);
+        assert_eq!(check_leader_epoch(0, Some(0)), code::NONE);
+        assert_eq!(check_leader_epoch(3, Some(0)), code::UNKNOWN_LEADER_EPOCH);
+        assert_eq!(check_leader_epoch(2, Some(3)), code::FENCED_LEADER_EPOCH);
+        assert_eq!(check_leader_epoch(7, None), code::NONE);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use strata_core::TopicPartition;
-use strata_log::{Acks, AppendOutcome, LogError, TopicInfo};
+use strata_log::{Acks, AppendOutcome, AppendTicket, LogError, TopicInfo};
 use tracing::debug;
 
 use super::{refuse_internal, topic_id_of, topic_or_auto_create};
@@ -70,12 +70,37 @@ pub(crate) async fn handle(
     };
     let acks = acks.unwrap_or(Acks::None);
 
-    let topics = join_all(
-        request
-            .topic_data
-            .into_iter()
-            .map(|topic| produce_topic(broker, topic, acks, refusal.clone(), v)),
-    )
+    // Offsets are assigned in the connection's request order: wait for our turn, queue every
+    // partition's batches one after another, pass the turn on, then wait for durability
+    // together with the requests behind us.
+    let mut turn = ctx.produce_turn.lock().ok().and_then(|mut t| t.take());
+    if let Some(t) = &turn {
+        t.wait().await;
+    }
+    let mut staged = Vec::with_capacity(request.topic_data.len());
+    for topic in request.topic_data {
+        staged.push(produce_topic(broker, topic, acks, refusal.clone(), v).await);
+    }
+    if let Some(t) = turn.as_mut() {
+        t.pass();
+    }
+    let topics = join_all(staged.into_iter().map(|(key, partitions)| async move {
+        let results = join_all(partitions.into_iter().map(|(index, staged)| async move {
+            let result = match staged {
+                Ok((tp, ticket)) => {
+                    let result = ticket.wait().await;
+                    if let Err(e) = &result {
+                        log_append_failure(&tp, e);
+                    }
+                    result.map_err(|e| (error_code(&e), Some(e.to_string())))
+                }
+                Err(e) => Err(e),
+            };
+            (index, result)
+        }))
+        .await;
+        (key, results)
+    }))
     .await;
 
     if fire_and_forget {
@@ -118,7 +143,8 @@ enum TopicKey {
     Id(uuid::Uuid),
 }
 
-type PartitionResult = (i32, Result<AppendOutcome, PartitionError>);
+/// A partition whose batches are queued (or refused before that).
+type StagedPartition = (i32, Result<(TopicPartition, AppendTicket), PartitionError>);
 
 async fn produce_topic(
     broker: &Broker,
@@ -126,7 +152,7 @@ async fn produce_topic(
     acks: Acks,
     refusal: Option<PartitionError>,
     v: i16,
-) -> (TopicKey, Vec<PartitionResult>) {
+) -> (TopicKey, Vec<StagedPartition>) {
     let (key, info) = if v >= 13 {
         let info = broker
             .log
@@ -149,13 +175,10 @@ async fn produce_topic(
         Some((error, text)) => Err((error, Some(text))),
         None => Ok(info),
     });
-    let results = join_all(
-        topic
-            .partition_data
-            .into_iter()
-            .map(|partition| produce_partition(broker, info.clone(), partition, acks)),
-    )
-    .await;
+    let mut results = Vec::with_capacity(topic.partition_data.len());
+    for partition in topic.partition_data {
+        results.push(produce_partition(broker, info.clone(), partition, acks).await);
+    }
     (key, results)
 }
 
@@ -164,7 +187,7 @@ async fn produce_partition(
     topic: Result<Arc<TopicInfo>, PartitionError>,
     partition: PartitionProduceData,
     acks: Acks,
-) -> PartitionResult {
+) -> StagedPartition {
     let index = partition.index;
     let topic = match topic {
         Ok(topic) => topic,
@@ -183,14 +206,13 @@ async fn produce_partition(
         }
     };
     let tp = TopicPartition::new(Arc::clone(&topic.name), index);
-    let result = broker.log.append(&tp, records, acks).await;
-    if let Err(e) = &result {
-        log_append_failure(&tp, e);
+    match broker.log.enqueue(&tp, records, acks).await {
+        Ok(ticket) => (index, Ok((tp, ticket))),
+        Err(e) => {
+            log_append_failure(&tp, &e);
+            (index, Err((error_code(&e), Some(e.to_string()))))
+        }
     }
-    (
-        index,
-        result.map_err(|e| (error_code(&e), Some(e.to_string()))),
-    )
 }
 
 fn log_append_failure(tp: &TopicPartition, e: &LogError) {

@@ -1,0 +1,793 @@
+//! Cluster mode: this broker as one member of a cluster of brokers sharing one storage, with
+//! no coordination service beside them (see `strata-cluster` for how).
+//!
+//! A [`ClusterNode`] joins the membership, runs the ownership runner over a [`ResourceHost`]
+//! backed by the log and the group coordinator, and keeps what the Kafka handlers need to
+//! answer cluster questions: the live brokers (Metadata, DescribeCluster), who leads each
+//! partition (a cached copy of every ownership record, refreshed on a timer, so Metadata never
+//! waits for storage), and placement overrides (partition reassignments).
+//!
+//! Resources are partitions named `<topic-id-hex>/<partition>`: ids, not names, so a topic
+//! deleted and re-created under the same name never inherits the old one's records.
+//! The partitions of `__consumer_offsets` are the consumer-group shards: acquiring one loads
+//! the shard (replay), handing it over unloads it first.
+//!
+//! # When this broker must die
+//!
+//! If another broker seals our write-ahead stream (it judged us dead, e.g. after a long pause)
+//! or takes our registration over, nothing this process writes can be acknowledged any more.
+//! The node then stops serving everything and [`ClusterNode::fatal`] completes; the server
+//! exits non-zero so its supervisor restarts it as a new incarnation with a new stream. Trying
+//! to carry on in-process would mean re-opening the log under a new stream while requests are
+//! in flight on the old one; a restart is simpler and obviously correct.
+//!
+//! # Draining
+//!
+//! The registration object is written only by its owner, so an operator (`strata broker
+//! drain`) cannot set the draining flag there. Instead it writes `cluster/drain/<id>` naming the
+//! incarnation it saw registered; that broker polls the object and marks itself draining, and
+//! placement moves every partition away. A restarted broker is a new incarnation and ignores a
+//! request left over for its predecessor.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use strata_cluster::{
+    BrokerRegistration, Claimant, ClusterError, ClusterResult, ClusterView, ControllerConfig,
+    Incarnation, LocalBroker, Membership, MembershipConfig, MembershipHandle, OwnerRecord,
+    OwnerState, Ownership, OwnershipRunner, OwnershipStatus, ResourceHost, RunnerConfig,
+    RunnerHandle, StopReason,
+};
+use strata_core::{BrokerId, Clock, Epoch, TopicPartition};
+use strata_log::{LogError, LogManager, TopicId};
+use strata_storage::{ObjectKey, ObjectStore, PutMode, StorageError};
+use tokio::sync::{watch, Mutex};
+use tokio::task::JoinHandle;
+use tracing::{error, info, warn};
+
+use crate::coordinator::{GroupCoordinator, OFFSETS_TOPIC};
+use crate::ClusterSettings;
+
+/// Where drain requests live (see the module doc).
+pub const DRAIN_PREFIX: &str = "cluster/drain/";
+
+/// How many ownership refreshes pass between two looks at our drain request: draining is an
+/// operator action, a second of delay is fine, and it saves a storage read per refresh.
+const DRAIN_POLL_EVERY: u32 = 4;
+
+/// The resource name of a partition.
+pub fn resource_name(topic: TopicId, partition: i32) -> String {
+    format!("{topic}/{partition}")
+}
+
+/// The topic id and partition of a resource name; None for anything else.
+pub fn parse_resource(resource: &str) -> Option<(TopicId, i32)> {
+    let (id, partition) = resource.split_once('/')?;
+    if id.len() != 32 {
+        return None;
+    }
+    let mut bytes = [0u8; 16];
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = u8::from_str_radix(id.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    let partition: i32 = partition.parse().ok()?;
+    (partition >= 0).then_some((TopicId(bytes), partition))
+}
+
+fn drain_key(broker: BrokerId) -> ClusterResult<ObjectKey> {
+    ObjectKey::new(format!("{DRAIN_PREFIX}{}", broker.0))
+        .map_err(|e| ClusterError::Invalid(e.to_string()))
+}
+
+/// The content of `cluster/drain/<id>`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct DrainRequest {
+    /// The incarnation the operator asked to drain.
+    incarnation: Incarnation,
+}
+
+/// Why a cluster node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterStartError {
+    #[error("log: {0}")]
+    Log(#[from] LogError),
+    #[error("cluster: {0}")]
+    Cluster(#[from] ClusterError),
+}
+
+/// This broker's membership in a cluster, and its read side for the Kafka handlers.
+#[derive(Debug)]
+pub struct ClusterNode {
+    me: BrokerId,
+    incarnation: Incarnation,
+    store: Arc<dyn ObjectStore>,
+    log: Arc<LogManager>,
+    ownership: Ownership,
+    view: watch::Receiver<ClusterView>,
+    status: watch::Receiver<OwnershipStatus>,
+    /// Every ownership record, by resource, as of the last refresh.
+    owners: std::sync::RwLock<Arc<BTreeMap<String, OwnerRecord>>>,
+    membership: Mutex<Option<MembershipHandle>>,
+    runner: Mutex<Option<RunnerHandle>>,
+    tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    /// Separate from `tasks`: leaving stops it first, so that the runner and membership
+    /// ending on purpose are not taken for being fenced.
+    watchdog: std::sync::Mutex<Option<JoinHandle<()>>>,
+    fatal: watch::Sender<Option<String>>,
+    draining: AtomicBool,
+}
+
+impl ClusterNode {
+    /// Joins the cluster and starts taking partitions. `log` must have been opened with
+    /// `Ownership::Managed`, `groups` started without loading any shard. Joining waits out
+    /// the lease of a dead predecessor with our id, and refuses if a live broker has it.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn start(
+        store: Arc<dyn ObjectStore>,
+        clock: Arc<dyn Clock>,
+        log: Arc<LogManager>,
+        groups: Arc<GroupCoordinator>,
+        node_id: BrokerId,
+        advertised: (String, u16),
+        settings: ClusterSettings,
+    ) -> Result<Arc<Self>, ClusterStartError> {
+        // Random, not a counter: a restarted process must never reuse its predecessor's.
+        let incarnation = Incarnation::random(&mut rand::rng());
+        let mut membership = Membership::new(
+            Arc::clone(&store),
+            Arc::clone(&clock),
+            MembershipConfig {
+                heartbeat_interval: settings.heartbeat_interval,
+                lease_period: settings.lease_period,
+            },
+            LocalBroker {
+                node_id,
+                host: advertised.0,
+                port: advertised.1,
+                incarnation,
+            },
+        )?;
+        info!(broker = %node_id, %incarnation, "joining the cluster");
+        membership.join().await?;
+        let membership = membership.spawn();
+        let view = membership.view();
+
+        let host = LogHost {
+            log: Arc::clone(&log),
+            groups,
+            clock: Arc::clone(&clock),
+            served: std::sync::Mutex::new(HashMap::new()),
+        };
+        let controller = ControllerConfig {
+            // A newcomer is a placement target once it has been live this long; with short
+            // leases (tests) the default 2s would dominate every takeover.
+            placement_settle: settings.lease_period.min(Duration::from_secs(2)),
+            // Stop serving a fifth of a lease before anybody could judge us dead.
+            self_lease_margin: Some((settings.lease_period / 5).min(Duration::from_secs(1))),
+            ..ControllerConfig::default()
+        };
+        let runner = OwnershipRunner::new(
+            Arc::clone(&store),
+            Arc::clone(&clock),
+            Claimant {
+                broker: node_id,
+                incarnation,
+                stream: Some(log.stream()),
+            },
+            controller,
+            RunnerConfig {
+                interval: settings.ownership_interval,
+                in_flight_window: log.config().max_inflight_flushes as u64,
+            },
+            view.clone(),
+            host,
+        )
+        .spawn();
+        let status = runner.status();
+
+        let node = Arc::new(Self {
+            me: node_id,
+            incarnation,
+            ownership: Ownership::new(Arc::clone(&store)),
+            store,
+            log: Arc::clone(&log),
+            view: view.clone(),
+            status: status.clone(),
+            owners: std::sync::RwLock::new(Arc::new(BTreeMap::new())),
+            membership: Mutex::new(Some(membership)),
+            runner: Mutex::new(Some(runner)),
+            tasks: std::sync::Mutex::new(Vec::new()),
+            watchdog: std::sync::Mutex::new(None),
+            fatal: watch::Sender::new(None),
+            draining: AtomicBool::new(false),
+        });
+        node.refresh_owners().await;
+        let refresher = tokio::spawn(refresh_loop(
+            Arc::downgrade(&node),
+            settings.ownership_interval,
+        ));
+        let watchdog = tokio::spawn(watch_fencing(
+            Arc::downgrade(&node),
+            log.fenced(),
+            view,
+            status,
+        ));
+        lock_tasks(&node.tasks).push(refresher);
+        *lock_watchdog(&node.watchdog) = Some(watchdog);
+        info!(broker = %node_id, %incarnation, stream = log.stream(), "cluster member");
+        Ok(node)
+    }
+
+    pub fn node_id(&self) -> BrokerId {
+        self.me
+    }
+
+    pub fn incarnation(&self) -> Incarnation {
+        self.incarnation
+    }
+
+    /// The latest membership view (live brokers with their addresses).
+    pub fn view(&self) -> ClusterView {
+        self.view.borrow().clone()
+    }
+
+    /// What the ownership runner reports: what we serve, whether we hold nothing.
+    pub fn status(&self) -> OwnershipStatus {
+        self.status.borrow().clone()
+    }
+
+    /// Every ownership record as of the last refresh.
+    pub fn owners(&self) -> Arc<BTreeMap<String, OwnerRecord>> {
+        match self.owners.read() {
+            Ok(g) => Arc::clone(&g),
+            Err(e) => Arc::clone(&e.into_inner()),
+        }
+    }
+
+    /// The live leader of a partition and its epoch, as far as this broker knows: the owner
+    /// of an Active record whose incarnation is live. Our own log is more current than the
+    /// cache for what we serve ourselves (an acquire that just finished).
+    pub fn leader_of(
+        &self,
+        view: &ClusterView,
+        owners: &BTreeMap<String, OwnerRecord>,
+        topic: TopicId,
+        tp: &TopicPartition,
+    ) -> Option<(BrokerId, Epoch)> {
+        let cached = owners
+            .get(&resource_name(topic, tp.partition))
+            .filter(|r| {
+                r.state == OwnerState::Active && view.is_live_incarnation(r.owner, r.incarnation)
+            })
+            .map(|r| (r.owner, r.epoch));
+        match (self.log.served_epoch(tp), cached) {
+            (Some(mine), Some((_, epoch))) if mine >= epoch.0 => Some((self.me, Epoch(mine))),
+            (Some(mine), None) => Some((self.me, Epoch(mine))),
+            (_, cached) => cached,
+        }
+    }
+
+    /// Completes when this process must stop (see the module doc), with the reason.
+    pub async fn fatal(&self) -> String {
+        let mut fatal = self.fatal.subscribe();
+        loop {
+            if let Some(reason) = fatal.borrow_and_update().clone() {
+                return reason;
+            }
+            if fatal.changed().await.is_err() {
+                // Unreachable while `self` lives (it holds the sender).
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Places `resource` on `target` (None: back to hashing) — AlterPartitionReassignments.
+    pub async fn set_placement(
+        &self,
+        resource: &str,
+        target: Option<BrokerId>,
+    ) -> ClusterResult<()> {
+        match target {
+            Some(broker) => {
+                self.ownership
+                    .set_placement_override(resource, broker)
+                    .await
+            }
+            None => match self.ownership.clear_placement_override(resource).await {
+                Err(ClusterError::Storage(StorageError::NotFound(_))) => Ok(()),
+                other => other,
+            },
+        }
+    }
+
+    /// Reassignments in progress: overrides whose target is not yet the live owner, with the
+    /// current owner if any.
+    pub async fn reassignments(&self) -> ClusterResult<Vec<(String, BrokerId, Option<BrokerId>)>> {
+        let overrides = self.ownership.placement_overrides().await?;
+        let owners = self.owners();
+        let view = self.view();
+        Ok(overrides
+            .into_iter()
+            .filter_map(|(resource, target)| {
+                let owner = owners
+                    .get(&resource)
+                    .filter(|r| {
+                        r.state == OwnerState::Active
+                            && view.is_live_incarnation(r.owner, r.incarnation)
+                    })
+                    .map(|r| r.owner);
+                (owner != Some(target)).then_some((resource, target, owner))
+            })
+            .collect())
+    }
+
+    /// Graceful stop (SIGTERM): mark ourselves draining so placement moves every partition
+    /// away, wait up to `patience` until we hold nothing, then stop the runner and leave
+    /// (delete our registration). Waits for nothing when no other broker could take over.
+    /// What is still held after `patience` is taken over by fencing once we have left.
+    pub async fn leave(&self, patience: Duration) {
+        // The owner cache keeps refreshing meanwhile: Metadata must point clients at the
+        // partitions' new owners while we hand over.
+        if let Some(watchdog) = lock_watchdog(&self.watchdog).take() {
+            watchdog.abort();
+        }
+        let others = self
+            .view()
+            .members
+            .iter()
+            .filter(|(id, m)| **id != self.me && !m.registration.draining)
+            .count();
+        if let Some(membership) = self.membership.lock().await.as_ref() {
+            if others > 0 {
+                if let Err(e) = membership.set_draining(true).await {
+                    warn!(error = %e, "could not mark this broker draining");
+                }
+            }
+        }
+        if others > 0 {
+            info!(
+                held = self.status().serving.len(),
+                "handing partitions over before leaving"
+            );
+            let mut status = self.status.clone();
+            let handed_over = tokio::time::timeout(patience, status.wait_for(|s| s.holds_nothing));
+            if !matches!(handed_over.await, Ok(Ok(_))) {
+                warn!(
+                    still_held = self.status().serving.len(),
+                    ?patience,
+                    "partitions not handed over in time; leaving anyway (they are taken over by fencing)"
+                );
+            }
+        }
+        if let Some(runner) = self.runner.lock().await.take() {
+            if let Err(e) = runner.stop().await {
+                warn!(error = %e, "ownership runner ended with an error");
+            }
+        }
+        if let Some(membership) = self.membership.lock().await.take() {
+            match membership.leave().await {
+                Ok(()) => info!("left the cluster"),
+                Err(e) => warn!(error = %e, "could not leave the cluster cleanly"),
+            }
+        }
+        self.stop_tasks();
+    }
+
+    /// Stops every task without releasing or leaving: to the others this broker simply died
+    /// (its lease lapses, its stream gets sealed). For tests of failover.
+    pub async fn halt(&self) {
+        self.stop_tasks();
+        if let Some(runner) = self.runner.lock().await.take() {
+            let _ = runner.stop().await;
+        }
+        // Dropping the handle stops heartbeats without deleting the registration.
+        drop(self.membership.lock().await.take());
+    }
+
+    fn stop_tasks(&self) {
+        if let Some(watchdog) = lock_watchdog(&self.watchdog).take() {
+            watchdog.abort();
+        }
+        for task in lock_tasks(&self.tasks).drain(..) {
+            task.abort();
+        }
+    }
+
+    async fn refresh_owners(&self) {
+        match self.ownership.list("").await {
+            Ok(records) => {
+                let owners: BTreeMap<String, OwnerRecord> = records
+                    .into_iter()
+                    .map(|(r, (_, record))| (r, record))
+                    .collect();
+                match self.owners.write() {
+                    Ok(mut g) => *g = Arc::new(owners),
+                    Err(e) => *e.into_inner() = Arc::new(owners),
+                }
+            }
+            Err(e) => warn!(error = %e, "could not refresh ownership records"),
+        }
+    }
+
+    async fn check_drain_request(&self) {
+        if self.draining.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(key) = drain_key(self.me) else { return };
+        let request = match self.store.get(&key).await {
+            Ok((bytes, _)) => serde_json::from_slice::<DrainRequest>(&bytes).ok(),
+            Err(StorageError::NotFound(_)) => None,
+            Err(e) => {
+                warn!(error = %e, "could not read drain requests");
+                None
+            }
+        };
+        if request.is_none_or(|r| r.incarnation != self.incarnation) {
+            return;
+        }
+        info!("drain requested: handing every partition over");
+        if let Some(membership) = self.membership.lock().await.as_ref() {
+            match membership.set_draining(true).await {
+                Ok(()) => self.draining.store(true, Ordering::Relaxed),
+                Err(e) => warn!(error = %e, "could not mark this broker draining"),
+            }
+        }
+    }
+
+    fn die(&self, reason: String) {
+        error!(
+            reason,
+            "this broker can no longer acknowledge anything; it must restart"
+        );
+        self.fatal.send_replace(Some(reason));
+    }
+}
+
+fn lock_tasks(
+    tasks: &std::sync::Mutex<Vec<JoinHandle<()>>>,
+) -> std::sync::MutexGuard<'_, Vec<JoinHandle<()>>> {
+    match tasks.lock() {
+        Ok(g) => g,
+        Err(e) => e.into_inner(),
+    }
+}
+
+fn lock_watchdog(
+    watchdog: &std::sync::Mutex<Option<JoinHandle<()>>>,
+) -> std::sync::MutexGuard<'_, Option<JoinHandle<()>>> {
+    match watchdog.lock() {
+        Ok(g) => g,
+        Err(e) => e.into_inner(),
+    }
+}
+
+async fn refresh_loop(node: Weak<ClusterNode>, interval: Duration) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut until_drain_poll = DRAIN_POLL_EVERY;
+    loop {
+        ticker.tick().await;
+        let Some(node) = node.upgrade() else { return };
+        node.refresh_owners().await;
+        until_drain_poll -= 1;
+        if until_drain_poll == 0 {
+            until_drain_poll = DRAIN_POLL_EVERY;
+            node.check_drain_request().await;
+        }
+    }
+}
+
+/// Watches for the signs that this process has been judged dead.
+async fn watch_fencing(
+    node: Weak<ClusterNode>,
+    mut log_fenced: watch::Receiver<bool>,
+    mut view: watch::Receiver<ClusterView>,
+    mut status: watch::Receiver<OwnershipStatus>,
+) {
+    let reason = loop {
+        if *log_fenced.borrow_and_update() {
+            break "our write-ahead stream was sealed by another broker";
+        }
+        if view.borrow_and_update().registration_lost {
+            break "our registration was taken over by another incarnation";
+        }
+        if status.borrow_and_update().fenced {
+            break "the ownership runner was fenced";
+        }
+        tokio::select! {
+            r = log_fenced.changed() => if r.is_err() { break "the log stopped" },
+            r = view.changed() => if r.is_err() { break "the membership task stopped" },
+            r = status.changed() => if r.is_err() { break "the ownership runner stopped" },
+        }
+    };
+    let Some(node) = node.upgrade() else { return };
+    // Stop serving at once: nothing can be acknowledged any more, and readers must go to the
+    // new owners.
+    if let Some(runner) = node.runner.lock().await.as_ref() {
+        let _ = runner.self_fenced().await;
+    }
+    for (tp, _) in node.log.served() {
+        node.log.abandon(&tp);
+    }
+    node.die(reason.to_string());
+}
+
+/// Partitions served by the log, for the ownership runner.
+struct LogHost {
+    log: Arc<LogManager>,
+    groups: Arc<GroupCoordinator>,
+    clock: Arc<dyn Clock>,
+    /// What we serve, by resource: a deleted topic's id no longer names its partitions.
+    served: std::sync::Mutex<HashMap<String, TopicPartition>>,
+}
+
+impl LogHost {
+    fn served(&self) -> std::sync::MutexGuard<'_, HashMap<String, TopicPartition>> {
+        match self.served.lock() {
+            Ok(g) => g,
+            Err(e) => e.into_inner(),
+        }
+    }
+
+    fn cluster_error(&self, resource: &str, error: LogError) -> ClusterError {
+        if *self.log.fenced().borrow() {
+            return ClusterError::Fenced;
+        }
+        match error {
+            // Somebody else claimed the manifest first.
+            LogError::Fenced | LogError::NotOwner => ClusterError::Lost {
+                resource: resource.to_string(),
+            },
+            LogError::Storage(e) => ClusterError::Storage(e),
+            other => ClusterError::Invalid(format!("{resource}: {other}")),
+        }
+    }
+}
+
+impl std::fmt::Debug for LogHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogHost").finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl ResourceHost for LogHost {
+    async fn resources(&self) -> ClusterResult<BTreeSet<String>> {
+        // Topics created or deleted through other brokers become resources here.
+        self.log
+            .refresh_catalog()
+            .await
+            .map_err(|e| self.cluster_error("catalog", e))?;
+        Ok(self
+            .log
+            .topics()
+            .iter()
+            .flat_map(|t| (0..t.partitions).map(move |p| resource_name(t.id, p)))
+            .collect())
+    }
+
+    async fn start_serving(&self, resource: &str, epoch: Epoch) -> ClusterResult<()> {
+        let (id, partition) = parse_resource(resource)
+            .ok_or_else(|| ClusterError::Invalid(format!("{resource:?} is not a partition")))?;
+        let info = match self.log.topic_by_id(id) {
+            Some(info) => info,
+            None => {
+                self.log
+                    .refresh_catalog()
+                    .await
+                    .map_err(|e| self.cluster_error(resource, e))?;
+                self.log
+                    .topic_by_id(id)
+                    .ok_or_else(|| ClusterError::Invalid(format!("{resource}: no such topic")))?
+            }
+        };
+        let tp = TopicPartition::new(Arc::clone(&info.name), partition);
+        let started = self.clock.monotonic();
+        let results = self
+            .log
+            .acquire(vec![(info.name.to_string(), partition, epoch.0)])
+            .await
+            .map_err(|e| self.cluster_error(resource, e))?;
+        for (_, result) in results {
+            result.map_err(|e| self.cluster_error(resource, e))?;
+        }
+        if &*info.name == OFFSETS_TOPIC {
+            if let Err(e) = self.groups.load_shard(partition).await {
+                // Serving the partition without its shard would answer NOT_COORDINATOR
+                // forever: give it up and let the runner try again.
+                warn!(partition, error = %e, "could not load the group coordinator shard");
+                self.log.abandon(&tp);
+                return Err(self.cluster_error(resource, e));
+            }
+        }
+        self.served().insert(resource.to_string(), tp.clone());
+        let elapsed = self.clock.monotonic().saturating_sub(started);
+        let high = self.log.watermarks(&tp).map(|w| w.high.get()).unwrap_or(-1);
+        info!(
+            "acquired {}-{} epoch {} in {} ms (high watermark {})",
+            tp.topic,
+            tp.partition,
+            epoch.0,
+            elapsed.as_millis(),
+            high
+        );
+        Ok(())
+    }
+
+    async fn stop_serving(&self, resource: &str, reason: StopReason) -> ClusterResult<()> {
+        let Some(tp) = self.served().get(resource).cloned() else {
+            return Ok(());
+        };
+        if &*tp.topic == OFFSETS_TOPIC {
+            // Before the log stops: the shard's pending writes then fail as NOT_COORDINATOR
+            // instead of racing the handover.
+            self.groups.unload_shard(tp.partition);
+        }
+        let started = self.clock.monotonic();
+        let outcome = if reason == StopReason::Handover {
+            match self.log.release(&tp).await {
+                Ok(_) | Err(LogError::NotOwner) => {
+                    let elapsed = self.clock.monotonic().saturating_sub(started);
+                    info!(
+                        "handed over {}-{} in {} ms",
+                        tp.topic,
+                        tp.partition,
+                        elapsed.as_millis()
+                    );
+                    Ok(())
+                }
+                Err(e) => {
+                    // Not released: stop serving anyway, the successor fences and replays.
+                    self.log.abandon(&tp);
+                    Err(self.cluster_error(resource, e))
+                }
+            }
+        } else {
+            warn!(partition = %tp, ?reason, "stopped serving");
+            self.log.abandon(&tp);
+            Ok(())
+        };
+        self.served().remove(resource);
+        outcome
+    }
+}
+
+/// Offline operations on a cluster's coordination objects, for the command line: they need
+/// only the storage, not a running broker.
+pub mod admin {
+    use super::*;
+
+    pub use strata_cluster::{OwnerRecord, OwnerState};
+
+    /// The ownership record of `resource`, if it was ever claimed.
+    pub async fn owner(
+        store: Arc<dyn ObjectStore>,
+        resource: &str,
+    ) -> Result<Option<OwnerRecord>, AdminError> {
+        Ok(Ownership::new(store).read(resource).await?.map(|(_, r)| r))
+    }
+
+    /// Places `resource` on `broker` (what `strata partitions move` and a reassignment do).
+    pub async fn set_placement(
+        store: Arc<dyn ObjectStore>,
+        resource: &str,
+        broker: BrokerId,
+    ) -> Result<(), AdminError> {
+        Ok(Ownership::new(store)
+            .set_placement_override(resource, broker)
+            .await?)
+    }
+
+    /// Where the log keeps its catalog versions; read here because the log does not export a
+    /// reader (the CLI must not open a log: that would register a write-ahead stream).
+    const CATALOG_PREFIX: &str = "meta/catalog/";
+
+    #[derive(Deserialize)]
+    struct Catalog {
+        topics: BTreeMap<String, CatalogTopic>,
+    }
+
+    #[derive(Deserialize)]
+    struct CatalogTopic {
+        id: TopicId,
+        partitions: i32,
+    }
+
+    /// What went wrong in an admin operation.
+    #[derive(Debug, thiserror::Error)]
+    pub enum AdminError {
+        #[error("{0}")]
+        NotFound(String),
+        #[error("storage: {0}")]
+        Storage(#[from] StorageError),
+        #[error("{0}")]
+        Cluster(#[from] ClusterError),
+        #[error("corrupt object {0}")]
+        Corrupt(String),
+    }
+
+    /// The resource name of `topic`'s `partition`, from the newest catalog.
+    pub async fn partition_resource(
+        store: &dyn ObjectStore,
+        topic: &str,
+        partition: i32,
+    ) -> Result<String, AdminError> {
+        let listed = store.list(CATALOG_PREFIX).await?;
+        let Some(newest) = listed.last() else {
+            return Err(AdminError::NotFound("no topics exist yet".into()));
+        };
+        let (bytes, _) = store.get(&newest.key).await?;
+        let catalog: Catalog = serde_json::from_slice(&bytes)
+            .map_err(|e| AdminError::Corrupt(format!("{}: {e}", newest.key)))?;
+        let info = catalog
+            .topics
+            .get(topic)
+            .ok_or_else(|| AdminError::NotFound(format!("no topic {topic:?}")))?;
+        if partition < 0 || partition >= info.partitions {
+            return Err(AdminError::NotFound(format!(
+                "topic {topic:?} has partitions 0..{}",
+                info.partitions
+            )));
+        }
+        Ok(resource_name(info.id, partition))
+    }
+
+    /// The registration of `broker`, if it is registered (it may still be dead: liveness
+    /// needs watching over a lease, which the CLI does not do).
+    pub async fn registration(
+        store: &dyn ObjectStore,
+        broker: BrokerId,
+    ) -> Result<Option<BrokerRegistration>, AdminError> {
+        let key = strata_cluster::keys::broker_key(broker)?;
+        match store.get(&key).await {
+            Ok((bytes, _)) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| AdminError::Corrupt(format!("{key}: {e}"))),
+            Err(StorageError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Asks `broker`'s current incarnation to drain; returns that incarnation.
+    pub async fn request_drain(
+        store: &dyn ObjectStore,
+        broker: BrokerId,
+    ) -> Result<Incarnation, AdminError> {
+        let registration = registration(store, broker)
+            .await?
+            .ok_or_else(|| AdminError::NotFound(format!("broker {broker} is not registered")))?;
+        let key = drain_key(broker)?;
+        let body = serde_json::to_vec(&DrainRequest {
+            incarnation: registration.incarnation,
+        })
+        .map_err(|e| AdminError::Corrupt(e.to_string()))?;
+        // Overwrite whatever an earlier request left (maybe for an earlier incarnation).
+        let mode = match store.get(&key).await {
+            Ok((_, version)) => PutMode::Update(version),
+            Err(StorageError::NotFound(_)) => PutMode::Create,
+            Err(e) => return Err(e.into()),
+        };
+        store.put(&key, Bytes::from(body), mode).await?;
+        Ok(registration.incarnation)
+    }
+
+    /// How many partitions `broker` (as `incarnation`) holds Active.
+    pub async fn partitions_held(
+        store: Arc<dyn ObjectStore>,
+        broker: BrokerId,
+        incarnation: Incarnation,
+    ) -> Result<usize, AdminError> {
+        let records = Ownership::new(store).list("").await?;
+        Ok(records
+            .iter()
+            .filter(|(_, (_, r))| {
+                r.owner == broker && r.incarnation == incarnation && r.state == OwnerState::Active
+            })
+            .count())
+    }
+}

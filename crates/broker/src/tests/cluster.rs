@@ -1,0 +1,326 @@
+//! Cluster mode in process: brokers sharing one memory store, with short leases so handovers
+//! and takeovers happen within a test's patience.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::alter_partition_reassignments_request::{
+    ReassignablePartition, ReassignableTopic,
+};
+use strata_core::TopicPartition;
+use strata_log::Ownership as LogOwnership;
+
+use super::*;
+use crate::cluster::resource_name;
+use crate::ClusterSettings;
+
+const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+
+fn fast() -> ClusterSettings {
+    ClusterSettings {
+        lease_period: Duration::from_millis(600),
+        heartbeat_interval: Duration::from_millis(100),
+        ownership_interval: Duration::from_millis(50),
+    }
+}
+
+struct Member {
+    id: i32,
+    addr: SocketAddr,
+    broker: Arc<Broker>,
+    stop: Option<oneshot::Sender<()>>,
+    served: Option<JoinHandle<()>>,
+}
+
+impl Member {
+    async fn start(store: &Arc<dyn ObjectStore>, id: i32) -> Member {
+        let clock = SystemClock::shared();
+        let log = LogManager::open_with(
+            Arc::clone(store),
+            Arc::clone(&clock),
+            LogConfig::default(),
+            BrokerId(id),
+            LogOwnership::Managed,
+        )
+        .await
+        .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let settings = BrokerSettings {
+            node_id: BrokerId(id),
+            advertised_port: addr.port(),
+            group_initial_rebalance_delay: Duration::ZERO,
+            group_shards: 2,
+            cluster: Some(fast()),
+            ..BrokerSettings::default()
+        };
+        let broker = Broker::open_clustered(
+            BrokerParts {
+                log,
+                clock,
+                settings,
+                member_id_seed: rand_seed(),
+            },
+            Arc::clone(store),
+        )
+        .await
+        .unwrap();
+        let broker = Arc::new(broker);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let served = tokio::spawn(Arc::clone(&broker).serve(listener, async {
+            let _ = stopped.await;
+        }));
+        Member {
+            id,
+            addr,
+            broker,
+            stop: Some(stop),
+            served: Some(served),
+        }
+    }
+
+    async fn client(&self) -> Client {
+        Client {
+            stream: TcpStream::connect(self.addr).await.unwrap(),
+            next_correlation: 1,
+        }
+    }
+
+    fn epoch(&self, tp: &TopicPartition) -> Option<u64> {
+        self.broker.log.served_epoch(tp)
+    }
+
+    /// Dies as a crashed process would: no handover, no leaving, no more heartbeats.
+    async fn crash(mut self) {
+        if let Some(node) = self.broker.cluster() {
+            node.halt().await;
+        }
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(served) = self.served.take() {
+            let _ = tokio::time::timeout(PATIENCE, served).await;
+        }
+    }
+}
+
+/// Polls `done` until it returns Some, for at most PATIENCE.
+async fn eventually<T>(what: &str, mut done: impl FnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if let Some(value) = done() {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn produce(client: &mut Client, topic: &str, value: &[u8]) -> i16 {
+    let response: ProduceResponse = client
+        .call(
+            ApiKey::Produce,
+            9,
+            &produce_request(topic, -1, record_batch(&[value], 1_000)),
+        )
+        .await;
+    response.responses[0].partition_responses[0].error_code
+}
+
+/// The values of every record of `topic`-0, fetched from offset 0 up to the high watermark
+/// (one fetch may stop at a segment's end, as Kafka's may).
+async fn fetch_all(client: &mut Client, topic: &str) -> Vec<Vec<u8>> {
+    let mut values = Vec::new();
+    let mut next = 0;
+    loop {
+        let response: FetchResponse = client
+            .call(ApiKey::Fetch, 12, &fetch_request(topic, next, 0, 0))
+            .await;
+        let partition = &response.responses[0].partitions[0];
+        assert_eq!(partition.error_code, 0, "fetch error");
+        let mut bytes = partition.records.clone().unwrap_or_default();
+        while bytes.len() > 12 {
+            let length = (&bytes[8..12]).get_i32() as usize;
+            let batch = bytes.split_to(12 + length);
+            for (offset, record) in strata_wire::builder::read_records(&batch).unwrap() {
+                if offset >= next {
+                    values.push(record.value.map(|v| v.to_vec()).unwrap_or_default());
+                    next = offset + 1;
+                }
+            }
+        }
+        if next >= partition.high_watermark {
+            return values;
+        }
+    }
+}
+
+async fn create(member: &Member, topic: &str) -> TopicPartition {
+    member
+        .broker
+        .log
+        .create_topic(topic, Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    TopicPartition::new(topic, 0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_partition_serves_every_record_at_a_higher_epoch_on_its_new_owner() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let a = Member::start(&store, 1).await;
+    let b = Member::start(&store, 2).await;
+    let tp = create(&a, "moving").await;
+    let (owner, other) = eventually("someone serves the partition", || {
+        if a.epoch(&tp).is_some() {
+            Some((&a, &b))
+        } else if b.epoch(&tp).is_some() {
+            Some((&b, &a))
+        } else {
+            None
+        }
+    })
+    .await;
+    let first_epoch = owner.epoch(&tp).unwrap();
+
+    let mut to_owner = owner.client().await;
+    for value in [b"one".as_slice(), b"two", b"three"] {
+        assert_eq!(produce(&mut to_owner, "moving", value).await, 0);
+    }
+
+    // The non-owner's Metadata names the owner at its epoch, once its cache caught up.
+    let mut to_other = other.client().await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let metadata: MetadataResponse = to_other
+            .call(ApiKey::Metadata, 12, &metadata_request(&["moving"]))
+            .await;
+        assert_eq!(metadata.brokers.len(), 2);
+        let p = &metadata.topics[0].partitions[0];
+        if p.leader_id.0 == owner.id {
+            assert_eq!(p.leader_epoch as u64, first_epoch);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "metadata never named the owner"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Move it with AlterPartitionReassignments, sent to the broker that does not own it.
+    let mut partition = ReassignablePartition::default();
+    partition.partition_index = 0;
+    partition.replicas = Some(vec![kafka_protocol::messages::BrokerId(other.id)]);
+    let mut topic = ReassignableTopic::default();
+    topic.name = topic_name("moving");
+    topic.partitions = vec![partition];
+    let mut request = AlterPartitionReassignmentsRequest::default();
+    request.timeout_ms = 10_000;
+    request.topics = vec![topic];
+    let clock = SystemClock::shared();
+    let started = clock.monotonic();
+    let response: AlterPartitionReassignmentsResponse = to_other
+        .call(ApiKey::AlterPartitionReassignments, 0, &request)
+        .await;
+    assert_eq!(response.error_code, 0);
+    assert_eq!(response.responses[0].partitions[0].error_code, 0);
+
+    let new_epoch = eventually("the target serves the partition", || other.epoch(&tp)).await;
+    let handover = clock.monotonic() - started;
+    assert!(new_epoch > first_epoch, "{new_epoch} > {first_epoch}");
+    assert_eq!(owner.epoch(&tp), None, "one writer per partition");
+    eprintln!("handover took {handover:?}");
+
+    assert_eq!(
+        fetch_all(&mut to_other, "moving").await,
+        vec![b"one".to_vec(), b"two".to_vec(), b"three".to_vec()]
+    );
+    assert_eq!(produce(&mut to_other, "moving", b"four").await, 0);
+    assert_eq!(
+        produce(&mut to_owner, "moving", b"lost").await,
+        NOT_LEADER_OR_FOLLOWER
+    );
+    assert_eq!(fetch_all(&mut to_other, "moving").await.len(), 4);
+
+    // Nothing is in progress any more, once the cached ownership records caught up.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let listed: ListPartitionReassignmentsResponse = to_other
+            .call(
+                ApiKey::ListPartitionReassignments,
+                0,
+                &ListPartitionReassignmentsRequest::default(),
+            )
+            .await;
+        assert_eq!(listed.error_code, 0);
+        if listed.topics.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still listed: {:?}",
+            listed.topics
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let resource = resource_name(other.broker.log.topic("moving").unwrap().id, 0);
+    assert!(other
+        .broker
+        .cluster()
+        .unwrap()
+        .status()
+        .serving
+        .contains_key(&resource));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_brokers_partitions_are_taken_over_with_every_acknowledged_record() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let a = Member::start(&store, 1).await;
+    let b = Member::start(&store, 2).await;
+    let topics = ["t0", "t1", "t2", "t3"];
+    let mut tps = Vec::new();
+    for t in topics {
+        tps.push(create(&a, t).await);
+    }
+    eventually("every partition is served", || {
+        tps.iter()
+            .all(|tp| a.epoch(tp).is_some() || b.epoch(tp).is_some())
+            .then_some(())
+    })
+    .await;
+    // Everything is acknowledged by its owner before the crash.
+    for (topic, tp) in topics.iter().zip(&tps) {
+        let owner = if a.epoch(tp).is_some() { &a } else { &b };
+        let mut client = owner.client().await;
+        for i in 0..5 {
+            let value = format!("{topic}-{i}");
+            assert_eq!(produce(&mut client, topic, value.as_bytes()).await, 0);
+        }
+    }
+    let a_held = tps.iter().filter(|tp| a.epoch(tp).is_some()).count();
+    eprintln!("broker 1 held {a_held} of {} partitions", tps.len());
+
+    let clock = SystemClock::shared();
+    let died = clock.monotonic();
+    a.crash().await;
+    eventually("the survivor serves everything", || {
+        tps.iter().all(|tp| b.epoch(tp).is_some()).then_some(())
+    })
+    .await;
+    eprintln!("takeover took {:?}", clock.monotonic() - died);
+
+    let mut client = b.client().await;
+    for topic in topics {
+        let expected: Vec<Vec<u8>> = (0..5)
+            .map(|i| format!("{topic}-{i}").into_bytes())
+            .collect();
+        assert_eq!(fetch_all(&mut client, topic).await, expected, "{topic}");
+    }
+    // The coordinator shards moved too: group requests find a coordinator on the survivor.
+    let mut request = FindCoordinatorRequest::default();
+    request.key = StrBytes::from_static_str("some-group");
+    let found: FindCoordinatorResponse = client.call(ApiKey::FindCoordinator, 3, &request).await;
+    assert_eq!(found.error_code, 0);
+    assert_eq!(found.node_id.0, 2);
+}
