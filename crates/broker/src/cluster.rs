@@ -120,6 +120,7 @@ pub struct ClusterNode {
     watchdog: std::sync::Mutex<Option<JoinHandle<()>>>,
     fatal: watch::Sender<Option<String>>,
     draining: AtomicBool,
+    clock: Arc<dyn Clock>,
 }
 
 impl ClusterNode {
@@ -205,6 +206,7 @@ impl ClusterNode {
             watchdog: std::sync::Mutex::new(None),
             fatal: watch::Sender::new(None),
             draining: AtomicBool::new(false),
+            clock: Arc::clone(&clock),
         });
         node.refresh_owners().await;
         let refresher = tokio::spawn(refresh_loop(
@@ -398,6 +400,31 @@ impl ClusterNode {
         }
     }
 
+    /// A process paused past its lease (SIGSTOP, a long GC-like stall, a frozen VM) comes back
+    /// believing it still serves its partitions; if a successor sealed its stream meanwhile it
+    /// must stop before it claims anything again. Costs a listing only while our own lease is
+    /// in doubt.
+    async fn check_sealed_after_lapse(&self) {
+        let lapsed = self
+            .view
+            .borrow()
+            .self_lease_until
+            .is_some_and(|until| self.clock.monotonic() > until);
+        if !lapsed {
+            return;
+        }
+        match self.log.is_sealed().await {
+            Ok(true) => {
+                for (tp, _) in self.log.served() {
+                    self.log.abandon(&tp);
+                }
+                self.die("our lease lapsed and a successor sealed our write-ahead stream".into());
+            }
+            Ok(false) => {}
+            Err(e) => warn!(error = %e, "could not check whether our stream was sealed"),
+        }
+    }
+
     async fn refresh_owners(&self) {
         match self.ownership.list("").await {
             Ok(records) => {
@@ -473,6 +500,7 @@ async fn refresh_loop(node: Weak<ClusterNode>, interval: Duration) {
     loop {
         ticker.tick().await;
         let Some(node) = node.upgrade() else { return };
+        node.check_sealed_after_lapse().await;
         node.refresh_owners().await;
         until_drain_poll -= 1;
         if until_drain_poll == 0 {

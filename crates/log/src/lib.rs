@@ -29,4 +29,6 @@ mod tests;
 pub use catalog::{TopicId, TopicInfo};
 pub use config::{LogConfig, TimestampType, TopicConfig};
 pub use error::{LogError, LogResult};
-pub use manager::{Acks, AppendOutcome, AppendTicket, LogManager, Ownership, ReadOutcome, Watermarks};
+pub use manager::{
+    Acks, AppendOutcome, AppendTicket, LogManager, Ownership, ReadOutcome, Watermarks,
+};

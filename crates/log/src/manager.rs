@@ -654,6 +654,28 @@ impl LogManager {
         }
     }
 
+    /// Whether another broker has sealed this incarnation's stream (looked up in storage, not
+    /// waited for): a broker that was paused past its lease checks this before claiming
+    /// anything again, instead of learning it from its next write.
+    pub async fn is_sealed(&self) -> LogResult<bool> {
+        let listed = self
+            .shared
+            .store
+            .list(&wal::stream_prefix(self.shared.stream))
+            .await?;
+        // A seal sits after the last object the writer landed, with late writes of its
+        // in-flight window possibly above it: look at that many of the newest objects.
+        let window = self.shared.config.max_inflight_flushes + 2;
+        for meta in listed.iter().rev().take(window) {
+            match self.shared.store.get(&meta.key).await {
+                Ok((bytes, _)) if wal::is_seal(&bytes) => return Ok(true),
+                Ok(_) | Err(StorageError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(false)
+    }
+
     /// Re-reads the catalog (topics created or deleted by other brokers).
     pub async fn refresh_catalog(&self) -> LogResult<()> {
         let latest = catalog::load_latest(self.shared.store.as_ref()).await?;
