@@ -101,7 +101,7 @@ impl Default for BrokerSettings {
             cluster_id: "strata".to_string(),
             max_request_bytes: 100 << 20,
             max_connections: 4096,
-            max_inflight_requests_per_connection: 32,
+            max_inflight_requests_per_connection: 1024,
             auto_create_topics: true,
             min_produce_timeout: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(30),

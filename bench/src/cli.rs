@@ -1,0 +1,245 @@
+//! Command-line flags. Every knob of a run is a flag, and every flag's value is echoed into the
+//! report so a number can always be traced back to how it was produced.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::Serialize;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "strata-bench",
+    version,
+    about = "Benchmarks a Strata (or any Kafka-compatible) broker with librdkafka",
+    after_help = "Examples:\n  \
+        strata-bench --spawn-broker --storage memory:// throughput\n  \
+        strata-bench --spawn-broker --storage file:///tmp/strata-bench e2e --rate 10000 --duration 30\n  \
+        strata-bench --bootstrap 127.0.0.1:9092 throughput --records 5000000 --json out.json"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub target: TargetArgs,
+
+    /// Also write the results as JSON to FILE (`-` prints JSON to stdout instead of the table).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: BenchCommand,
+}
+
+/// Which broker to measure, and client settings common to every benchmark.
+#[derive(Debug, Args, Serialize)]
+pub struct TargetArgs {
+    /// Bootstrap address of a running broker (ignored with --spawn-broker).
+    #[arg(long, global = true, default_value = "127.0.0.1:9092")]
+    pub bootstrap: String,
+
+    /// Start `strata serve --listen 127.0.0.1:0` for this run, and kill it afterwards.
+    #[arg(long, global = true)]
+    pub spawn_broker: bool,
+
+    /// Storage URL for the spawned broker: `memory://`, `file:///absolute/dir`, or any other
+    /// URL the broker accepts (`s3://…`, `rados://…`).
+    #[arg(long, global = true, default_value = "memory://")]
+    pub storage: String,
+
+    /// The strata binary to spawn [default: `strata` next to this executable, i.e.
+    /// target/release/strata].
+    #[arg(long, global = true, value_name = "PATH")]
+    pub strata_bin: Option<PathBuf>,
+
+    /// An extra argument for the spawned `strata serve`; repeat for several, e.g.
+    /// `--broker-arg=--config --broker-arg=strata.toml`.
+    #[arg(
+        long = "broker-arg",
+        global = true,
+        value_name = "ARG",
+        allow_hyphen_values = true
+    )]
+    pub broker_args: Vec<String>,
+
+    /// An environment variable for the spawned broker, KEY=VALUE; repeatable. The broker's log
+    /// settings are read from STRATA_LOG_* variables, e.g. `STRATA_LOG_FLUSH_INTERVAL=2ms`.
+    #[arg(long = "broker-env", global = true, value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    pub broker_env: Vec<(String, String)>,
+
+    /// Write the spawned broker's output to FILE [default: kept in memory, shown if it fails].
+    #[arg(long, global = true, value_name = "FILE")]
+    pub broker_log: Option<PathBuf>,
+
+    /// Pid of an already running broker (with --bootstrap), to report its CPU use.
+    #[arg(long, global = true, value_name = "PID")]
+    pub broker_pid: Option<u32>,
+
+    /// A librdkafka property for every client, applied after the benchmark's own; repeatable
+    /// (like kcat's -X), e.g. `-X batch.size=2000000`.
+    #[arg(
+        short = 'X',
+        long = "client-config",
+        global = true,
+        value_name = "KEY=VALUE",
+        value_parser = parse_key_value
+    )]
+    pub client_config: Vec<(String, String)>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Produce N records as fast as the client sends them, then consume them from the beginning.
+    Throughput(ThroughputArgs),
+    /// Produce at a fixed rate while consuming concurrently: end-to-end latency.
+    E2e(E2eArgs),
+    /// No broker: time durable writes on a directory the way the local-directory backend does
+    /// them, the floor under produce latency on `file://` storage.
+    Disk(DiskArgs),
+}
+
+/// The topic and records, common to both benchmarks.
+#[derive(Debug, Args, Serialize)]
+pub struct WorkloadArgs {
+    /// Topic to create [default: a fresh `strata-bench-<pid>-<time>`]. It must not exist.
+    #[arg(long)]
+    pub topic: Option<String>,
+
+    /// Partitions of the topic.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(i32).range(1..=10_000))]
+    pub partitions: i32,
+
+    /// Payload bytes per record (no key, no headers).
+    #[arg(long, default_value_t = 100)]
+    pub record_size: usize,
+
+    /// Producer `acks`.
+    #[arg(long, default_value = "all", value_parser = ["all", "-1", "0", "1"])]
+    pub acks: String,
+
+    /// How records are spread over partitions.
+    #[arg(long, value_enum, default_value_t = Partitioning::Sticky)]
+    pub partitioning: Partitioning,
+
+    /// Give up on a phase that has not finished after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    pub timeout_secs: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Partitioning {
+    /// No partition given: librdkafka's default partitioner, which sends key-less records to one
+    /// partition at a time (`sticky.partitioning.linger.ms`) — what an application gets.
+    Sticky,
+    /// Record i goes to partition i mod P: every partition gets a batch in every request.
+    RoundRobin,
+}
+
+#[derive(Debug, Args, Serialize)]
+pub struct ThroughputArgs {
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+
+    /// Records to produce.
+    #[arg(long, short = 'n', default_value_t = 2_000_000)]
+    pub records: u64,
+
+    /// Producer `linger.ms`.
+    #[arg(long, default_value_t = 5)]
+    pub linger_ms: u32,
+
+    /// Only produce; skip the consume phase.
+    #[arg(long)]
+    pub no_consume: bool,
+}
+
+#[derive(Debug, Args, Serialize)]
+pub struct E2eArgs {
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+
+    /// Records per second to produce (paced, not bursty: record i is due at i/RATE seconds).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub rate: u64,
+
+    /// Seconds to produce for.
+    #[arg(long, default_value_t = 30.0)]
+    pub duration: f64,
+
+    /// Seconds at the start whose records are delivered and counted but left out of the latency
+    /// percentiles (connection set-up, the consumer's first fetch, allocator warm-up).
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup: f64,
+
+    /// Producer `linger.ms`. Lower than the throughput default because linger is a delay the
+    /// client adds to every record on purpose; 1 ms keeps some batching at 10k records/s.
+    #[arg(long, default_value_t = 1)]
+    pub linger_ms: u32,
+}
+
+#[derive(Debug, Args, Serialize)]
+pub struct DiskArgs {
+    /// Directory to write in (a subdirectory is created and removed); put it on the disk the
+    /// broker's `file://` storage uses.
+    #[arg(long, default_value = "/tmp")]
+    pub dir: PathBuf,
+
+    /// Writes to time.
+    #[arg(long, default_value_t = 2000)]
+    pub writes: u64,
+
+    /// Bytes per write (about one group commit: linger-sized batches of several partitions).
+    #[arg(long, default_value_t = 262_144)]
+    pub size: usize,
+
+    /// Writers at once (the broker keeps up to `max_inflight_flushes`, default 4, in flight).
+    #[arg(long, default_value_t = 1)]
+    pub parallel: u64,
+}
+
+fn parse_key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got `{text}`")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_parse() {
+        let cli = Cli::try_parse_from([
+            "strata-bench",
+            "--spawn-broker",
+            "--broker-arg=--config",
+            "--broker-arg",
+            "strata.toml",
+            "-X",
+            "batch.size=1000",
+            "e2e",
+            "--rate",
+            "500",
+        ])
+        .unwrap();
+        assert!(cli.target.spawn_broker);
+        assert_eq!(cli.target.broker_args, ["--config", "strata.toml"]);
+        assert_eq!(
+            cli.target.client_config,
+            [("batch.size".to_string(), "1000".to_string())]
+        );
+        let BenchCommand::E2e(e2e) = cli.command else {
+            panic!("expected e2e");
+        };
+        assert_eq!(e2e.rate, 500);
+        assert_eq!(e2e.workload.record_size, 100);
+    }
+
+    #[test]
+    fn key_value_needs_an_equals_sign() {
+        assert!(parse_key_value("linger.ms").is_err());
+        assert_eq!(
+            parse_key_value("a=b=c"),
+            Ok(("a".to_string(), "b=c".to_string()))
+        );
+    }
+}

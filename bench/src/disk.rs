@@ -1,0 +1,114 @@
+//! The `disk` probe: how long one durable create-only write takes on a directory, done the way
+//! the local-directory backend does it (write a temp file, fsync it, `link(2)` it to its final
+//! name, remove the temp name, fsync the directory). Every acks=all produce on `file://`
+//! storage waits for one such write, so its latency is the floor under produce and end-to-end
+//! latency on that disk, and its spread explains their tails.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use hdrhistogram::Histogram;
+
+use crate::cli::DiskArgs;
+use crate::clock;
+use crate::report::{new_histogram, LatencySummary, Phase};
+use crate::system::CpuMeter;
+use crate::Outcome;
+
+pub fn run(args: &DiskArgs) -> Result<Outcome> {
+    if args.parallel == 0 {
+        bail!("--parallel must be at least 1");
+    }
+    // A directory of our own inside the one given, removed afterwards, so the probe never
+    // touches anything else there.
+    let dir = args
+        .dir
+        .join(format!("strata-bench-disk-{}", std::process::id()));
+    fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    eprintln!(
+        "{} durable writes of {} bytes in {} ({} at a time)",
+        args.writes,
+        args.size,
+        dir.display(),
+        args.parallel
+    );
+
+    let cpu = CpuMeter::start(None);
+    let start = clock::now();
+    let per_thread = args.writes.div_ceil(args.parallel);
+    let results: Vec<Result<Histogram<u64>>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..args.parallel)
+            .map(|worker| {
+                let dir = &dir;
+                let first = worker * per_thread;
+                let count = per_thread.min(args.writes.saturating_sub(first));
+                scope.spawn(move || write_many(dir, first, count, args.size))
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().map_err(|_| anyhow!("a writer thread panicked"))?)
+            .collect()
+    });
+    let elapsed = clock::now().saturating_duration_since(start);
+    let cpu = cpu.finish(elapsed);
+    let cleanup = fs::remove_dir_all(&dir);
+
+    let mut latency = new_histogram()?;
+    for result in results {
+        latency
+            .add(result?)
+            .map_err(|e| anyhow!("merge histograms: {e:?}"))?;
+    }
+    cleanup.with_context(|| format!("remove {}", dir.display()))?;
+
+    let mut phase = Phase::new("durable write", args.writes, args.size, elapsed, cpu);
+    phase.latency = LatencySummary::from_histogram(&latency);
+    phase.notes.push(
+        "latency = temp file write + fsync + link + unlink temp + directory fsync, as the \
+         local-directory backend publishes a write-ahead object"
+            .to_string(),
+    );
+    Ok(Outcome {
+        topic: None,
+        settings: serde_json::to_value(args).context("serialise the settings")?,
+        phases: vec![phase],
+    })
+}
+
+fn write_many(dir: &Path, first: u64, count: u64, size: usize) -> Result<Histogram<u64>> {
+    let mut latency = new_histogram()?;
+    let data = vec![0x5a_u8; size];
+    for n in first..first + count {
+        let start = clock::now();
+        durable_create(dir, &format!("{n:020}"), &data)?;
+        latency.saturating_record(micros(clock::now().saturating_duration_since(start)));
+    }
+    Ok(latency)
+}
+
+fn durable_create(dir: &Path, name: &str, data: &[u8]) -> Result<()> {
+    let temp: PathBuf = dir.join(format!("{name}.tmp"));
+    let object = dir.join(name);
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&temp)
+        .with_context(|| format!("create {}", temp.display()))?;
+    file.write_all(data)
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("write and fsync {}", temp.display()))?;
+    drop(file);
+    fs::hard_link(&temp, &object).with_context(|| format!("link {}", object.display()))?;
+    fs::remove_file(&temp).with_context(|| format!("remove {}", temp.display()))?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("fsync {}", dir.display()))
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
