@@ -132,7 +132,10 @@ pub fn read_records(batch: &Bytes) -> Result<Vec<(i64, SimpleRecord)>, BatchErro
         let offset_delta = get_varint(batch, &mut at)?;
         let key = take(&mut at)?;
         let value = take(&mut at)?;
-        out.push((base_offset.saturating_add(offset_delta), SimpleRecord { key, value }));
+        out.push((
+            base_offset.saturating_add(offset_delta),
+            SimpleRecord { key, value },
+        ));
         at = end;
     }
     Ok(out)
