@@ -33,4 +33,4 @@ pub mod records;
 pub mod stream;
 pub mod wait;
 
-pub use process::{StrataOptions, StrataProcess};
+pub use process::{SharedStorage, StrataOptions, StrataProcess};

@@ -44,6 +44,9 @@ pub struct StrataOptions {
     pub extra_args: Vec<String>,
     /// More environment for the broker process.
     pub env: Vec<(String, String)>,
+    /// A storage URL to use instead of one derived from `storage` (several brokers sharing
+    /// one storage as a cluster: see [`SharedStorage`]).
+    pub storage_url: Option<String>,
 }
 
 impl Default for StrataOptions {
@@ -53,6 +56,7 @@ impl Default for StrataOptions {
             config_toml: None,
             extra_args: Vec::new(),
             env: Vec::new(),
+            storage_url: None,
         }
     }
 }
@@ -72,6 +76,63 @@ impl StrataOptions {
         self.storage = storage;
         self
     }
+
+    /// Uses exactly this `--storage` URL (overrides `storage`), e.g. [`SharedStorage::url`].
+    pub fn with_storage_url(mut self, url: impl Into<String>) -> Self {
+        self.storage_url = Some(url.into());
+        self
+    }
+}
+
+/// One storage location for several brokers (a cluster), removed when dropped if it is a
+/// local directory.
+///
+/// Without `STRATA_TEST_STORAGE` it is `file:///<temp dir>/store`; with it, a prefix (S3) or
+/// namespace (RADOS) under that URL named after the temporary directory, so the cluster tests
+/// run on every backend CI has and never see another test's objects.
+pub struct SharedStorage {
+    dir: TempDir,
+    url: String,
+}
+
+impl SharedStorage {
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("strata-shared-")
+            .tempdir()
+            .expect("create a temporary shared storage directory");
+        let url = match std::env::var("STRATA_TEST_STORAGE") {
+            Ok(base) if !base.is_empty() => with_path_suffix(&base, &unique_name(dir.path())),
+            _ => format!("file://{}", dir.path().join("store").display()),
+        };
+        Self { dir, url }
+    }
+
+    /// The URL every broker of the cluster (and the `strata` admin commands) gets as `--storage`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Default for SharedStorage {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The file name of `dir` reduced to ASCII letters and digits: a prefix or namespace name
+/// every backend accepts.
+fn unique_name(dir: &Path) -> String {
+    dir.file_name()
+        .map(|n| {
+            n.to_string_lossy()
+                .replace(|c: char| !c.is_ascii_alphanumeric(), "")
+        })
+        .unwrap_or_default()
 }
 
 /// `scheme://authority[/path][?query]` with `/suffix` appended to the path.
@@ -178,6 +239,58 @@ impl StrataProcess {
         }
     }
 
+    /// The broker's exit status if it has exited (it is reaped then), `None` while it runs.
+    /// Panics if it was never started or was already reaped by [`kill9`](Self::kill9) or
+    /// [`sigterm`](Self::sigterm).
+    pub fn try_exit_status(&mut self) -> Option<ExitStatus> {
+        let child = self
+            .child
+            .as_mut()
+            .expect("try_exit_status: the broker was already reaped");
+        let status = child.try_wait().expect("poll the broker process")?;
+        self.note(&format!("harness: broker exited by itself: {status}"));
+        Some(status)
+    }
+
+    /// Freezes the broker with SIGSTOP (as a long GC pause or a stalled VM would).
+    pub fn pause(&mut self) {
+        self.signal(libc::SIGSTOP, "SIGSTOP");
+        self.note("harness: broker paused with SIGSTOP");
+    }
+
+    /// Lets a broker frozen by [`pause`](Self::pause) run again with SIGCONT.
+    pub fn resume(&mut self) {
+        self.signal(libc::SIGCONT, "SIGCONT");
+        self.note("harness: broker resumed with SIGCONT");
+    }
+
+    fn signal(&mut self, signal: libc::c_int, name: &str) {
+        let pid = libc::pid_t::try_from(self.pid()).expect("pid fits pid_t");
+        // SAFETY: kill(2) with a pid we spawned and have not reaped yet (the Child still holds
+        // it) cannot hit another process, and has no memory-safety preconditions.
+        let sent = unsafe { libc::kill(pid, signal) };
+        assert_eq!(
+            sent,
+            0,
+            "kill({name}) failed: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+
+    /// Every kept line of the broker's output (the last few thousand) that contains `needle`.
+    pub fn log_lines_containing(&self, needle: &str) -> Vec<String> {
+        self.output
+            .lock()
+            .map(|log| {
+                log.lines
+                    .iter()
+                    .filter(|line| line.contains(needle))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Kills the broker with SIGKILL (no chance to flush anything) and reaps it.
     pub fn kill9(&mut self) {
         let mut child = self.child.take().expect("kill9: the broker is not running");
@@ -254,6 +367,9 @@ impl StrataProcess {
     }
 
     fn storage_url(&self) -> String {
+        if let Some(url) = &self.options.storage_url {
+            return url.clone();
+        }
         match self.options.storage {
             // STRATA_TEST_STORAGE reruns every durable-storage test on another backend (CI
             // runs the suite on S3 and on RADOS too): each broker gets its own prefix (S3) or
@@ -261,16 +377,7 @@ impl StrataProcess {
             // restart finds its data again and tests never see each other's objects.
             StorageKind::Directory => match std::env::var("STRATA_TEST_STORAGE") {
                 Ok(base) if !base.is_empty() => {
-                    let unique = self
-                        .data_dir
-                        .path()
-                        .file_name()
-                        .map(|n| {
-                            n.to_string_lossy()
-                                .replace(|c: char| !c.is_ascii_alphanumeric(), "")
-                        })
-                        .unwrap_or_default();
-                    with_path_suffix(&base, &unique)
+                    with_path_suffix(&base, &unique_name(self.data_dir.path()))
                 }
                 // The path is absolute, so this is file:///tmp/...
                 _ => format!("file://{}", self.data_dir.path().join("store").display()),

@@ -170,6 +170,9 @@ impl ClusterNode {
             placement_settle: settings.lease_period.min(Duration::from_secs(2)),
             // Stop serving a fifth of a lease before anybody could judge us dead.
             self_lease_margin: Some((settings.lease_period / 5).min(Duration::from_secs(1))),
+            // A broker that joined after our last listing is not dead: give our next listing
+            // time to see it before sealing its stream.
+            dead_owner_grace: settings.heartbeat_interval * 2,
             ..ControllerConfig::default()
         };
         let runner = OwnershipRunner::new(

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use strata_core::{BrokerId, Epoch};
 
-use crate::membership::ClusterView;
+use crate::membership::{ClusterView, Incarnation};
 use crate::ownership::{Claimant, OwnerState, VersionedRecord};
 use crate::placement::{place, rendezvous_weight};
 use crate::ClusterError;
@@ -48,6 +48,12 @@ pub struct ControllerConfig {
     /// None trusts the stream seal alone (a paused broker may serve stale reads until it
     /// notices).
     pub self_lease_margin: Option<Duration>,
+    /// How long an owner must have been absent from our view (by our own clock) before we
+    /// fence it. A broker that registered after our last listing is absent too, without being
+    /// dead: fencing on first sight would seal a healthy newcomer's stream. A couple of
+    /// heartbeat intervals lets our next listing see it (the broker uses two); zero fences on
+    /// first sight (the runtime-free tests, whose views are exact).
+    pub dead_owner_grace: Duration,
 }
 
 impl Default for ControllerConfig {
@@ -57,6 +63,7 @@ impl Default for ControllerConfig {
             max_claim_backoff: Duration::from_secs(5),
             placement_settle: Duration::from_secs(2),
             self_lease_margin: Some(Duration::from_secs(1)),
+            dead_owner_grace: Duration::ZERO,
         }
     }
 }
@@ -200,6 +207,8 @@ struct Slot {
     known: bool,
     retry_at: Duration,
     failures: u32,
+    /// Since when (our clock) the record's owner has been missing from our view.
+    owner_absent_since: Option<(BrokerId, Incarnation, Duration)>,
 }
 
 impl Slot {
@@ -210,6 +219,7 @@ impl Slot {
             known: false,
             retry_at: Duration::ZERO,
             failures: 0,
+            owner_absent_since: None,
         }
     }
 }
@@ -485,6 +495,7 @@ impl OwnershipController {
             now,
             self_ok: self.self_ok(now),
             dead: self.is_fenced(),
+            dead_owner_grace: self.config.dead_owner_grace,
         };
         if !context.self_ok {
             // Others may have judged us dead meanwhile and taken things over: nothing we know
@@ -525,6 +536,7 @@ struct Context {
     now: Duration,
     self_ok: bool,
     dead: bool,
+    dead_owner_grace: Duration,
 }
 
 fn decide_one(
@@ -636,8 +648,20 @@ fn decide_one(
                         }
                     } else if view.is_live_incarnation(record.owner, record.incarnation) {
                         // A live owner hands over by itself once it sees the new placement.
+                        slot.owner_absent_since = None;
                         return None;
                     } else {
+                        let since = match slot.owner_absent_since {
+                            Some((o, i, t)) if o == record.owner && i == record.incarnation => t,
+                            _ => {
+                                slot.owner_absent_since =
+                                    Some((record.owner, record.incarnation, cx.now));
+                                cx.now
+                            }
+                        };
+                        if cx.now < since + cx.dead_owner_grace {
+                            return None;
+                        }
                         Action::FenceThenClaim {
                             resource,
                             dead_owner: record.owner,
@@ -656,7 +680,7 @@ fn decide_one(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::membership::{BrokerRegistration, Incarnation, Member};
+    use crate::membership::{BrokerRegistration, Member};
     use crate::ownership::OwnerRecord;
     use strata_storage::Version;
 

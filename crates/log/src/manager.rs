@@ -573,6 +573,9 @@ impl LogManager {
 
     fn partition(&self, tp: &TopicPartition) -> LogResult<Arc<Partition>> {
         if let Some(p) = self.shared.partition(tp) {
+            if p.lock().suspended {
+                return Err(LogError::NotOwner);
+            }
             return Ok(p);
         }
         match self.topic(&tp.topic) {
@@ -583,13 +586,17 @@ impl LogManager {
 
     /// Whether this broker serves the partition now, and under which epoch.
     pub fn served_epoch(&self, tp: &TopicPartition) -> Option<u64> {
-        self.shared.partition(tp).map(|p| p.epoch)
+        self.shared
+            .partition(tp)
+            .filter(|p| !p.lock().suspended)
+            .map(|p| p.epoch)
     }
 
     /// Partitions served here.
     pub fn served(&self) -> Vec<(TopicPartition, u64)> {
         read(&self.shared.partitions)
             .values()
+            .filter(|p| !p.lock().suspended)
             .map(|p| (p.tp.clone(), p.epoch))
             .collect()
     }
@@ -638,19 +645,20 @@ impl LogManager {
         ownership::release(&self.shared, tp).await
     }
 
-    /// Stops serving a partition at once, without flushing or checkpointing: ownership was
-    /// lost (another broker fenced us, or our lease ran out). Appends still queued fail when
-    /// their write hits the seal; nothing more is acknowledged for it here.
+    /// Stops serving a partition at once, without flushing or checkpointing: ownership is in
+    /// doubt (our lease may have lapsed) or lost. Appends and reads are refused from now on;
+    /// appends already queued still become durable. The state is kept: `acquire` under the
+    /// same epoch resumes it, and if another broker took over instead, it sealed our stream and
+    /// nothing more can be acknowledged here anyway.
     pub fn abandon(&self, tp: &TopicPartition) {
-        let part = write(&self.shared.partitions).remove(tp);
-        if let Some(part) = part {
+        if let Some(part) = self.shared.partition(tp) {
             let hw = {
                 let mut st = part.lock();
-                st.deleted = true;
+                st.suspended = true;
                 st.high_watermark
             };
             part.hw.send_replace(Offset(hw));
-            tracing::warn!(partition = %tp, "stopped serving partition (ownership lost)");
+            tracing::warn!(partition = %tp, "stopped serving partition (ownership in doubt)");
         }
     }
 

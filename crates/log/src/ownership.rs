@@ -62,11 +62,33 @@ pub(crate) async fn acquire(
     let mut results = Vec::new();
     for want in wanted {
         let tp = TopicPartition::new(want.topic.name.clone(), want.partition);
-        if shared.partition(&tp).is_some() {
-            results.push((tp, Ok(())));
-            continue;
+        if let Some(part) = shared.partition(&tp) {
+            let mut st = part.lock();
+            if !st.suspended {
+                results.push((tp, Ok(())));
+                continue;
+            }
+            if want.epoch.is_none_or(|e| e == part.epoch) {
+                // Serving again under the same epoch: nobody took it over meanwhile (that
+                // would have been a new epoch), so our in-memory state is still the truth.
+                st.suspended = false;
+                drop(st);
+                tracing::info!(partition = %tp, epoch = part.epoch, "serving partition again");
+                results.push((tp, Ok(())));
+                continue;
+            }
+            // A new epoch: whoever held it in between sealed our stream; what we hold is stale.
+            drop(st);
+            write_partitions(shared).remove(&tp);
         }
         let (manifest, version) = read_manifest(shared, want.topic.id, want.partition).await?;
+        if manifest.writer_stream == shared.stream && !manifest.released {
+            // Our own unreleased tail is not in memory (dropped above): a fresh load would not
+            // replay it and would hand its offsets out again. Refuse; only a new incarnation
+            // (a restart) may serve this partition now.
+            results.push((tp, Err(LogError::Fenced)));
+            continue;
+        }
         let mut replay: Vec<u32> = manifest
             .inherited_streams
             .iter()

@@ -66,6 +66,10 @@ pub struct PartState {
     pub deleted: bool,
     /// A graceful handover is under way: appends are refused, reads still served.
     pub releasing: bool,
+    /// Serving stopped without a handover (our lease was in doubt). Everything is kept, so
+    /// serving again under the same epoch resumes exactly here — the uncompacted tail lives in
+    /// our own stream, which a fresh load would not replay.
+    pub suspended: bool,
 }
 
 #[derive(Debug)]
@@ -136,6 +140,7 @@ impl PartState {
             chunks: BTreeMap::new(),
             deleted: false,
             releasing: false,
+            suspended: false,
         }
     }
 

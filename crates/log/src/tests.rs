@@ -666,3 +666,46 @@ async fn injected_storage_faults_lose_no_acknowledged_record() {
         }
     }
 }
+
+#[tokio::test]
+async fn serving_again_under_the_same_epoch_resumes_with_the_uncompacted_tail() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let a = open_managed(&store, 1).await;
+    a.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    for (_, r) in a.acquire(vec![("t".into(), 0, 3)]).await.unwrap() {
+        r.unwrap();
+    }
+    for i in 0..5 {
+        a.append(&tp("t", 0), batch(&["a"], i, None), DURABLE)
+            .await
+            .unwrap();
+    }
+    a.abandon(&tp("t", 0));
+    assert!(matches!(
+        a.append(&tp("t", 0), batch(&["x"], 0, None), DURABLE).await,
+        Err(LogError::NotOwner)
+    ));
+    assert!(a.served().is_empty());
+    for (_, r) in a.acquire(vec![("t".into(), 0, 3)]).await.unwrap() {
+        r.unwrap();
+    }
+    // Nothing acknowledged before the pause is lost, and offsets are not handed out twice.
+    assert_eq!(
+        a.append(&tp("t", 0), batch(&["b"], 9, None), DURABLE)
+            .await
+            .unwrap()
+            .base_offset,
+        Offset(5)
+    );
+    assert_eq!(
+        base_offsets(&a, &tp("t", 0), 0).await,
+        vec![0, 1, 2, 3, 4, 5]
+    );
+    // Under a new epoch the in-memory state is stale: our own unreleased tail cannot be
+    // replayed by us, so the partition is refused rather than served from the checkpoint.
+    a.abandon(&tp("t", 0));
+    let results = a.acquire(vec![("t".into(), 0, 4)]).await.unwrap();
+    assert!(matches!(results[0].1, Err(LogError::Fenced)));
+}

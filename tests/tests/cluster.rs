@@ -1,0 +1,1248 @@
+//! Cluster mode end to end: several `strata serve --cluster true` processes sharing one storage,
+//! driven by real librdkafka clients while partitions move, a broker is SIGKILLed, and a broker
+//! is frozen (SIGSTOP) past its lease and then let run again.
+//!
+//! The invariant every test checks: each record the producer got an acknowledgement for
+//! (acks=all) is in the log, read back through the surviving brokers, at exactly the
+//! (partition, offset) it was acknowledged at, and the log's offsets are dense. The producer is
+//! not idempotent and retries, so a record whose first attempt was written but not acknowledged
+//! may be stored twice (Kafka's at-least-once); such duplicates are counted and printed, not
+//! failed on. Every record in the log must be one the test sent, to the partition it was sent to.
+//!
+//! Where an ownership change is orderly (a move), the producer runs with one request in flight
+//! per connection, under which librdkafka keeps per-partition order across retries, so the
+//! acknowledged offsets of each partition must also increase in send order. After a SIGKILL or a
+//! pause, requests stuck on the dead broker's connection are retried only when that connection
+//! fails, after newer records were acknowledged by the new owner: librdkafka reorders them
+//! itself, so there the order is reported, not asserted.
+//!
+//! Brokers get node ids 1, 2, 3; the storage is a shared temporary directory, or a common
+//! prefix under `STRATA_TEST_STORAGE` (see `SharedStorage`). Random choices (which partition
+//! moves where) come from a seeded RNG whose seed is printed; `STRATA_TEST_SEED=<n>` replays it.
+//! Handover and failover times are printed from the test's own clock and from the brokers'
+//! `acquired ... in N ms` / `handed over ... in N ms` lines (`--nocapture` shows them).
+
+// A failed expectation in a test is a panic; helpers here are test code too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+// Deadlines and measured times against real processes need the real clock.
+#![allow(clippy::disallowed_methods)]
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{MetadataRequest, ProduceRequest, ProduceResponse};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::Consumer;
+use rdkafka::message::Message;
+use rdkafka::producer::FutureRecord;
+use tokio::task::JoinHandle;
+
+use strata_tests::batch::{encode_batch, BatchRecord, Codec};
+use strata_tests::binary::strata_binary;
+use strata_tests::clients::{
+    base_config, client_log_tail, consume_exactly, create_topic, producer, watermarks, Acked,
+    TestConsumer, TestContext, TestProducer,
+};
+use strata_tests::command::{run_with_deadline, Finished};
+use strata_tests::raw::{
+    decode_response, produce_partition_response, produce_request, topic_name, RawConnection,
+    ReadOutcome, PRODUCE_VERSION_CAP,
+};
+use strata_tests::records::now_ms;
+use strata_tests::wait::{wait_until, DEADLINE};
+use strata_tests::{SharedStorage, StrataOptions, StrataProcess};
+
+/// Records per second the producer offers (across all partitions): enough to keep every
+/// partition busy through each handover, few enough that reading everything back is quick.
+const PRODUCE_RATE: f64 = 1500.0;
+/// Unacknowledged records per partition at most, so one stalled partition does not stop the
+/// others.
+const WINDOW_PER_PARTITION: usize = 100;
+/// Partitions of `__consumer_offsets` every broker is started with.
+const GROUP_SHARDS: i32 = 4;
+const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+fn seed() -> u64 {
+    match std::env::var("STRATA_TEST_SEED") {
+        Ok(text) => text.parse().expect("STRATA_TEST_SEED must be an integer"),
+        Err(_) => now_ms() as u64,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cluster
+// ---------------------------------------------------------------------------------------------
+
+/// Brokers 1..=n on one shared storage. Field order matters: the brokers are killed (dropped)
+/// before the storage directory is removed.
+struct Cluster {
+    brokers: BTreeMap<i32, StrataProcess>,
+    storage: SharedStorage,
+}
+
+impl Cluster {
+    /// Starts broker 1, lets it own every consumer-group shard and outlive the placement
+    /// settle time (`min(lease, 2s)`), then starts the others, and waits until they have
+    /// settled too and every broker lists every broker.
+    ///
+    /// Why not all at once: while no broker has settled, placement targets every live broker,
+    /// and a broker whose membership view does not list a newcomer yet judges partitions the
+    /// newcomer just claimed as held by a dead owner, seals the newcomer's stream at once
+    /// (without waiting for a lease), and the newcomer exits fenced. That broker bug is what
+    /// `brokers_started_together_do_not_fence_one_another` shows; the other tests are about
+    /// moves and failures, so they start the cluster the way that avoids it.
+    fn start(count: i32, lease: &str, heartbeat: &str) -> Self {
+        let settle = parse_millis(lease).min(Duration::from_secs(2)) + 2 * parse_millis(heartbeat);
+        let mut cluster = Self::start_unsettled(1, lease, heartbeat);
+        let first_started = Instant::now();
+        cluster.wait_until_settled();
+        wait_for_clock(
+            "broker 1 has been live for the placement settle time",
+            first_started + settle,
+        );
+        let others_started = Instant::now();
+        for id in 2..=count {
+            cluster.add_broker(id, lease, heartbeat);
+        }
+        wait_for_clock(
+            "the other brokers have been live for the placement settle time",
+            others_started + settle,
+        );
+        cluster.wait_until_settled();
+        cluster
+    }
+
+    /// Starts brokers 1..=count back to back, without waiting for anything in between.
+    fn start_unsettled(count: i32, lease: &str, heartbeat: &str) -> Self {
+        let storage = SharedStorage::new();
+        eprintln!("cluster storage: {}", storage.url());
+        let mut cluster = Self {
+            brokers: BTreeMap::new(),
+            storage,
+        };
+        for id in 1..=count {
+            cluster.add_broker(id, lease, heartbeat);
+        }
+        cluster
+    }
+
+    fn add_broker(&mut self, id: i32, lease: &str, heartbeat: &str) {
+        let options = StrataOptions::default()
+            .with_storage_url(self.storage.url())
+            .with_args([
+                "--cluster".to_string(),
+                "true".to_string(),
+                "--node-id".to_string(),
+                id.to_string(),
+                "--lease-period".to_string(),
+                lease.to_string(),
+                "--heartbeat-interval".to_string(),
+                heartbeat.to_string(),
+                "--group-initial-rebalance-delay".to_string(),
+                "0s".to_string(),
+                "--group-shards".to_string(),
+                GROUP_SHARDS.to_string(),
+            ]);
+        self.brokers.insert(id, StrataProcess::start_with(options));
+    }
+
+    /// Waits until every broker lists every broker and names an owner, one of them, for every
+    /// consumer-group shard.
+    fn wait_until_settled(&self) {
+        let ids = self.all_ids();
+        let all: BTreeSet<i32> = ids.iter().copied().collect();
+        for &id in &ids {
+            wait_until(
+                &format!("broker {id} lists brokers {all:?} and owners of all group shards"),
+                DEADLINE,
+                || {
+                    let view = self.metadata_from(id, Some(OFFSETS_TOPIC));
+                    let owned = (0..GROUP_SHARDS)
+                        .all(|p| view.leaders.get(&p).is_some_and(|l| all.contains(l)));
+                    (view.brokers == all && owned).then_some(())
+                },
+            );
+        }
+    }
+
+    fn broker(&mut self, id: i32) -> &mut StrataProcess {
+        self.brokers.get_mut(&id).expect("no such broker")
+    }
+
+    /// `bootstrap.servers` naming the given brokers.
+    fn bootstrap_of(&self, ids: &[i32]) -> String {
+        ids.iter()
+            .map(|id| self.brokers[id].bootstrap())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn all_ids(&self) -> Vec<i32> {
+        self.brokers.keys().copied().collect()
+    }
+
+    /// What broker `id` answers to Metadata (for `topic`, or for no topic), over a raw
+    /// connection to that broker alone: no client library choosing which broker to ask.
+    fn metadata_from(&self, id: i32, topic: Option<&str>) -> ClusterView {
+        let mut connection = RawConnection::connect(self.brokers[&id].addr());
+        let versions = connection.api_versions();
+        let version = RawConnection::negotiate::<MetadataRequest>(&versions, 9);
+        let request = MetadataRequest::default().with_topics(Some(
+            topic
+                .map(|t| vec![MetadataRequestTopic::default().with_name(Some(topic_name(t)))])
+                .unwrap_or_default(),
+        ));
+        let response = connection.request(version, &request);
+        let brokers = response.brokers.iter().map(|b| b.node_id.0).collect();
+        let mut leaders = BTreeMap::new();
+        for described in &response.topics {
+            if described.error_code != 0 {
+                continue;
+            }
+            for partition in &described.partitions {
+                if partition.error_code == 0 {
+                    leaders.insert(partition.partition_index, partition.leader_id.0);
+                }
+            }
+        }
+        ClusterView { brokers, leaders }
+    }
+
+    /// Waits until broker `asked` names a leader for each of `topic`'s `partitions` partitions,
+    /// every one of them in `allowed`, and returns the leaders.
+    fn wait_for_leaders(
+        &self,
+        asked: i32,
+        topic: &str,
+        partitions: i32,
+        allowed: &[i32],
+        what: &str,
+    ) -> BTreeMap<i32, i32> {
+        wait_until(what, DEADLINE, || {
+            let view = self.metadata_from(asked, Some(topic));
+            let complete = (0..partitions).all(|p| {
+                view.leaders
+                    .get(&p)
+                    .is_some_and(|leader| allowed.contains(leader))
+            });
+            complete.then_some(view.leaders)
+        })
+    }
+
+    /// Runs a `strata` admin command against this cluster's storage.
+    fn admin_command(&self, args: &[&str]) -> Finished {
+        let mut command = Command::new(strata_binary());
+        command.args(args).arg("--storage").arg(self.storage.url());
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("STRATA_") {
+                command.env_remove(name);
+            }
+        }
+        command.env("NO_COLOR", "1");
+        run_with_deadline(command, b"", DEADLINE)
+    }
+
+    /// Every broker's `acquired ...` and `handed over ...` lines, for the timing report.
+    fn ownership_log(&self, topic: &str) -> Vec<String> {
+        let mut lines = Vec::new();
+        for (id, broker) in &self.brokers {
+            for needle in ["acquired ", "handed over ", "sealing its stream", "fenced"] {
+                for line in broker.log_lines_containing(needle) {
+                    if line.contains(topic) || !needle.ends_with(' ') {
+                        lines.push(format!("broker {id}: {}", short_log_line(&line)));
+                    }
+                }
+            }
+        }
+        lines
+    }
+}
+
+/// `"3s"` or `"500ms"`, as these tests write durations for the broker's flags.
+fn parse_millis(text: &str) -> Duration {
+    if let Some(ms) = text.strip_suffix("ms") {
+        Duration::from_millis(ms.parse().expect("a duration in ms"))
+    } else {
+        let seconds = text.strip_suffix('s').expect("a duration in s or ms");
+        Duration::from_secs(seconds.parse().expect("a duration in s"))
+    }
+}
+
+/// Waits for a point in time, for conditions the brokers define by their own clocks (how long
+/// a broker has been live) and that no request can observe.
+fn wait_for_clock(what: &str, at: Instant) {
+    wait_until(what, DEADLINE, || (Instant::now() >= at).then_some(()));
+}
+
+/// A log line without its timestamp-independent noise: the part from the level on.
+fn short_log_line(line: &str) -> String {
+    line.split_once("Z ")
+        .map(|(time, rest)| {
+            let clock = time.rsplit_once('T').map_or(time, |(_, c)| c);
+            format!("{clock} {}", rest.trim())
+        })
+        .unwrap_or_else(|| line.to_string())
+}
+
+/// The "in N ms" figures of the brokers' log lines containing `needle` for `topic`.
+fn reported_millis(cluster: &Cluster, needle: &str, topic: &str) -> Vec<u64> {
+    let mut millis = Vec::new();
+    for broker in cluster.brokers.values() {
+        for line in broker.log_lines_containing(needle) {
+            if !line.contains(&format!("{topic}-")) {
+                continue;
+            }
+            if let Some(ms) = line
+                .split_once(" in ")
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .and_then(|n| n.parse().ok())
+            {
+                millis.push(ms);
+            }
+        }
+    }
+    millis.sort_unstable();
+    millis
+}
+
+fn describe_millis(millis: &[u64]) -> String {
+    if millis.is_empty() {
+        return "none".to_string();
+    }
+    let median = millis[millis.len() / 2];
+    format!(
+        "{} of them, min {} ms, median {median} ms, max {} ms",
+        millis.len(),
+        millis[0],
+        millis[millis.len() - 1]
+    )
+}
+
+#[derive(Debug)]
+struct ClusterView {
+    brokers: BTreeSet<i32>,
+    /// partition -> leader, for partitions answered without error.
+    leaders: BTreeMap<i32, i32>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The producer
+// ---------------------------------------------------------------------------------------------
+
+/// One record the test sent, and what became of it.
+#[derive(Debug)]
+struct Sent {
+    sequence: u64,
+    partition: i32,
+    value: Vec<u8>,
+    result: Result<Acked, String>,
+    /// When the delivery report arrived.
+    reported_at: Instant,
+}
+
+fn record_value(sequence: u64, partition: i32) -> Vec<u8> {
+    format!(
+        "v-{sequence}-p{partition}-{}",
+        "x".repeat((sequence % 61) as usize)
+    )
+    .into_bytes()
+}
+
+/// The sequence number encoded in a value made by [`record_value`].
+fn sequence_of(value: &[u8]) -> Option<u64> {
+    std::str::from_utf8(value)
+        .ok()?
+        .strip_prefix("v-")?
+        .split('-')
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[derive(Debug, Clone, Default)]
+struct Progress {
+    acked: Vec<usize>,
+    failed: usize,
+}
+
+/// Produces records 0, 1, 2, ... at [`PRODUCE_RATE`], each to the next partition (in turn) that
+/// has fewer than [`WINDOW_PER_PARTITION`] records unacknowledged, until finished.
+struct ProducerStream {
+    stop: Arc<AtomicBool>,
+    progress: Arc<Mutex<Progress>>,
+    task: JoinHandle<Vec<Sent>>,
+}
+
+type Delivery = Pin<Box<dyn Future<Output = Sent> + Send>>;
+
+impl ProducerStream {
+    fn start(producer: TestProducer, topic: &str, partitions: i32) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let progress = Arc::new(Mutex::new(Progress {
+            acked: vec![0; partitions as usize],
+            failed: 0,
+        }));
+        let task = tokio::spawn(produce_loop(
+            producer,
+            topic.to_string(),
+            partitions,
+            Arc::clone(&stop),
+            Arc::clone(&progress),
+        ));
+        Self {
+            stop,
+            progress,
+            task,
+        }
+    }
+
+    fn progress(&self) -> Progress {
+        self.progress.lock().unwrap().clone()
+    }
+
+    /// Waits until every partition in `partitions` has at least `more` acknowledgements beyond
+    /// `since`, and returns how long that took.
+    async fn wait_for_more_acks(
+        &self,
+        since: &Progress,
+        partitions: &[i32],
+        more: usize,
+        what: &str,
+    ) -> Duration {
+        let started = Instant::now();
+        let deadline = started + DEADLINE;
+        loop {
+            let now = self.progress();
+            if partitions
+                .iter()
+                .all(|&p| now.acked[p as usize] >= since.acked[p as usize] + more)
+            {
+                return started.elapsed();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {DEADLINE:?} waiting until {what}: {more} more acknowledgements \
+                 on partitions {partitions:?}; acknowledged then {:?}, now {:?}, {} failed\n\
+                 client log:\n{}",
+                since.acked,
+                now.acked,
+                now.failed,
+                client_log_tail(40)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops sending, waits for every outstanding delivery report, and returns every record in
+    /// send order.
+    async fn finish(self) -> Vec<Sent> {
+        self.stop.store(true, Ordering::SeqCst);
+        // message.timeout.ms bounds every outstanding report.
+        let mut sent = tokio::time::timeout(Duration::from_secs(60), self.task)
+            .await
+            .expect("the producer's delivery reports did not all arrive within 60 s")
+            .expect("the producing task panicked");
+        sent.sort_by_key(|s| s.sequence);
+        sent
+    }
+}
+
+async fn produce_loop(
+    producer: TestProducer,
+    topic: String,
+    partitions: i32,
+    stop: Arc<AtomicBool>,
+    progress: Arc<Mutex<Progress>>,
+) -> Vec<Sent> {
+    let started = Instant::now();
+    let mut in_flight: FuturesUnordered<Delivery> = FuturesUnordered::new();
+    let mut unacknowledged = vec![0usize; partitions as usize];
+    let mut outcomes = Vec::new();
+    let mut next: u64 = 0;
+    let mut turn: i32 = 0;
+    loop {
+        let stopping = stop.load(Ordering::SeqCst);
+        if stopping && in_flight.is_empty() {
+            break;
+        }
+        let due = started + Duration::from_secs_f64(next as f64 / PRODUCE_RATE);
+        let free = (0..partitions)
+            .map(|i| (turn + i) % partitions)
+            .find(|&p| unacknowledged[p as usize] < WINDOW_PER_PARTITION);
+        if let (false, Some(partition)) = (stopping, free) {
+            if Instant::now() >= due {
+                let sequence = next;
+                let value = record_value(sequence, partition);
+                let key = format!("k-{sequence}");
+                let delivery = producer
+                    .send_result(
+                        FutureRecord::to(&topic)
+                            .partition(partition)
+                            .key(key.as_bytes())
+                            .payload(value.as_slice()),
+                    )
+                    .unwrap_or_else(|(e, _)| panic!("enqueue record {sequence}: {e}"));
+                in_flight.push(Box::pin(async move {
+                    let result = match delivery.await {
+                        Ok(Ok(delivery)) => Ok(Acked {
+                            partition: delivery.partition,
+                            offset: delivery.offset,
+                        }),
+                        Ok(Err((error, _))) => Err(error.to_string()),
+                        Err(_) => Err("delivery future dropped by the producer".to_string()),
+                    };
+                    Sent {
+                        sequence,
+                        partition,
+                        value,
+                        result,
+                        reported_at: Instant::now(),
+                    }
+                }));
+                unacknowledged[partition as usize] += 1;
+                next += 1;
+                turn = (partition + 1) % partitions;
+                continue;
+            }
+        }
+        let wake_at = (!stopping && free.is_some()).then_some(due);
+        tokio::select! {
+            Some(done) = in_flight.next(), if !in_flight.is_empty() => {
+                unacknowledged[done.partition as usize] -= 1;
+                {
+                    let mut progress = progress.lock().unwrap();
+                    match &done.result {
+                        Ok(_) => progress.acked[done.partition as usize] += 1,
+                        Err(_) => progress.failed += 1,
+                    }
+                }
+                outcomes.push(done);
+            }
+            _ = tokio::time::sleep_until(wake_at.unwrap_or(started).into()), if wake_at.is_some() => {}
+            else => {}
+        }
+    }
+    outcomes
+}
+
+/// A non-idempotent acks=all producer that retries (librdkafka's default retry count) with one
+/// request in flight per connection. Requests time out after 5 s instead of 30-60 s: a frozen
+/// broker keeps its connections open, and librdkafka would otherwise wait that long on a
+/// Produce or a Metadata request it sent there before trying the new owner.
+fn cluster_producer(bootstrap: &str) -> TestProducer {
+    producer(
+        bootstrap,
+        &[
+            ("enable.idempotence", "false"),
+            ("retries", "2147483647"),
+            ("retry.backoff.ms", "20"),
+            ("retry.backoff.max.ms", "200"),
+            ("max.in.flight.requests.per.connection", "1"),
+            ("linger.ms", "2"),
+            ("message.timeout.ms", "45000"),
+            ("request.timeout.ms", "5000"),
+            ("socket.timeout.ms", "5000"),
+        ],
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading back and checking
+// ---------------------------------------------------------------------------------------------
+
+/// Every record of every partition from offset 0 to the high watermark, read through the
+/// brokers in `bootstrap`; offsets must be dense.
+async fn read_whole_log(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<(i32, i64), Option<Vec<u8>>> {
+    let mut starts = Vec::new();
+    let mut total = 0usize;
+    for partition in 0..partitions {
+        let (low, high) = watermarks(bootstrap, topic, partition).await;
+        assert_eq!(
+            low, 0,
+            "nothing was deleted, so {topic}/{partition} starts at 0"
+        );
+        starts.push((partition, 0));
+        total += usize::try_from(high).unwrap();
+    }
+    let consumed = consume_exactly(bootstrap, topic, &starts, total).await;
+    let mut log = BTreeMap::new();
+    let mut next_offset: HashMap<i32, i64> = HashMap::new();
+    for record in consumed {
+        let expected = next_offset.entry(record.partition).or_insert(0);
+        assert_eq!(
+            record.offset, *expected,
+            "gap or repeat in {topic}/{}",
+            record.partition
+        );
+        *expected += 1;
+        log.insert((record.partition, record.offset), record.record.value);
+    }
+    log
+}
+
+/// What the checks found beyond the assertions, for the report.
+#[derive(Debug)]
+struct Summary {
+    sent: usize,
+    acknowledged: usize,
+    failed: usize,
+    stored: usize,
+    /// Records stored more than once (a retry of a write whose answer was lost).
+    stored_twice: usize,
+    /// Records stored although their delivery failed.
+    stored_but_failed: usize,
+    /// Pairs of consecutive acknowledged records of one partition whose offsets run backwards.
+    order_inversions: usize,
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} records sent, {} acknowledged, {} failed; {} stored, {} of them stored twice, \
+             {} stored although their delivery failed; {} order inversions among acknowledged",
+            self.sent,
+            self.acknowledged,
+            self.failed,
+            self.stored,
+            self.stored_twice,
+            self.stored_but_failed,
+            self.order_inversions
+        )
+    }
+}
+
+/// The invariants; see the file comment. `strict_order` also demands that each partition's
+/// acknowledged offsets increase in send order.
+fn check_log(
+    sent: &[Sent],
+    log: &BTreeMap<(i32, i64), Option<Vec<u8>>>,
+    strict_order: bool,
+    seed: u64,
+) -> Summary {
+    let by_sequence: HashMap<u64, &Sent> = sent.iter().map(|s| (s.sequence, s)).collect();
+    let mut copies: HashMap<u64, usize> = HashMap::new();
+    for ((partition, offset), value) in log {
+        let value = value.as_deref().unwrap_or_default();
+        let sequence = sequence_of(value).unwrap_or_else(|| {
+            panic!(
+                "{partition}/{offset} holds {:?}, which the test never sent (seed {seed})",
+                String::from_utf8_lossy(value)
+            )
+        });
+        let original = by_sequence.get(&sequence).unwrap_or_else(|| {
+            panic!("{partition}/{offset} holds record {sequence}, never sent (seed {seed})")
+        });
+        assert!(
+            original.partition == *partition && original.value == value,
+            "{partition}/{offset} holds {:?}, but record {sequence} was sent to partition {} \
+             as {:?} (seed {seed})",
+            String::from_utf8_lossy(value),
+            original.partition,
+            String::from_utf8_lossy(&original.value)
+        );
+        *copies.entry(sequence).or_default() += 1;
+    }
+    let mut acknowledged = 0;
+    let mut failed = 0;
+    let mut last_acked: HashMap<i32, (u64, i64)> = HashMap::new();
+    let mut order_inversions = 0;
+    for record in sent {
+        let acked = match &record.result {
+            Ok(acked) => acked,
+            Err(_) => {
+                failed += 1;
+                continue;
+            }
+        };
+        acknowledged += 1;
+        assert_eq!(
+            acked.partition, record.partition,
+            "record {} was sent to partition {} but acknowledged on {} (seed {seed})",
+            record.sequence, record.partition, acked.partition
+        );
+        let stored = log
+            .get(&(acked.partition, acked.offset))
+            .unwrap_or_else(|| {
+                panic!(
+                    "record {} was acknowledged at {}/{} but the log ends before that offset \
+                 (seed {seed})",
+                    record.sequence, acked.partition, acked.offset
+                )
+            });
+        assert!(
+            stored.as_deref() == Some(record.value.as_slice()),
+            "record {} was acknowledged at {}/{} but that offset holds {:?} (seed {seed})",
+            record.sequence,
+            acked.partition,
+            acked.offset,
+            stored.as_deref().map(String::from_utf8_lossy)
+        );
+        if let Some((previous, previous_offset)) =
+            last_acked.insert(acked.partition, (record.sequence, acked.offset))
+        {
+            if acked.offset <= previous_offset {
+                order_inversions += 1;
+                assert!(
+                    !strict_order,
+                    "on partition {}, record {} (sent later) was acknowledged at offset {} but \
+                     record {previous} (sent earlier) at {previous_offset} (seed {seed})",
+                    acked.partition, record.sequence, acked.offset
+                );
+            }
+        }
+    }
+    let stored_but_failed = sent
+        .iter()
+        .filter(|s| s.result.is_err() && copies.contains_key(&s.sequence))
+        .count();
+    Summary {
+        sent: sent.len(),
+        acknowledged,
+        failed,
+        stored: log.len(),
+        stored_twice: copies.values().filter(|&&n| n > 1).count(),
+        stored_but_failed,
+        order_inversions,
+    }
+}
+
+/// The longest time partition `partition` went without an acknowledgement, among the gaps
+/// that end within `window`.
+fn longest_ack_gap(sent: &[Sent], partition: i32, window: (Instant, Instant)) -> Duration {
+    let mut reports: Vec<Instant> = sent
+        .iter()
+        .filter(|s| s.partition == partition && s.result.is_ok())
+        .map(|s| s.reported_at)
+        .collect();
+    reports.sort_unstable();
+    reports
+        .windows(2)
+        .filter(|pair| pair[1] >= window.0 && pair[1] <= window.1)
+        .map(|pair| pair[1] - pair[0])
+        .max()
+        .unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------------------------
+// A consumer-group member
+// ---------------------------------------------------------------------------------------------
+
+/// One subscribed rdkafka consumer with auto-commit, recording every record it receives.
+struct GroupMember {
+    stop: Arc<AtomicBool>,
+    received: Arc<Mutex<GroupReceived>>,
+    task: JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct GroupReceived {
+    /// (partition, offset) -> value, first delivery.
+    records: HashMap<(i32, i64), Option<Vec<u8>>>,
+    /// Deliveries of an offset already received (at-least-once after a rebalance).
+    redelivered: usize,
+    errors: Vec<String>,
+}
+
+impl GroupMember {
+    fn start(bootstrap: &str, topic: &str, group: &str) -> Self {
+        let mut config: ClientConfig = base_config(bootstrap);
+        config
+            .set("group.id", group)
+            .set("enable.auto.commit", "true")
+            .set("auto.commit.interval.ms", "200")
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", "6000")
+            .set("heartbeat.interval.ms", "500")
+            .set("fetch.wait.max.ms", "100");
+        let consumer: TestConsumer = config
+            .create_with_context(TestContext)
+            .expect("create the group consumer");
+        consumer.subscribe(&[topic]).expect("subscribe");
+        let stop = Arc::new(AtomicBool::new(false));
+        let received = Arc::new(Mutex::new(GroupReceived::default()));
+        let task = tokio::spawn({
+            let stop = Arc::clone(&stop);
+            let received = Arc::clone(&received);
+            async move {
+                while !stop.load(Ordering::SeqCst) {
+                    let Ok(next) =
+                        tokio::time::timeout(Duration::from_millis(200), consumer.recv()).await
+                    else {
+                        continue;
+                    };
+                    let mut received = received.lock().unwrap();
+                    match next {
+                        Ok(message) => {
+                            let place = (message.partition(), message.offset());
+                            let value = message.payload().map(<[u8]>::to_vec);
+                            if received.records.insert(place, value).is_some() {
+                                received.redelivered += 1;
+                            }
+                        }
+                        // Transport errors while a broker dies are expected; librdkafka
+                        // recovers by itself. The final check is what counts.
+                        Err(error) => received.errors.push(error.to_string()),
+                    }
+                }
+            }
+        });
+        Self {
+            stop,
+            received,
+            task,
+        }
+    }
+
+    /// How many of `wanted` this member has received.
+    fn count_received(&self, wanted: &[(i32, i64)]) -> usize {
+        let received = self.received.lock().unwrap();
+        wanted
+            .iter()
+            .filter(|place| received.records.contains_key(place))
+            .count()
+    }
+
+    async fn stop(self) -> GroupReceived {
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.await.expect("the group consumer task panicked");
+        Arc::try_unwrap(self.received)
+            .ok()
+            .expect("the consumer task is done")
+            .into_inner()
+            .unwrap()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tests
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migration_in_a_loop_while_producing_loses_nothing() {
+    const PARTITIONS: i32 = 4;
+    const MOVES: usize = 12;
+    let seed = seed();
+    eprintln!("migration test seed: {seed} (replay with STRATA_TEST_SEED={seed})");
+    let mut rng = StdRng::seed_from_u64(seed);
+
+    let cluster = Cluster::start(3, "3s", "500ms");
+    let ids = cluster.all_ids();
+    let bootstrap = cluster.bootstrap_of(&ids);
+    let topic = "cluster-migrations";
+    create_topic(&bootstrap, topic, PARTITIONS, &[]).await;
+    tokio::task::block_in_place(|| {
+        cluster.wait_for_leaders(1, topic, PARTITIONS, &ids, "every partition has an owner")
+    });
+
+    let stream = ProducerStream::start(cluster_producer(&bootstrap), topic, PARTITIONS);
+    let all: Vec<i32> = (0..PARTITIONS).collect();
+    stream
+        .wait_for_more_acks(&stream.progress(), &all, 200, "the stream is running")
+        .await;
+
+    let mut moves = Vec::new();
+    for round in 1..=MOVES {
+        let partition = rng.random_range(0..PARTITIONS);
+        let asked = ids[rng.random_range(0..ids.len())];
+        let owner = tokio::task::block_in_place(|| cluster.metadata_from(asked, Some(topic)))
+            .leaders
+            .get(&partition)
+            .copied()
+            .unwrap_or_else(|| panic!("broker {asked} names no owner of {topic}/{partition}"));
+        let others: Vec<i32> = ids.iter().copied().filter(|&id| id != owner).collect();
+        let target = others[rng.random_range(0..others.len())];
+
+        let started = Instant::now();
+        let partition_text = partition.to_string();
+        let target_text = target.to_string();
+        let finished = tokio::task::block_in_place(|| {
+            cluster.admin_command(&[
+                "partitions",
+                "move",
+                topic,
+                &partition_text,
+                "--to",
+                &target_text,
+                "--timeout",
+                "20s",
+            ])
+        });
+        finished.assert_success(&format!("strata partitions move {topic} {partition}"));
+        let command_took = started.elapsed();
+        // Every broker's Metadata must now name the target.
+        for &id in &ids {
+            tokio::task::block_in_place(|| {
+                wait_until(
+                    &format!("broker {id} names broker {target} owner of {topic}/{partition}"),
+                    DEADLINE,
+                    || {
+                        let view = cluster.metadata_from(id, Some(topic));
+                        (view.leaders.get(&partition) == Some(&target)).then_some(())
+                    },
+                )
+            });
+        }
+        let since = stream.progress();
+        stream
+            .wait_for_more_acks(
+                &since,
+                &[partition],
+                20,
+                &format!("the producer writes to {topic}/{partition} on broker {target}"),
+            )
+            .await;
+        let resumed_at = Instant::now();
+        eprintln!(
+            "move {round}/{MOVES}: {topic}/{partition} {owner} -> {target}: command took \
+             {command_took:?} and said {:?}",
+            finished.stdout.trim()
+        );
+        moves.push((partition, started, resumed_at));
+    }
+
+    let since = stream.progress();
+    stream
+        .wait_for_more_acks(&since, &all, 200, "the stream runs on after the moves")
+        .await;
+    let sent = stream.finish().await;
+    let log = read_whole_log(&bootstrap, topic, PARTITIONS).await;
+    let summary = check_log(&sent, &log, true, seed);
+    eprintln!("migration test: {summary} (seed {seed})");
+    for (round, (partition, started, resumed)) in moves.iter().enumerate() {
+        eprintln!(
+            "move {}: longest pause between acknowledgements on partition {partition}: {:?}",
+            round + 1,
+            longest_ack_gap(&sent, *partition, (*started, *resumed))
+        );
+    }
+    eprintln!(
+        "brokers' handovers: {}",
+        describe_millis(&reported_millis(&cluster, "handed over ", topic))
+    );
+    eprintln!(
+        "brokers' acquisitions: {}",
+        describe_millis(&reported_millis(&cluster, "acquired ", topic))
+    );
+    assert_eq!(
+        summary.failed, 0,
+        "no delivery may fail in an orderly migration (seed {seed})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_a_broker_while_producing_keeps_every_acknowledged_record() {
+    const PARTITIONS: i32 = 6;
+    let seed = seed();
+    eprintln!("sigkill test seed: {seed}");
+    let mut cluster = Cluster::start(3, "3s", "500ms");
+    let ids = cluster.all_ids();
+    let bootstrap = cluster.bootstrap_of(&ids);
+    let topic = "cluster-sigkill";
+    create_topic(&bootstrap, topic, PARTITIONS, &[]).await;
+    let owners = tokio::task::block_in_place(|| {
+        cluster.wait_for_leaders(1, topic, PARTITIONS, &ids, "every partition has an owner")
+    });
+
+    let member = GroupMember::start(&bootstrap, topic, "cluster-sigkill-group");
+    let stream = ProducerStream::start(cluster_producer(&bootstrap), topic, PARTITIONS);
+    let all: Vec<i32> = (0..PARTITIONS).collect();
+    stream
+        .wait_for_more_acks(&stream.progress(), &all, 300, "the stream is running")
+        .await;
+
+    // The owner of partition 0 dies, with whatever it holds.
+    let victim = owners[&0];
+    let survivors: Vec<i32> = ids.iter().copied().filter(|&id| id != victim).collect();
+    let orphaned: Vec<i32> = owners
+        .iter()
+        .filter(|(_, &owner)| owner == victim)
+        .map(|(&p, _)| p)
+        .collect();
+    let before = stream.progress();
+    let killed_at = Instant::now();
+    cluster.broker(victim).kill9();
+    eprintln!("SIGKILL broker {victim}, owner of partitions {orphaned:?}");
+
+    let new_owners = tokio::task::block_in_place(|| {
+        for &id in &survivors {
+            wait_until(
+                &format!("broker {id} stops listing broker {victim}"),
+                DEADLINE,
+                || (!cluster.metadata_from(id, None).brokers.contains(&victim)).then_some(()),
+            );
+        }
+        cluster.wait_for_leaders(
+            survivors[0],
+            topic,
+            PARTITIONS,
+            &survivors,
+            "the survivors own every partition",
+        )
+    });
+    let taken_over = killed_at.elapsed();
+    let resumed = stream
+        .wait_for_more_acks(
+            &before,
+            &orphaned,
+            50,
+            "the orphaned partitions take writes again",
+        )
+        .await;
+    eprintln!(
+        "failover: survivors own every partition {taken_over:?} after the SIGKILL ({new_owners:?}); \
+         the producer had 50 more acknowledgements on each orphaned partition after {resumed:?}"
+    );
+    let since = stream.progress();
+    stream
+        .wait_for_more_acks(&since, &all, 300, "the stream runs on after the failover")
+        .await;
+    let sent = stream.finish().await;
+
+    let survivors_bootstrap = cluster.bootstrap_of(&survivors);
+    let log = read_whole_log(&survivors_bootstrap, topic, PARTITIONS).await;
+    let summary = check_log(&sent, &log, false, seed);
+    eprintln!("sigkill test: {summary}");
+    for &partition in &orphaned {
+        eprintln!(
+            "partition {partition}: longest pause between acknowledgements around the kill: {:?}",
+            longest_ack_gap(&sent, partition, (killed_at, Instant::now()))
+        );
+    }
+
+    // The group member must see every acknowledged record, each where it was acknowledged.
+    let acknowledged: Vec<(i32, i64)> = sent
+        .iter()
+        .filter_map(|s| s.result.as_ref().ok())
+        .map(|a| (a.partition, a.offset))
+        .collect();
+    tokio::task::block_in_place(|| {
+        wait_until(
+            &format!(
+                "the group member received all {} acknowledged records",
+                acknowledged.len()
+            ),
+            DEADLINE,
+            || (member.count_received(&acknowledged) == acknowledged.len()).then_some(()),
+        )
+    });
+    let received = member.stop().await;
+    for (place, value) in &received.records {
+        assert_eq!(
+            log.get(place),
+            Some(value),
+            "the group member received {place:?} with another value than the log holds there"
+        );
+    }
+    eprintln!(
+        "group member: {} records, {} redelivered, {} consumer errors (first: {:?})",
+        received.records.len(),
+        received.redelivered,
+        received.errors.len(),
+        received.errors.first()
+    );
+    eprintln!(
+        "brokers' acquisitions: {}",
+        describe_millis(&reported_millis(&cluster, "acquired ", topic))
+    );
+    for line in cluster.ownership_log(topic) {
+        eprintln!("  {line}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_broker_is_fenced_and_never_acknowledges_after_takeover() {
+    const PARTITIONS: i32 = 4;
+    let seed = seed();
+    eprintln!("pause test seed: {seed}");
+    let mut cluster = Cluster::start(3, "2s", "300ms");
+    let ids = cluster.all_ids();
+    let bootstrap = cluster.bootstrap_of(&ids);
+    let topic = "cluster-pause";
+    create_topic(&bootstrap, topic, PARTITIONS, &[]).await;
+    let owners = tokio::task::block_in_place(|| {
+        cluster.wait_for_leaders(1, topic, PARTITIONS, &ids, "every partition has an owner")
+    });
+
+    let stream = ProducerStream::start(cluster_producer(&bootstrap), topic, PARTITIONS);
+    let all: Vec<i32> = (0..PARTITIONS).collect();
+    stream
+        .wait_for_more_acks(&stream.progress(), &all, 200, "the stream is running")
+        .await;
+
+    let victim = owners[&0];
+    let survivors: Vec<i32> = ids.iter().copied().filter(|&id| id != victim).collect();
+    let orphaned: Vec<i32> = owners
+        .iter()
+        .filter(|(_, &owner)| owner == victim)
+        .map(|(&p, _)| p)
+        .collect();
+    // A connection opened while the victim runs; the Produce written to it while the victim
+    // is frozen waits in its socket and is read only after the takeover.
+    let mut stale = RawConnection::connect(cluster.brokers[&victim].addr());
+    let versions = stale.api_versions();
+    let produce_version =
+        RawConnection::negotiate::<ProduceRequest>(&versions, PRODUCE_VERSION_CAP);
+
+    let before = stream.progress();
+    let paused_at = Instant::now();
+    cluster.broker(victim).pause();
+    eprintln!("SIGSTOP broker {victim}, owner of partitions {orphaned:?}");
+    let stale_batch = encode_batch(
+        &[BatchRecord::new(b"stale", b"written-to-a-paused-owner")],
+        now_ms(),
+        Codec::None,
+    );
+    let correlation_id = stale.send(produce_version, &produce_request(topic, 0, stale_batch));
+
+    let new_owners = tokio::task::block_in_place(|| {
+        cluster.wait_for_leaders(
+            survivors[0],
+            topic,
+            PARTITIONS,
+            &survivors,
+            "the survivors own every partition",
+        )
+    });
+    let taken_over = paused_at.elapsed();
+    let resumed = stream
+        .wait_for_more_acks(&before, &orphaned, 50, "the new owners take writes")
+        .await;
+    eprintln!(
+        "takeover: survivors own every partition {taken_over:?} after the SIGSTOP \
+         ({new_owners:?}); 50 more acknowledgements on each orphaned partition after {resumed:?}"
+    );
+
+    let resumed_at = Instant::now();
+    cluster.broker(victim).resume();
+    eprintln!("SIGCONT broker {victim}");
+    // Whatever it does now, it must not acknowledge the Produce it finds waiting.
+    let answer = tokio::task::block_in_place(|| stale.read_frame(DEADLINE));
+    match answer {
+        ReadOutcome::Frame(frame) => {
+            let response: ProduceResponse =
+                decode_response::<ProduceRequest>(produce_version, correlation_id, frame);
+            let partition = produce_partition_response(response, topic, 0);
+            eprintln!(
+                "the resumed broker answered the stale Produce with error code {}",
+                partition.error_code
+            );
+            assert_ne!(
+                partition.error_code, 0,
+                "broker {victim}, resumed after the survivors took {topic}/0 over, acknowledged \
+                 a Produce at offset {}",
+                partition.base_offset
+            );
+        }
+        ReadOutcome::Closed => {
+            eprintln!("the resumed broker closed the connection with the stale Produce");
+        }
+        ReadOutcome::TimedOut => panic!(
+            "broker {victim} neither answered nor closed the stale Produce within {DEADLINE:?} \
+             of SIGCONT"
+        ),
+    }
+    let status = tokio::task::block_in_place(|| {
+        wait_until(
+            &format!("the fenced broker {victim} exits"),
+            DEADLINE,
+            || cluster.broker(victim).try_exit_status(),
+        )
+    });
+    eprintln!(
+        "broker {victim} exited {:?} after SIGCONT: {status}",
+        resumed_at.elapsed()
+    );
+    assert!(
+        !status.success(),
+        "a fenced broker exits with a failure status, got {status}"
+    );
+
+    let since = stream.progress();
+    stream
+        .wait_for_more_acks(&since, &all, 200, "the stream runs on after the takeover")
+        .await;
+    let sent = stream.finish().await;
+    let survivors_bootstrap = cluster.bootstrap_of(&survivors);
+    let log = read_whole_log(&survivors_bootstrap, topic, PARTITIONS).await;
+    // check_log fails on the stale record too: it is not one of the stream's values.
+    let summary = check_log(&sent, &log, false, seed);
+    eprintln!("pause test: {summary}");
+    for &partition in &orphaned {
+        eprintln!(
+            "partition {partition}: longest pause between acknowledgements around the SIGSTOP: {:?}",
+            longest_ack_gap(&sent, partition, (paused_at, resumed_at))
+        );
+    }
+    eprintln!(
+        "brokers' acquisitions: {}",
+        describe_millis(&reported_millis(&cluster, "acquired ", topic))
+    );
+    for line in cluster.ownership_log(topic) {
+        eprintln!("  {line}");
+    }
+    for line in cluster.brokers[&victim].log_lines_containing("ERROR") {
+        eprintln!("  broker {victim}: {}", short_log_line(&line));
+    }
+}
+
+/// Three brokers started back to back (each as soon as the previous one listens) must all
+/// stay members: none may judge another dead, seal its stream and so make it exit, when no
+/// lease has lapsed.
+///
+/// Regression: a broker whose last membership listing predated a newcomer treated an ownership
+/// record naming the newcomer as held by a dead owner (`is_live_incarnation` is false for a
+/// broker not listed yet) and fenced it at once; the newcomer's next write failed and it exited
+/// with status 1. Owners now have to stay absent for `dead_owner_grace` (two heartbeats).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_started_together_do_not_fence_one_another() {
+    const LEASE: Duration = Duration::from_secs(3);
+    let mut cluster = Cluster::start_unsettled(3, "3s", "500ms");
+    let started = Instant::now();
+    // Observe two lease periods: long enough for every broker to have claimed its share, and
+    // for a wrongly fenced broker to have found out and exited.
+    let observed_until = started + 2 * LEASE;
+    tokio::task::block_in_place(|| {
+        while Instant::now() < observed_until {
+            for id in cluster.all_ids() {
+                if let Some(status) = cluster.broker(id).try_exit_status() {
+                    let seals: Vec<String> = cluster
+                        .ownership_log("")
+                        .into_iter()
+                        .filter(|l| l.contains("sealing its stream") || l.contains("stream sealed"))
+                        .collect();
+                    panic!(
+                        "broker {id} exited ({status}) {:?} after three brokers started together, \
+                         although none stopped heartbeating; seals:\n{}",
+                        started.elapsed(),
+                        seals.join("\n")
+                    );
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let sealed: Vec<String> = cluster
+        .ownership_log("")
+        .into_iter()
+        .filter(|l| l.contains("sealing its stream"))
+        .collect();
+    assert!(
+        sealed.is_empty(),
+        "no broker may seal another's stream while all heartbeat:\n{}",
+        sealed.join("\n")
+    );
+}
