@@ -93,6 +93,10 @@ pub enum BenchCommand {
     /// No broker: time durable writes on a directory the way the local-directory backend does
     /// them, the floor under produce latency on `file://` storage.
     Disk(DiskArgs),
+    /// Start a cluster of brokers on one fresh storage directory and time partition moves and
+    /// failovers under a steady acks=all producer (starts its own brokers; ignores
+    /// --bootstrap and --spawn-broker).
+    Migration(MigrationArgs),
 }
 
 /// The topic and records, common to both benchmarks.
@@ -173,6 +177,57 @@ pub struct E2eArgs {
     /// client adds to every record on purpose; 1 ms keeps some batching at 10k records/s.
     #[arg(long, default_value_t = 1)]
     pub linger_ms: u32,
+}
+
+#[derive(Debug, Args, Serialize)]
+pub struct MigrationArgs {
+    /// Brokers to start (node ids 1..=N).
+    #[arg(long, default_value_t = 2)]
+    pub brokers: usize,
+    /// Partition sizes to measure, each on its own 1-partition topic filled before the moves
+    /// (e.g. `10MB,1GB`; suffixes KB, MB, GB are powers of 1000).
+    #[arg(long, value_delimiter = ',', value_parser = parse_bytes, default_value = "10MB")]
+    pub partition_bytes: Vec<u64>,
+    /// Moves per size, alternating the target broker.
+    #[arg(long, default_value_t = 50)]
+    pub migrations: usize,
+    /// SIGKILLs of the owner per size (the killed broker is restarted between them).
+    #[arg(long, default_value_t = 3)]
+    pub failovers: usize,
+    /// Passed to every broker as --lease-period (failover time is about this).
+    #[arg(long, default_value = "2s")]
+    pub lease_period: String,
+    /// Passed to every broker as --heartbeat-interval.
+    #[arg(long, default_value = "200ms")]
+    pub heartbeat_interval: String,
+    /// The probe producer sends one small acks=all record this often.
+    #[arg(long, default_value_t = 2)]
+    pub send_interval_ms: u64,
+    /// Pause between two moves.
+    #[arg(long, default_value_t = 200)]
+    pub pause_ms: u64,
+    /// Storage directory [default: a fresh directory under the temp dir, deleted afterwards].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+}
+
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    let upper = text.trim().to_ascii_uppercase();
+    let (number, unit) = match upper.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => upper.split_at(i),
+        None => (upper.as_str(), ""),
+    };
+    let scale = match unit {
+        "" | "B" => 1,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => return Err(format!("{text:?}: use a number with B, KB, MB or GB")),
+    };
+    number
+        .parse::<u64>()
+        .map(|n| n * scale)
+        .map_err(|e| format!("{text:?}: {e}"))
 }
 
 #[derive(Debug, Args, Serialize)]

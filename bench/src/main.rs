@@ -28,6 +28,7 @@ mod clients;
 mod clock;
 mod disk;
 mod e2e;
+mod migration;
 mod report;
 mod system;
 mod throughput;
@@ -51,6 +52,10 @@ pub struct Outcome {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let target = &cli.target;
+    // `migration` starts a cluster of its own and prints its own report.
+    if let BenchCommand::Migration(args) = &cli.command {
+        return migration::run(target, args);
+    }
     let load_average_before = system::load_average();
     let started_unix_seconds = clock::unix_seconds();
 
@@ -94,6 +99,7 @@ fn main() -> Result<()> {
         ),
         BenchCommand::E2e(args) => ("e2e", e2e::run(&bootstrap, target, broker_pid, args)?),
         BenchCommand::Disk(args) => ("disk", disk::run(args)?),
+        BenchCommand::Migration(_) => unreachable!("handled above"),
     };
     // Read while the spawned broker still runs: the load it adds is part of the run.
     let load_average_after = system::load_average();

@@ -60,6 +60,21 @@ pub const DRAIN_PREFIX: &str = "cluster/drain/";
 /// operator action, a second of delay is fine, and it saves a storage read per refresh.
 const DRAIN_POLL_EVERY: u32 = 4;
 
+/// How often the ownership runner looks for moves between its full rounds (see
+/// `OwnershipRunner::watch`): the old owner starts handing over, and the target claims after
+/// the release, within about this long instead of a full `ownership_interval` each. Costs a
+/// listing of the placement overrides (and a read of each) per period.
+const MOVE_WATCH_INTERVAL: Duration = Duration::from_millis(10);
+
+/// While a partition changes hands, the owner cache (what Metadata answers) is re-read this
+/// often, so clients sent away with NOT_LEADER_OR_FOLLOWER learn the new owner in
+/// milliseconds rather than after the next `ownership_interval`.
+const HANDOVER_REFRESH: Duration = Duration::from_millis(10);
+
+/// Fast refreshes stop after this long even if the cache never settles (e.g. a successor that
+/// is slow to claim): the regular refresh takes over.
+const HANDOVER_REFRESH_FOR: Duration = Duration::from_secs(2);
+
 /// The resource name of a partition.
 pub fn resource_name(topic: TopicId, partition: i32) -> String {
     format!("{topic}/{partition}")
@@ -187,6 +202,7 @@ impl ClusterNode {
             RunnerConfig {
                 interval: settings.ownership_interval,
                 in_flight_window: log.config().max_inflight_flushes as u64,
+                watch_interval: Some(MOVE_WATCH_INTERVAL),
             },
             view.clone(),
             host,
@@ -215,6 +231,7 @@ impl ClusterNode {
         let refresher = tokio::spawn(refresh_loop(
             Arc::downgrade(&node),
             settings.ownership_interval,
+            status.clone(),
         ));
         let watchdog = tokio::spawn(watch_fencing(
             Arc::downgrade(&node),
@@ -444,6 +461,16 @@ impl ClusterNode {
         }
     }
 
+    /// Whether the owner cache agrees with what we serve: every partition names an Active
+    /// owner, and those naming us are the ones we serve. Otherwise a handover is in flight.
+    fn owners_settled(&self) -> bool {
+        let serving = self.status.borrow().serving.clone();
+        self.owners().iter().all(|(resource, record)| {
+            record.state == OwnerState::Active
+                && (record.owner != self.me || serving.contains_key(resource))
+        })
+    }
+
     async fn check_drain_request(&self) {
         if self.draining.load(Ordering::Relaxed) {
             return;
@@ -496,15 +523,47 @@ fn lock_watchdog(
     }
 }
 
-async fn refresh_loop(node: Weak<ClusterNode>, interval: Duration) {
+async fn refresh_loop(
+    node: Weak<ClusterNode>,
+    interval: Duration,
+    mut status: watch::Receiver<OwnershipStatus>,
+) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut until_drain_poll = DRAIN_POLL_EVERY;
+    // Until when (node clock) to refresh fast: what we serve changed, so a partition is
+    // changing hands and the cache is about to be wrong for it.
+    let mut fast_until: Option<Duration> = None;
+    let mut status_open = true;
     loop {
-        ticker.tick().await;
+        let fast = fast_until.is_some();
+        let regular = tokio::select! {
+            _ = ticker.tick() => true,
+            changed = status.changed(), if status_open => {
+                match changed {
+                    Ok(()) => {
+                        if let Some(node) = node.upgrade() {
+                            fast_until = Some(node.clock.monotonic() + HANDOVER_REFRESH_FOR);
+                        }
+                    }
+                    // The runner ended (leaving, fenced): the regular refresh goes on.
+                    Err(_) => status_open = false,
+                }
+                false
+            }
+            _ = tokio::time::sleep(HANDOVER_REFRESH), if fast => false,
+        };
         let Some(node) = node.upgrade() else { return };
-        node.check_sealed_after_lapse().await;
         node.refresh_owners().await;
+        if fast_until.is_some_and(|until| node.clock.monotonic() >= until || node.owners_settled())
+        {
+            fast_until = None;
+        }
+        if !regular {
+            // The slower checks below keep the regular pace.
+            continue;
+        }
+        node.check_sealed_after_lapse().await;
         until_drain_poll -= 1;
         if until_drain_poll == 0 {
             until_drain_poll = DRAIN_POLL_EVERY;

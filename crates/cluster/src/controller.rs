@@ -298,6 +298,35 @@ impl OwnershipController {
         wanted.into_iter().cloned().collect()
     }
 
+    /// Resources placed on us whose record another broker, live by our view, still holds
+    /// Active: it saw the same placement and is handing them over, and its Released is all we
+    /// wait for. The runner re-reads just these records on a short period between full rounds,
+    /// so a move costs the old owner's flush rather than our next full round. Empty almost
+    /// always, so the fast path costs nothing when no move is under way.
+    pub fn awaiting_handover(&self, now: Duration) -> Vec<String> {
+        let candidates = self.candidates(now);
+        self.slots
+            .iter()
+            .filter(|(resource, slot)| {
+                slot.phase == Phase::Idle
+                    && slot.known
+                    && self.resources.contains(*resource)
+                    && place(resource, &candidates, &self.overrides) == Some(self.me.broker)
+                    && slot.record.as_ref().is_some_and(|(_, r)| {
+                        r.state == OwnerState::Active
+                            && !r.is_held_by(&self.me)
+                            && self.view.is_live_incarnation(r.owner, r.incarnation)
+                    })
+            })
+            .map(|(resource, _)| resource.clone())
+            .collect()
+    }
+
+    /// The placement overrides as last observed (the runner's fast path compares against them).
+    pub fn overrides(&self) -> &BTreeMap<String, BrokerId> {
+        &self.overrides
+    }
+
     /// Where `resource` belongs as of `now`, by our view.
     pub fn target(&self, now: Duration, resource: &str) -> Option<BrokerId> {
         place(resource, &self.candidates(now), &self.overrides)
@@ -862,6 +891,30 @@ mod tests {
                 expected: Some(released)
             }]
         );
+    }
+
+    #[test]
+    fn awaits_a_handover_only_from_a_live_owner_of_what_is_placed_on_it() {
+        let r = placed_on(1, &[1, 2]);
+        let elsewhere = placed_on(2, &[1, 2]);
+        let mut c = controller(1, &[1, 2], &[&r, &elsewhere]);
+        // Unknown records are for the full round, not the fast path.
+        assert!(c.awaiting_handover(ms(0)).is_empty());
+        let held_by_2 = record(2, 3, OwnerState::Active, 7);
+        c.step(ms(0), observed(&r, Some(held_by_2.clone())));
+        c.step(ms(0), observed(&elsewhere, Some(held_by_2)));
+        assert_eq!(c.awaiting_handover(ms(0)), std::slice::from_ref(&r));
+        // A record of an incarnation our view does not know is a dead owner's: fenced by the
+        // full round, never awaited.
+        let (version, mut stale) = record(2, 3, OwnerState::Active, 7);
+        stale.incarnation = Incarnation(1);
+        let mut d = controller(1, &[1, 2], &[&r]);
+        d.apply(ms(0), observed(&r, Some((version, stale))));
+        assert!(d.awaiting_handover(ms(0)).is_empty());
+        // Released: claimed at once, and no longer awaited.
+        let released = record(2, 3, OwnerState::Released, 8);
+        assert_eq!(c.step(ms(3), observed(&r, Some(released))).len(), 1);
+        assert!(c.awaiting_handover(ms(3)).is_empty());
     }
 
     #[test]

@@ -48,6 +48,11 @@ pub struct RunnerConfig {
     pub interval: Duration,
     /// The log's maximum group-commit writes in flight, for sealing (see [`SealOptions`]).
     pub in_flight_window: u64,
+    /// The fast path of a move ([`OwnershipRunner::watch`]) runs this often between full
+    /// rounds; None: moves wait for full rounds (up to two `interval`s). Each run lists the
+    /// placement overrides (one listing plus a read per override) and re-reads the records of
+    /// resources whose handover we await (usually none).
+    pub watch_interval: Option<Duration>,
 }
 
 impl Default for RunnerConfig {
@@ -55,6 +60,7 @@ impl Default for RunnerConfig {
         Self {
             interval: Duration::from_secs(1),
             in_flight_window: 64,
+            watch_interval: None,
         }
     }
 }
@@ -169,6 +175,38 @@ impl<H: ResourceHost> OwnershipRunner<H> {
             } else {
                 None
             };
+            events.push(Event::Observed { resource, record });
+        }
+        let now = self.clock.monotonic();
+        let actions = self.controller.step_all(now, events);
+        self.pending.extend(actions);
+        Ok(())
+    }
+
+    /// The fast path of a move, cheap enough to run every few milliseconds between full
+    /// rounds. Without it a move waits for two rounds: the old owner's (to see the new
+    /// placement) and then the target's (to see the record Released).
+    ///
+    /// - Changed placement overrides (a move was requested) start a full round at once, so the
+    ///   old owner starts handing over, and the target learns it is the target, right away.
+    /// - The records of the resources we await from a live owner
+    ///   ([`OwnershipController::awaiting_handover`]) are re-read, so we claim as soon as the
+    ///   old owner released.
+    ///
+    /// Everything decided here is what a full round would decide from the same reads: the
+    /// controller's rules hold whichever path fed it.
+    pub async fn watch(&mut self) -> ClusterResult<()> {
+        let overrides = self.ownership.placement_overrides().await?;
+        if &overrides != self.controller.overrides() {
+            return self.observe().await;
+        }
+        let awaited = self.controller.awaiting_handover(self.clock.monotonic());
+        if awaited.is_empty() {
+            return Ok(());
+        }
+        let mut events = Vec::with_capacity(awaited.len());
+        for resource in awaited {
+            let record = self.ownership.read(&resource).await?;
             events.push(Event::Observed { resource, record });
         }
         let now = self.clock.monotonic();
@@ -292,7 +330,19 @@ impl<H: ResourceHost> OwnershipRunner<H> {
     ) -> ClusterResult<()> {
         let mut ticker = tokio::time::interval(self.config.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Never firing when the fast path is off; `pending()` keeps the select uniform.
+        let mut watcher = self.config.watch_interval.map(|period| {
+            let mut watcher = tokio::time::interval(period);
+            watcher.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            watcher
+        });
         loop {
+            let watch_tick = async {
+                match watcher.as_mut() {
+                    Some(watcher) => watcher.tick().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 command = commands.recv() => match command {
                     Some(RunnerCommand::SelfFenced) => self.self_fenced(),
@@ -301,6 +351,11 @@ impl<H: ResourceHost> OwnershipRunner<H> {
                 _ = ticker.tick() => {
                     if let Err(e) = self.observe().await {
                         tracing::warn!(error = %e, "ownership observation failed");
+                    }
+                }
+                _ = watch_tick => {
+                    if let Err(e) = self.watch().await {
+                        tracing::debug!(error = %e, "ownership watch failed");
                     }
                 }
                 changed = self.view.changed() => {
@@ -531,6 +586,58 @@ mod tests {
             .unwrap()
             .iter()
             .all(|(_, why)| *why == StopReason::Lost));
+    }
+
+    #[tokio::test]
+    async fn a_move_completes_through_the_fast_path_without_another_full_round() {
+        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let clock = Arc::new(ManualClock::new(0));
+        let names: BTreeSet<String> = (0..4).map(|i| format!("t/{i}")).collect();
+        let mut a = node(&store, &clock, 1, &names);
+        let mut b = node(&store, &clock, 2, &names);
+        a.membership.try_register().await.unwrap();
+        b.membership.try_register().await.unwrap();
+        for _ in 0..3 {
+            clock.advance(Duration::from_millis(500));
+            round(&mut a).await;
+            round(&mut b).await;
+        }
+        let moved = serving(&a).into_iter().next().expect("a serves something");
+        // Nothing to do while nothing moves: no record is awaited.
+        b.runner.watch().await.unwrap();
+        assert_eq!(b.runner.pending(), 0);
+
+        Ownership::new(store.clone())
+            .set_placement_override(&moved, BrokerId(2))
+            .await
+            .unwrap();
+        // The target sees the move first: a is live and still holds it, so b awaits it.
+        b.runner.watch().await.unwrap();
+        b.runner.act().await;
+        let now = clock.monotonic();
+        assert_eq!(
+            b.runner.controller().awaiting_handover(now),
+            std::slice::from_ref(&moved)
+        );
+        // The old owner sees it: hands over and releases.
+        a.runner.watch().await.unwrap();
+        a.runner.act().await;
+        assert!(!serving(&a).contains(&moved));
+        assert_eq!(
+            a.runner.host().stops.lock().unwrap().last().unwrap(),
+            &(moved.clone(), StopReason::Handover)
+        );
+        // The target's next watch re-reads just that record, claims at epoch + 1 and serves.
+        b.runner.watch().await.unwrap();
+        b.runner.act().await;
+        assert!(serving(&b).contains(&moved));
+        let (_, record) = Ownership::new(store.clone())
+            .read(&moved)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((record.owner, record.epoch), (BrokerId(2), Epoch(2)));
+        assert!(b.runner.controller().awaiting_handover(now).is_empty());
     }
 
     #[tokio::test(start_paused = true)]

@@ -398,6 +398,7 @@ impl World {
             RunnerConfig {
                 interval: HEARTBEAT,
                 in_flight_window: 4,
+                watch_interval: None,
             },
             membership.subscribe(),
             host,
@@ -467,6 +468,9 @@ impl World {
         if now >= node.next_observe {
             node.next_observe = now + HEARTBEAT + self.jitter();
             let _ = node.runner.observe().await;
+        } else if self.rng.random_bool(0.3) {
+            // The fast path of moves, between rounds: its decisions must be as safe.
+            let _ = node.runner.watch().await;
         }
         for _ in 0..self.rng.random_range(0..=3) {
             node.runner.act_one().await;
