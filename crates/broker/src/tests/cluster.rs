@@ -283,11 +283,45 @@ async fn a_dead_brokers_partitions_are_taken_over_with_every_acknowledged_record
     for t in topics {
         tps.push(create(&a, t).await);
     }
-    eventually("every partition is served", || {
-        tps.iter()
-            .all(|tp| a.epoch(tp).is_some() || b.epoch(tp).is_some())
-            .then_some(())
-    })
+    // Placement alone might put everything on b, and then killing a would prove nothing: pin
+    // half the topics, and the group's coordinator shard, on a.
+    let ownership = strata_cluster::Ownership::new(Arc::clone(&store));
+    let shard_count = a
+        .broker
+        .log
+        .topic(crate::coordinator::OFFSETS_TOPIC)
+        .unwrap()
+        .partitions;
+    let shard = crate::coordinator::shard_of("some-group", shard_count as usize) as i32;
+    let shard_tp = TopicPartition::new(crate::coordinator::OFFSETS_TOPIC, shard);
+    let offsets_id = a
+        .broker
+        .log
+        .topic(crate::coordinator::OFFSETS_TOPIC)
+        .unwrap()
+        .id;
+    for (topic, tp) in topics.iter().zip(&tps).take(2) {
+        let id = a.broker.log.topic(topic).unwrap().id;
+        ownership
+            .set_placement_override(&resource_name(id, tp.partition), strata_core::BrokerId(1))
+            .await
+            .unwrap();
+    }
+    ownership
+        .set_placement_override(&resource_name(offsets_id, shard), strata_core::BrokerId(1))
+        .await
+        .unwrap();
+    eventually(
+        "every partition is served, the pinned ones by broker 1",
+        || {
+            let all = tps
+                .iter()
+                .all(|tp| a.epoch(tp).is_some() || b.epoch(tp).is_some());
+            let pinned =
+                tps.iter().take(2).all(|tp| a.epoch(tp).is_some()) && a.epoch(&shard_tp).is_some();
+            (all && pinned).then_some(())
+        },
+    )
     .await;
     // Everything is acknowledged by its owner before the crash.
     for (topic, tp) in topics.iter().zip(&tps) {
@@ -300,13 +334,18 @@ async fn a_dead_brokers_partitions_are_taken_over_with_every_acknowledged_record
     }
     let a_held = tps.iter().filter(|tp| a.epoch(tp).is_some()).count();
     eprintln!("broker 1 held {a_held} of {} partitions", tps.len());
+    assert!(a_held >= 2, "the failover must take something over");
 
     let clock = SystemClock::shared();
     let died = clock.monotonic();
     a.crash().await;
-    eventually("the survivor serves everything", || {
-        tps.iter().all(|tp| b.epoch(tp).is_some()).then_some(())
-    })
+    eventually(
+        "the survivor serves everything, the coordinator shard included",
+        || {
+            (tps.iter().all(|tp| b.epoch(tp).is_some()) && b.epoch(&shard_tp).is_some())
+                .then_some(())
+        },
+    )
     .await;
     eprintln!("takeover took {:?}", clock.monotonic() - died);
 
