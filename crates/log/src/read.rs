@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use strata_core::Offset;
 
 use crate::index;
@@ -234,7 +234,7 @@ pub(crate) async fn offset_for_timestamp(
         return Ok(None);
     };
     let log_start = part.lock().log_start;
-    let (offset, ts) = first_record_at_or_after(&found.bytes, timestamp)
+    let (offset, ts) = strata_wire::builder::first_record_at_or_after(&found.bytes, timestamp)
         .unwrap_or((found.base_offset, found.max_timestamp));
     Ok(Some((Offset(offset.max(log_start)), ts)))
 }
@@ -318,75 +318,4 @@ async fn first_batch_reaching(
         }));
     }
     Ok(None)
-}
-
-/// Within one stored batch, the first record whose timestamp is >= `target`. Only
-/// uncompressed batches are looked inside (the hot path never decompresses); for compressed
-/// ones the caller falls back to the batch's first offset.
-fn first_record_at_or_after(batch: &[u8], target: i64) -> Option<(i64, i64)> {
-    const HEADER: usize = 61;
-    if batch.len() < HEADER {
-        return None;
-    }
-    let mut h = batch;
-    let base_offset = h.get_i64();
-    h.advance(4 + 4 + 1 + 4);
-    let attributes = h.get_i16();
-    if attributes & 0x7 != 0 {
-        return None;
-    }
-    let log_append_time = attributes & 0x8 != 0;
-    h.advance(4);
-    let base_ts = h.get_i64();
-    let max_ts = h.get_i64();
-    if log_append_time {
-        return (max_ts >= target).then_some((base_offset, max_ts));
-    }
-    let mut r = &batch[HEADER..];
-    while !r.is_empty() {
-        let len = read_varint(&mut r)?;
-        if len < 0 || len as usize > r.len() {
-            return None;
-        }
-        let (mut rec, rest) = r.split_at(len as usize);
-        r = rest;
-        rec.get_i8();
-        let ts_delta = read_varint(&mut rec)?;
-        let off_delta = read_varint(&mut rec)?;
-        let ts = base_ts + ts_delta;
-        if ts >= target {
-            return Some((base_offset + off_delta, ts));
-        }
-    }
-    None
-}
-
-/// Kafka's zig-zag varint (up to 64 bits).
-fn read_varint(buf: &mut &[u8]) -> Option<i64> {
-    let mut value: u64 = 0;
-    for shift in (0..70).step_by(7) {
-        let (&b, rest) = buf.split_first()?;
-        *buf = rest;
-        value |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            return Some(((value >> 1) as i64) ^ -((value & 1) as i64));
-        }
-    }
-    None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn varints_decode_as_kafka_writes_them() {
-        let mut b: &[u8] = &[0x00, 0x01, 0x02, 0x03, 0xac, 0x02];
-        assert_eq!(read_varint(&mut b), Some(0));
-        assert_eq!(read_varint(&mut b), Some(-1));
-        assert_eq!(read_varint(&mut b), Some(1));
-        assert_eq!(read_varint(&mut b), Some(-2));
-        assert_eq!(read_varint(&mut b), Some(150));
-        assert_eq!(read_varint(&mut b), None);
-    }
 }

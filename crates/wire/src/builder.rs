@@ -141,6 +141,41 @@ pub fn read_records(batch: &Bytes) -> Result<Vec<(i64, SimpleRecord)>, BatchErro
     Ok(out)
 }
 
+/// Within one stored batch, the first record whose timestamp is >= `target`, as (offset,
+/// timestamp). Only uncompressed batches are looked inside (the broker never decompresses);
+/// for a compressed or unreadable batch the answer is None and the caller falls back to the
+/// batch's first offset. Under LogAppendTime every record carries the batch's max timestamp.
+pub fn first_record_at_or_after(batch: &[u8], target: i64) -> Option<(i64, i64)> {
+    if batch.len() < BATCH_HEADER_LEN {
+        return None;
+    }
+    let be_i64 = |at: usize| batch[at..at + 8].try_into().ok().map(i64::from_be_bytes);
+    let base_offset = be_i64(0)?;
+    let attributes = i16::from_be_bytes([batch[21], batch[22]]);
+    if attributes & 0x7 != 0 {
+        return None;
+    }
+    let base_timestamp = be_i64(27)?;
+    let max_timestamp = be_i64(35)?;
+    if attributes & 0x8 != 0 {
+        return (max_timestamp >= target).then_some((base_offset, max_timestamp));
+    }
+    let mut at = BATCH_HEADER_LEN;
+    while at < batch.len() {
+        let len = usize::try_from(get_varint(batch, &mut at).ok()?).ok()?;
+        let end = at.checked_add(len).filter(|e| *e <= batch.len())?;
+        at += 1; // attributes
+        let timestamp_delta = get_varint(batch, &mut at).ok()?;
+        let offset_delta = get_varint(batch, &mut at).ok()?;
+        let timestamp = base_timestamp.saturating_add(timestamp_delta);
+        if timestamp >= target {
+            return Some((base_offset.saturating_add(offset_delta), timestamp));
+        }
+        at = end;
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,6 +204,33 @@ mod tests {
         ));
         let read = read_records(&batch).unwrap();
         assert_eq!(read, vec![(0, records[0].clone()), (1, records[1].clone())]);
+    }
+
+    #[test]
+    fn varints_decode_as_kafka_writes_them() {
+        let data = [0x00, 0x01, 0x02, 0x03, 0xac, 0x02];
+        let mut at = 0;
+        for expected in [0, -1, 1, -2, 150] {
+            assert_eq!(get_varint(&data, &mut at).unwrap(), expected);
+        }
+        assert!(get_varint(&data, &mut at).is_err());
+    }
+
+    #[test]
+    fn finds_the_first_record_at_or_after_a_timestamp() {
+        let records: Vec<SimpleRecord> = (0..3)
+            .map(|_| SimpleRecord {
+                key: None,
+                value: Some(Bytes::from_static(b"v")),
+            })
+            .collect();
+        // build_batch stamps every record with the same time.
+        let batch = build_batch(&records, 100);
+        assert_eq!(first_record_at_or_after(&batch, 100), Some((0, 100)));
+        assert_eq!(first_record_at_or_after(&batch, 101), None);
+        for cut in 0..batch.len() {
+            let _ = first_record_at_or_after(&batch[..cut], 0);
+        }
     }
 
     #[test]

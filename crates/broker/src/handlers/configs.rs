@@ -294,21 +294,21 @@ pub(crate) async fn alter_configs(
         let mut r = alter_configs_response::AlterConfigsResourceResponse::default();
         r.resource_type = res.resource_type;
         r.resource_name = res.resource_name;
-        match outcome {
-            Ok(()) => {
-                r.error_code = code::NONE;
-                r.error_message = None;
-            }
-            Err((error, text)) => {
-                r.error_code = error;
-                r.error_message = message(text);
-            }
-        }
+        (r.error_code, r.error_message) = error_fields(outcome);
         responses.push(r);
     }
     let mut response = AlterConfigsResponse::default();
     response.responses = responses;
     response
+}
+
+/// A resource's outcome as the (error code, error message) pair both AlterConfigs responses
+/// carry.
+fn error_fields(outcome: Result<(), (i16, String)>) -> (i16, Option<StrBytes>) {
+    match outcome {
+        Ok(()) => (code::NONE, None),
+        Err((error, text)) => (error, message(text)),
+    }
 }
 
 pub(crate) async fn incremental_alter_configs(
@@ -345,16 +345,7 @@ pub(crate) async fn incremental_alter_configs(
         let mut r = incremental_alter_configs_response::AlterConfigsResourceResponse::default();
         r.resource_type = res.resource_type;
         r.resource_name = res.resource_name;
-        match outcome {
-            Ok(()) => {
-                r.error_code = code::NONE;
-                r.error_message = None;
-            }
-            Err((error, text)) => {
-                r.error_code = error;
-                r.error_message = message(text);
-            }
-        }
+        (r.error_code, r.error_message) = error_fields(outcome);
         responses.push(r);
     }
     let mut response = IncrementalAlterConfigsResponse::default();
