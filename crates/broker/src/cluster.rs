@@ -39,9 +39,9 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use strata_cluster::{
     BrokerRegistration, Claimant, ClusterError, ClusterResult, ClusterView, ControllerConfig,
-    Incarnation, LocalBroker, Membership, MembershipConfig, MembershipHandle, OwnerRecord,
-    OwnerState, Ownership, OwnershipRunner, OwnershipStatus, ResourceHost, RunnerConfig,
-    RunnerHandle, StopReason,
+    Incarnation, LocalBroker, Membership, MembershipConfig, MembershipHandle, OsProcessTable,
+    OwnerRecord, OwnerState, Ownership, OwnershipRunner, OwnershipStatus, ResourceHost,
+    RunnerConfig, RunnerHandle, StopReason,
 };
 use strata_core::{BrokerId, Clock, Epoch, TopicPartition};
 use strata_log::{LogError, LogManager, TopicId};
@@ -167,7 +167,10 @@ impl ClusterNode {
                 port: advertised.1,
                 incarnation,
             },
-        )?;
+        )?
+        // A broker restarted on the same machine after a crash proves its predecessor dead
+        // through the process table and takes its id over without waiting a lease.
+        .with_process_table(Arc::new(OsProcessTable));
         info!(broker = %node_id, %incarnation, "joining the cluster");
         membership.join().await?;
         let membership = membership.spawn();

@@ -688,7 +688,12 @@ fn decide_one(
                                 cx.now
                             }
                         };
-                        if cx.now < since + cx.dead_owner_grace {
+                        // The grace guards against sealing a live newcomer we have not
+                        // listed yet. An earlier incarnation of our own id needs none: we hold
+                        // the id's registration, so that process is dead to the cluster (and
+                        // the seal stops it should it still be running).
+                        let own_predecessor = record.owner == me.broker;
+                        if !own_predecessor && cx.now < since + cx.dead_owner_grace {
                             return None;
                         }
                         Action::FenceThenClaim {
@@ -746,6 +751,7 @@ mod tests {
                     started_ms: 0,
                     heartbeat: 1,
                     draining,
+                    process: None,
                 },
                 live_since,
             },
@@ -931,6 +937,47 @@ mod tests {
                 expected: held_by_dead
             }]
         );
+    }
+
+    #[test]
+    fn a_dead_owner_is_fenced_after_the_grace_but_our_own_predecessor_at_once() {
+        let grace = ControllerConfig {
+            dead_owner_grace: ms(2000),
+            ..config()
+        };
+        let r = placed_on(1, &[1]);
+        let start = |c: &mut OwnershipController| {
+            assert!(c.step(ms(0), Event::View(view(ms(0), &[1]))).is_empty());
+            assert!(c.step(ms(0), resources(&[&r])).is_empty());
+        };
+        // Another broker's record, absent from our view: maybe a newcomer we have not listed
+        // yet, so it must stay absent for the grace.
+        let mut c = OwnershipController::new(claimant(1), grace);
+        start(&mut c);
+        let other = record(3, 4, OwnerState::Active, 9);
+        assert!(c.step(ms(0), observed(&r, Some(other.clone()))).is_empty());
+        assert!(c
+            .step(ms(1999), observed(&r, Some(other.clone())))
+            .is_empty());
+        assert!(matches!(
+            &c.step(ms(2000), observed(&r, Some(other)))[..],
+            [Action::FenceThenClaim {
+                dead_owner: BrokerId(3),
+                ..
+            }]
+        ));
+        // An earlier incarnation of our own id: we hold the id, so it is dead now.
+        let mut c = OwnershipController::new(claimant(1), grace);
+        start(&mut c);
+        let (version, mut old) = record(1, 2, OwnerState::Active, 5);
+        old.incarnation = Incarnation(7);
+        assert!(matches!(
+            &c.step(ms(0), observed(&r, Some((version, old))))[..],
+            [Action::FenceThenClaim {
+                dead_owner: BrokerId(1),
+                ..
+            }]
+        ));
     }
 
     #[test]

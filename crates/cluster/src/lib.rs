@@ -19,6 +19,8 @@
 //!   fencing, handovers and releases.
 //! - [`runner`]: [`OwnershipRunner`], the async plumbing that carries the decisions out.
 //! - [`fence`]: sealing a write-ahead stream so a dead writer can never acknowledge again.
+//! - [`process`]: proving through the operating system that a predecessor on the same machine
+//!   is dead, so a restarted broker takes its id over without waiting a lease.
 //! - [`keys`]: the object layout under `cluster/`.
 //!
 //! Errors are [`ClusterError`], classified by [`ClusterError::is_retryable`] and
@@ -28,7 +30,8 @@
 //!
 //! Start-up: the log registers its write-ahead stream (`meta/streams/<id>`); the broker then
 //! joins with [`Membership::join`] (a live broker with the same id makes it refuse with
-//! `BrokerIdInUse`; a dead one's registration is taken over after a lease), spawns it, and
+//! `BrokerIdInUse`; a dead one's registration is taken over after a lease, or at once when
+//! its process is provably gone from this machine), spawns it, and
 //! spawns an [`OwnershipRunner`] whose [`Claimant`] carries the log's stream and whose
 //! [`RunnerConfig::in_flight_window`] is the log's `max_inflight_flushes`.
 //!
@@ -68,6 +71,7 @@ pub mod liveness;
 pub mod membership;
 pub mod ownership;
 pub mod placement;
+pub mod process;
 pub mod runner;
 
 #[cfg(test)]
@@ -85,4 +89,5 @@ pub use membership::{
 };
 pub use ownership::{Claimant, OwnerRecord, OwnerState, Ownership, VersionedRecord};
 pub use placement::{assign, place, rendezvous_weight};
+pub use process::{NoProcessTable, OsProcessTable, ProcessIdentity, ProcessTable};
 pub use runner::{OwnershipRunner, OwnershipStatus, ResourceHost, RunnerConfig, RunnerHandle};

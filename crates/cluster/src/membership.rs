@@ -7,10 +7,12 @@
 //! and feeds the versions to a [`LivenessTracker`], which needs no synchronized clocks.
 //!
 //! Starting with an id that is already registered: if the registration is our own incarnation
-//! (an earlier attempt whose answer was lost) we adopt it. Otherwise we watch it for a whole
-//! lease: if its version moves, a live broker has that id and we refuse to start; if it stays
-//! still, its owner is dead and we take the registration over by compare-and-swap (failing
-//! that, the owner just heartbeated and we refuse after all).
+//! (an earlier attempt whose answer was lost) we adopt it. If it names a process on this very
+//! machine that provably no longer runs ([`crate::process`]: the usual crash-and-restart),
+//! we take it over at once. Otherwise we watch it for a whole lease: if its version moves, a
+//! live broker has that id and we refuse to start; if it stays still, its owner is dead and we
+//! take the registration over by compare-and-swap (failing that, the owner just heartbeated
+//! and we refuse after all).
 //!
 //! [`Membership`] exposes each step (`try_register`, `heartbeat`, `refresh`, `set_draining`,
 //! `leave`) so the simulation can interleave brokers at will; [`Membership::spawn`] runs them
@@ -30,6 +32,7 @@ use tokio::task::JoinHandle;
 
 use crate::keys::{broker_key, parse_broker_key, BROKERS_PREFIX};
 use crate::liveness::LivenessTracker;
+use crate::process::{NoProcessTable, ProcessIdentity, ProcessTable};
 use crate::{ClusterError, ClusterResult};
 
 /// A random id drawn at every process start, so a restarted broker with the same node id is
@@ -81,6 +84,10 @@ pub struct BrokerRegistration {
     /// A draining broker is live but gets nothing placed on it and hands everything off.
     #[serde(default)]
     pub draining: bool,
+    /// The process behind this incarnation, so a successor on the same machine can prove it
+    /// dead. None where the platform cannot tell (registrations of older versions too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessIdentity>,
 }
 
 impl BrokerRegistration {
@@ -231,6 +238,7 @@ pub struct Membership {
     /// Our monotonic time when we issued the last registration write known to have landed.
     last_write_issued: Option<Duration>,
     view: watch::Sender<ClusterView>,
+    processes: Arc<dyn ProcessTable>,
 }
 
 impl Membership {
@@ -249,6 +257,7 @@ impl Membership {
             started_ms: clock.wall_millis(),
             heartbeat: 0,
             draining: false,
+            process: None,
         };
         let tracker = LivenessTracker::new(config.lease_period, config.max_observation_gap());
         Ok(Self {
@@ -261,7 +270,16 @@ impl Membership {
             tracker,
             last_write_issued: None,
             view: watch::Sender::new(ClusterView::default()),
+            processes: Arc::new(NoProcessTable),
         })
+    }
+
+    /// Records our process in the registration and lets `processes` prove a predecessor on
+    /// this machine dead (without it, taking over an id always waits a lease).
+    pub fn with_process_table(mut self, processes: Arc<dyn ProcessTable>) -> Self {
+        self.me.process = processes.current();
+        self.processes = processes;
+        self
     }
 
     pub fn me(&self) -> &BrokerRegistration {
@@ -328,6 +346,23 @@ impl Membership {
             }
         }
         let previous_incarnation = previous.as_ref().map(|p| p.incarnation);
+        let provably_gone = previous
+            .as_ref()
+            .and_then(|p| p.process.as_ref())
+            .is_some_and(|process| self.processes.is_gone(process));
+        if provably_gone {
+            tracing::info!(broker = %self.me.node_id, previous = ?previous_incarnation,
+                "previous incarnation's process no longer runs on this machine; taking its registration over");
+            return match self.write_registration(PutMode::Update(version)).await {
+                Ok(version) => Ok(self.registered(version)),
+                // Changed under us: somebody else (alive) holds the id now.
+                Err(ClusterError::Storage(StorageError::Precondition(_))) => {
+                    self.state = JoinState::Unregistered;
+                    Err(self.in_use(previous_incarnation))
+                }
+                Err(e) => Err(e),
+            };
+        }
         match &self.state {
             JoinState::Watching {
                 version: watched,
@@ -809,6 +844,55 @@ mod tests {
             "{err}"
         );
         assert!(old.view().registration_lost);
+        new.heartbeat().await.unwrap();
+    }
+
+    /// A process table where the test decides which pids are gone.
+    #[derive(Debug, Default)]
+    struct FakeProcesses {
+        me: u32,
+        gone: std::sync::Mutex<BTreeSet<u32>>,
+    }
+
+    impl ProcessTable for FakeProcesses {
+        fn current(&self) -> Option<ProcessIdentity> {
+            Some(ProcessIdentity {
+                boot_id: "boot".into(),
+                pid_namespace: "pid:[1]".into(),
+                pid: self.me,
+                start_ticks: 1,
+            })
+        }
+
+        fn is_gone(&self, other: &ProcessIdentity) -> bool {
+            self.gone.lock().is_ok_and(|g| g.contains(&other.pid))
+        }
+    }
+
+    #[tokio::test]
+    async fn takes_over_at_once_the_id_of_a_process_proven_gone_and_waits_otherwise() {
+        let (store, clock) = setup();
+        let table = |me| {
+            Arc::new(FakeProcesses {
+                me,
+                ..FakeProcesses::default()
+            })
+        };
+        let mut old = membership(&store, &clock, 1, 11).with_process_table(table(100));
+        old.try_register().await.unwrap();
+        assert_eq!(old.me().process.as_ref().map(|p| p.pid), Some(100));
+
+        // The old process still runs (or nothing can be proven): the lease decides.
+        let processes = table(200);
+        let mut new = membership(&store, &clock, 1, 22).with_process_table(processes.clone());
+        assert!(matches!(
+            new.try_register().await.unwrap(),
+            JoinProgress::Waiting { .. }
+        ));
+        // Proven gone: taken over without waiting, and the old one is fenced from the id.
+        processes.gone.lock().unwrap().insert(100);
+        assert_eq!(new.try_register().await.unwrap(), JoinProgress::Registered);
+        assert!(old.heartbeat().await.unwrap_err().is_fenced());
         new.heartbeat().await.unwrap();
     }
 

@@ -123,7 +123,9 @@ struct ServeArgs {
     metrics_listen: Option<String>,
     /// Cluster mode: share the storage with other brokers (each with its own --node-id);
     /// partitions are spread over the live brokers and taken over when one dies. A broker
-    /// whose stream is fenced by the others exits with status 1 (restart it) [default: false].
+    /// whose stream is fenced by the others exits with status 1 (restart it). `false`
+    /// (standalone) takes every partition at start and fences any other broker's stream on
+    /// the storage [default: true].
     #[arg(long, value_name = "BOOL")]
     cluster: Option<bool>,
     /// Cluster mode: how long a silent broker stays owner before the others take over its

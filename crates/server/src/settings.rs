@@ -124,7 +124,11 @@ impl Default for Settings {
             group_min_session_timeout: broker.group_min_session_timeout,
             group_max_session_timeout: broker.group_max_session_timeout,
             metrics_listen: None,
-            cluster: false,
+            // On by default so brokers pointed at one storage form a cluster instead of fencing
+            // each other; a lone broker pays a few small storage reads a second for it, and a
+            // restart on the same machine is as quick as in standalone mode (the predecessor is
+            // proven dead through the process table).
+            cluster: true,
             lease_period: strata_broker::ClusterSettings::default().lease_period,
             heartbeat_interval: strata_broker::ClusterSettings::default().heartbeat_interval,
             log: LogSettings::default(),
@@ -978,20 +982,20 @@ mod tests {
     }
 
     #[test]
-    fn cluster_mode_is_off_by_default_and_set_by_every_layer() {
+    fn cluster_mode_is_on_by_default_and_set_by_every_layer() {
         let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
-        assert!(!s.cluster);
+        assert!(s.cluster);
         assert_eq!(s.lease_period, Duration::from_secs(5));
         assert_eq!(s.heartbeat_interval, Duration::from_secs(1));
 
-        let f = file("cluster = true\nlease_period = \"10s\"\n");
+        let f = file("cluster = false\nlease_period = \"10s\"\n");
         let (s, _) = load(
             Some(f.path()),
             env(&[("STRATA_HEARTBEAT_INTERVAL", "2s")]),
             &FlagOverrides::default(),
         )
         .unwrap();
-        assert!(s.cluster);
+        assert!(!s.cluster);
         assert_eq!(s.lease_period, Duration::from_secs(10));
         assert_eq!(s.heartbeat_interval, Duration::from_secs(2));
         let flags = FlagOverrides {
