@@ -157,3 +157,54 @@ async fn idempotent_producer_streams_across_a_graceful_restart_without_duplicate
 async fn idempotent_producer_streams_across_a_kill9_restart_without_duplicates_or_gaps() {
     idempotent_stream_across_restart(Stop::Kill9).await;
 }
+
+/// In cluster mode (the default) a broker restarted on the same machine after SIGKILL finds its
+/// predecessor's registration, proves through the process table that its process is gone, and
+/// takes the id and every partition over at once. The lease here is ten minutes, far beyond the
+/// producer's delivery timeout: had the restart waited it out, nothing would be acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_restarted_after_sigkill_does_not_wait_out_its_own_lease() {
+    let mut broker = StrataProcess::start_with(StrataOptions::default().with_args([
+        "--cluster",
+        "true",
+        "--lease-period",
+        "10m",
+    ]));
+    let topic = "restart-without-lease";
+    let first: Vec<_> = varied_records(50)
+        .into_iter()
+        .map(|r| (Some(0), r))
+        .collect();
+    produce_all(&producer(&broker.bootstrap(), &[]), topic, &first).await;
+
+    broker.kill9();
+    broker.restart();
+    let second: Vec<_> = varied_records(50)
+        .into_iter()
+        .map(|r| (Some(0), r))
+        .collect();
+    let acked = produce_all(
+        &producer(&broker.bootstrap(), &[("message.timeout.ms", "30000")]),
+        topic,
+        &second,
+    )
+    .await;
+    assert_eq!(acked.first().map(|a| a.offset), Some(50));
+    assert!(
+        !broker
+            .log_lines_containing("process no longer runs on this machine")
+            .is_empty(),
+        "the restart should have proven its predecessor dead\n{}",
+        broker.log_tail()
+    );
+    let produced = BTreeMap::from([(
+        0,
+        first
+            .into_iter()
+            .chain(second)
+            .map(|(_, r)| r)
+            .collect::<Vec<_>>(),
+    )]);
+    let consumed = consume_exactly(&broker.bootstrap(), topic, &[(0, 0)], 100).await;
+    assert_partitions_match(&produced, &consumed, 0);
+}
