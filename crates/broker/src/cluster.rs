@@ -276,7 +276,10 @@ impl ClusterNode {
 
     /// The live leader of a partition and its epoch, as far as this broker knows: the owner
     /// of an Active record whose incarnation is live. Our own log is more current than the
-    /// cache for what we serve ourselves (an acquire that just finished).
+    /// cache for what we serve ourselves (an acquire that just finished), and for what we do
+    /// *not* serve: a cached record naming us that our log does not serve is one we just
+    /// handed over (or are still acquiring). Naming ourselves would send the client straight
+    /// back to a broker that refuses it until the next refresh; no leader makes it ask again.
     pub fn leader_of(
         &self,
         view: &ClusterView,
@@ -293,6 +296,7 @@ impl ClusterNode {
         match (self.log.served_epoch(tp), cached) {
             (Some(mine), Some((_, epoch))) if mine >= epoch.0 => Some((self.me, Epoch(mine))),
             (Some(mine), None) => Some((self.me, Epoch(mine))),
+            (None, Some((owner, _))) if owner == self.me => None,
             (_, cached) => cached,
         }
     }
