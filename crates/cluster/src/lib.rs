@@ -71,6 +71,8 @@ pub mod placement;
 pub mod runner;
 
 #[cfg(test)]
+mod poll_cost;
+#[cfg(test)]
 mod sim;
 
 pub use controller::{Action, ControllerConfig, Event, Failure, OwnershipController, StopReason};
