@@ -6,13 +6,18 @@
 //! the table.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use strata_core::clock::ManualClock;
 use strata_core::{BrokerId, Epoch};
-use strata_storage::{MemoryStore, MetricsStore, ObjectStore, OpKind, StorageMetrics};
+use strata_storage::{
+    MemoryStore, MetricsStore, ObjectKey, ObjectMeta, ObjectStore, OpKind, PutMode, StorageMetrics,
+    StorageResult, Version,
+};
 
 use crate::{
     Claimant, ClusterResult, ControllerConfig, Incarnation, LocalBroker, Membership,
@@ -139,13 +144,64 @@ fn served(brokers: &[Broker]) -> Vec<BTreeMap<String, Epoch>> {
         .collect()
 }
 
+/// A backend whose listings carry no change tags, as RADOS: every listed object is read.
+#[derive(Debug)]
+struct Untagged(MemoryStore);
+
+#[async_trait]
+impl ObjectStore for Untagged {
+    async fn put(&self, key: &ObjectKey, data: Bytes, mode: PutMode) -> StorageResult<Version> {
+        self.0.put(key, data, mode).await
+    }
+    async fn get(&self, key: &ObjectKey) -> StorageResult<(Bytes, Version)> {
+        self.0.get(key).await
+    }
+    async fn get_range(&self, key: &ObjectKey, range: Range<u64>) -> StorageResult<Bytes> {
+        self.0.get_range(key, range).await
+    }
+    async fn list(&self, prefix: &str) -> StorageResult<Vec<ObjectMeta>> {
+        let mut listed = self.0.list(prefix).await?;
+        for meta in &mut listed {
+            meta.tag = None;
+        }
+        Ok(listed)
+    }
+    async fn delete(&self, key: &ObjectKey) -> StorageResult<()> {
+        self.0.delete(key).await
+    }
+    fn backend_name(&self) -> &'static str {
+        "untagged"
+    }
+}
+
+/// With change tags: while nothing changes a round costs the same whatever the number of
+/// partitions — two listings (records, overrides) for the full round, one small read per
+/// watch, one listing for the owner cache.
 #[tokio::test]
 async fn polling_cost_per_round_when_nothing_changes() {
+    let [observe, watch, list] = poll_cost(Arc::new(MemoryStore::new()), "memory").await;
+    assert_eq!(observe, [2, 0, 0]);
+    assert_eq!(watch, [0, WATCHES_PER_ROUND, 0]);
+    assert_eq!(list, [1, 0, 0]);
+}
+
+/// Without change tags (RADOS) every record is still read each round, but the watches cost
+/// one small read each, not a listing plus a read per override.
+#[tokio::test]
+async fn polling_cost_per_round_without_change_tags() {
+    let [observe, watch, list] =
+        poll_cost(Arc::new(Untagged(MemoryStore::new())), "untagged").await;
+    assert_eq!(observe[0], 2);
+    assert!(observe[1] >= MOVES as u64 + RESOURCES as u64 / 3);
+    assert_eq!(watch, [0, WATCHES_PER_ROUND, 0]);
+    assert_eq!(list, [1, RESOURCES as u64, 0]);
+}
+
+/// Requests per round (LIST, GET, other) of a full round, its watches and an owner-cache
+/// refresh, on one of two brokers sharing `backend`.
+async fn poll_cost(backend: Arc<dyn ObjectStore>, name: &str) -> [[u64; 3]; 3] {
     let clock = Arc::new(ManualClock::new(0));
-    let metered = Arc::new(MetricsStore::new(
-        Arc::new(MemoryStore::new()),
-        clock.clone(),
-    ));
+    let metered = Arc::new(MetricsStore::new(backend, clock.clone()));
     let metrics = Arc::clone(metered.metrics());
     let store: Arc<dyn ObjectStore> = metered;
     let resources: Arc<BTreeSet<String>> = Arc::new(
@@ -210,7 +266,7 @@ async fn polling_cost_per_round_when_nothing_changes() {
     let (observe, watch, list) = (per_round(observe), per_round(watch), per_round(list));
     let total: u64 = [observe, watch, list].iter().flatten().sum();
     println!(
-        "requests per {} ms round, one broker of two, {RESOURCES} partitions, {MOVES} overrides:",
+        "{name}: requests per {} ms round, one broker of two, {RESOURCES} partitions, {MOVES} overrides:",
         ROUND.as_millis()
     );
     println!("  {:<34} {:>6} {:>6} {:>6}", "", "LIST", "GET", "other");
@@ -222,6 +278,7 @@ async fn polling_cost_per_round_when_nothing_changes() {
         println!("  {what:<34} {:>6} {:>6} {:>6}", c[0], c[1], c[2]);
     }
     println!("  total {total}");
+    [observe, watch, list]
 }
 
 fn add(sum: &mut [u64; 3], more: [u64; 3]) {
