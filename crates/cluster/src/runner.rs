@@ -668,7 +668,7 @@ mod tests {
         store
             .put(
                 &crate::keys::placement_key(&moved).unwrap(),
-                bytes::Bytes::from(format!(r#"{{"broker":2}}"#)),
+                bytes::Bytes::from_static(br#"{"broker":2}"#),
                 strata_storage::PutMode::Create,
             )
             .await
