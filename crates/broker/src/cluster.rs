@@ -5,7 +5,8 @@
 //! backed by the log and the group coordinator, and keeps what the Kafka handlers need to
 //! answer cluster questions: the live brokers (Metadata, DescribeCluster), who leads each
 //! partition (a cached copy of every ownership record, refreshed on a timer, so Metadata never
-//! waits for storage), and placement overrides (partition reassignments).
+//! waits for storage; a refresh lists the records and reads only those whose change tag moved),
+//! and placement overrides (partition reassignments).
 //!
 //! Resources are partitions named `<topic-id-hex>/<partition>`: ids, not names, so a topic
 //! deleted and re-created under the same name never inherits the old one's records.
@@ -62,8 +63,9 @@ const DRAIN_POLL_EVERY: u32 = 4;
 
 /// How often the ownership runner looks for moves between its full rounds (see
 /// `OwnershipRunner::watch`): the old owner starts handing over, and the target claims after
-/// the release, within about this long instead of a full `ownership_interval` each. Costs a
-/// listing of the placement overrides (and a read of each) per period.
+/// the release, within about this long instead of a full `ownership_interval` each. Costs one
+/// small read (the `cluster/placement-changes` marker) per period, whatever the number of
+/// partitions and overrides, plus a read of each record awaited from a handing-over owner.
 const MOVE_WATCH_INTERVAL: Duration = Duration::from_millis(10);
 
 /// While a partition changes hands, the owner cache (what Metadata answers) is re-read this
@@ -452,6 +454,9 @@ impl ClusterNode {
         }
     }
 
+    /// One listing, plus a read of each record that changed since the last refresh (`Ownership`
+    /// keeps what it read): while nothing moves, a refresh costs one request whatever the
+    /// number of partitions (on backends whose listings carry change tags; RADOS reads all).
     async fn refresh_owners(&self) {
         match self.ownership.list("").await {
             Ok(records) => {

@@ -322,7 +322,7 @@ impl OwnershipController {
             .collect()
     }
 
-    /// The placement overrides as last observed (the runner's fast path compares against them).
+    /// The placement overrides as last observed.
     pub fn overrides(&self) -> &BTreeMap<String, BrokerId> {
         &self.overrides
     }

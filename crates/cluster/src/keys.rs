@@ -4,6 +4,7 @@
 //! cluster/brokers/<node id>          registration + heartbeat of one broker (CAS)
 //! cluster/owners/<resource>          owner, incarnation, epoch, state of one resource (CAS)
 //! cluster/placement/<resource>       an operator's explicit placement (move / reassignment)
+//! cluster/placement-changes          rewritten after every override change (brokers poll it)
 //! wal/<stream:08x>/<seq:020>         the log's group-commit objects; we only add seals
 //! meta/streams/<stream:08x>          the log's stream registrations; we only read them
 //! ```
@@ -16,6 +17,8 @@ use crate::{ClusterError, ClusterResult};
 pub const BROKERS_PREFIX: &str = "cluster/brokers/";
 pub const OWNERS_PREFIX: &str = "cluster/owners/";
 pub const PLACEMENT_PREFIX: &str = "cluster/placement/";
+/// Outside `PLACEMENT_PREFIX` (`-`, not `/`), so listing the overrides never returns it.
+pub const PLACEMENT_CHANGES_KEY: &str = "cluster/placement-changes";
 pub const WAL_PREFIX: &str = "wal/";
 pub const STREAMS_PREFIX: &str = "meta/streams/";
 
@@ -42,6 +45,10 @@ pub fn owner_key(resource: &str) -> ClusterResult<ObjectKey> {
 
 pub fn placement_key(resource: &str) -> ClusterResult<ObjectKey> {
     resource_key(PLACEMENT_PREFIX, resource)
+}
+
+pub fn placement_changes_key() -> ClusterResult<ObjectKey> {
+    Ok(ObjectKey::new(PLACEMENT_CHANGES_KEY)?)
 }
 
 pub fn wal_stream_prefix(stream: u32) -> String {
@@ -87,5 +94,9 @@ mod tests {
         assert_eq!(parse_stream_key("meta/streams/0000002a"), Some(0x2a));
         assert_eq!(owner_key("abc/3").unwrap().as_str(), "cluster/owners/abc/3");
         assert!(matches!(owner_key("a//b"), Err(ClusterError::Invalid(_))));
+        assert!(!placement_changes_key()
+            .unwrap()
+            .as_str()
+            .starts_with(PLACEMENT_PREFIX));
     }
 }

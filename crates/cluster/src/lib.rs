@@ -13,7 +13,8 @@
 //! - [`liveness`]: [`LivenessTracker`], pure: brokers are dead when their registration's
 //!   version stayed still for a lease of the *observer's* clock.
 //! - [`membership`]: registration, heartbeats, the [`ClusterView`], draining, leaving.
-//! - [`ownership`]: [`OwnerRecord`]s changed only by compare-and-swap; placement overrides.
+//! - [`ownership`]: [`OwnerRecord`]s changed only by compare-and-swap; placement overrides and
+//!   the marker announcing their changes; reads through listings skip what did not change.
 //! - [`placement`]: rendezvous hashing over live non-draining brokers, overrides first.
 //! - [`controller`]: [`OwnershipController`], the sans-IO state machine deciding claims,
 //!   fencing, handovers and releases.
@@ -74,6 +75,8 @@ pub mod placement;
 pub mod process;
 pub mod runner;
 
+#[cfg(test)]
+mod poll_cost;
 #[cfg(test)]
 mod sim;
 

@@ -10,17 +10,35 @@
 //! bumps the epoch by one, so an epoch names one tenure of one owner; a release keeps it.
 //!
 //! `cluster/placement/<resource>` holds an operator's explicit placement (a `move` command or
-//! AlterPartitionReassignments); [`crate::placement`] lets it win over hashing.
+//! AlterPartitionReassignments); [`crate::placement`] lets it win over hashing. Every change of
+//! an override is followed by a rewrite of `cluster/placement-changes`, a small marker that
+//! brokers poll instead of listing the overrides (see [`Ownership::placement_changes`]).
+//!
+//! # Reading only what changed
+//!
+//! Every broker lists the records and overrides several times a second. A listing reports each
+//! object's [`ChangeTag`], and [`Ownership`] keeps what it decoded from each object with the tag
+//! of the listing that preceded the read; a later listing showing the same tag means nobody
+//! wrote the object since, so the cached record (and the version it was read at, which is what
+//! a compare-and-swap needs) is still current and is not read again. An object whose tag is
+//! unknown (a backend without tags) is always read. So while nothing changes, polling costs one
+//! listing, whatever the number of partitions.
+//!
+//! The cache lives inside `Ownership` behind a mutex shared by its clones, so every copy a
+//! broker hands around benefits, and holds only decoded records (a few dozen bytes each) of
+//! what was read through listings; entries whose object is no longer listed are dropped.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use strata_core::{BrokerId, Epoch};
-use strata_storage::{ObjectKey, ObjectStore, PutMode, StorageError, Version};
+use strata_storage::{ChangeTag, ObjectKey, ObjectStore, PutMode, StorageError, Version};
 
-use crate::keys::{owner_key, placement_key, OWNERS_PREFIX, PLACEMENT_PREFIX};
+use crate::keys::{
+    owner_key, placement_changes_key, placement_key, OWNERS_PREFIX, PLACEMENT_PREFIX,
+};
 use crate::membership::Incarnation;
 use crate::{ClusterError, ClusterResult};
 
@@ -92,15 +110,78 @@ struct PlacementOverride {
     broker: BrokerId,
 }
 
-/// Reads and conditionally writes ownership and placement objects.
+/// The content of `cluster/placement-changes`. Only that it changes matters; a counter (not a
+/// constant) so that even a backend whose version is a hash of the bytes sees a new version.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct PlacementChanges {
+    changes: u64,
+}
+
+/// What one listing of ownership records found: the resources with a record, each with the
+/// change tag the listing reported. Hand it to [`Ownership::read_listed`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnerListing {
+    tags: BTreeMap<String, Option<ChangeTag>>,
+}
+
+impl OwnerListing {
+    pub fn contains(&self, resource: &str) -> bool {
+        self.tags.contains_key(resource)
+    }
+
+    /// The listed resources, sorted.
+    pub fn resources(&self) -> impl Iterator<Item = &str> {
+        self.tags.keys().map(String::as_str)
+    }
+
+    pub fn len(&self) -> usize {
+        self.tags.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tags.is_empty()
+    }
+}
+
+/// What the listings' reads decoded, by resource, with the tag of the listing before the read
+/// (see the module doc).
+#[derive(Default)]
+struct ReadCache {
+    owners: HashMap<String, (ChangeTag, VersionedRecord)>,
+    /// None: the override was unreadable (warned about once, not re-read until it changes).
+    placements: HashMap<String, (ChangeTag, Option<BrokerId>)>,
+}
+
+impl std::fmt::Debug for ReadCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadCache")
+            .field("owners", &self.owners.len())
+            .field("placements", &self.placements.len())
+            .finish()
+    }
+}
+
+/// Reads and conditionally writes ownership and placement objects. Clones share one cache of
+/// decoded records (see the module doc).
 #[derive(Debug, Clone)]
 pub struct Ownership {
     store: Arc<dyn ObjectStore>,
+    cache: Arc<Mutex<ReadCache>>,
 }
 
 impl Ownership {
     pub fn new(store: Arc<dyn ObjectStore>) -> Self {
-        Self { store }
+        Self {
+            store,
+            cache: Arc::default(),
+        }
+    }
+
+    fn cache(&self) -> MutexGuard<'_, ReadCache> {
+        // Every update is a single insert or removal, so a poisoned cache is still consistent.
+        self.cache
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The current record of `resource`, if any.
@@ -115,20 +196,74 @@ impl Ownership {
 
     /// Names of the resources that have a record, whose name starts with `prefix` (sorted).
     pub async fn list_resources(&self, prefix: &str) -> ClusterResult<Vec<String>> {
-        let listed = self.store.list(&format!("{OWNERS_PREFIX}{prefix}")).await?;
-        Ok(listed
-            .into_iter()
-            .filter_map(|m| m.key.as_str().strip_prefix(OWNERS_PREFIX).map(String::from))
-            .collect())
+        let listing = self.list_owners(prefix).await?;
+        Ok(listing.tags.into_keys().collect())
     }
 
-    /// Every record whose resource name starts with `prefix`, sorted by resource.
+    /// One listing of the records whose resource name starts with `prefix` (one request, no
+    /// reads). Forgets cached records of that prefix that are no longer listed.
+    pub async fn list_owners(&self, prefix: &str) -> ClusterResult<OwnerListing> {
+        let listed = self.store.list(&format!("{OWNERS_PREFIX}{prefix}")).await?;
+        let tags: BTreeMap<String, Option<ChangeTag>> = listed
+            .into_iter()
+            .filter_map(|m| {
+                let resource = m.key.as_str().strip_prefix(OWNERS_PREFIX)?;
+                Some((resource.to_string(), m.tag))
+            })
+            .collect();
+        self.cache()
+            .owners
+            .retain(|resource, _| !resource.starts_with(prefix) || tags.contains_key(resource));
+        Ok(OwnerListing { tags })
+    }
+
+    /// The record of `resource` as of `listing`: None without a read if the listing did not
+    /// show it; the cached record if the listing shows the tag it was cached at; otherwise
+    /// read (and cached under the listing's tag, if it has one).
+    ///
+    /// Caching under the tag of the listing *before* the read is what keeps this exact: if the
+    /// object was rewritten between the listing and the read we hold a newer record under an
+    /// older tag, and the next listing (showing the new tag) reads it again; a tag seen again
+    /// means no write since, tags never repeat for a key.
+    pub async fn read_listed(
+        &self,
+        listing: &OwnerListing,
+        resource: &str,
+    ) -> ClusterResult<Option<VersionedRecord>> {
+        let Some(tag) = listing.tags.get(resource) else {
+            return Ok(None);
+        };
+        if let Some(tag) = tag {
+            if let Some((cached_tag, record)) = self.cache().owners.get(resource) {
+                if cached_tag == tag {
+                    return Ok(Some(record.clone()));
+                }
+            }
+        }
+        let read = self.read(resource).await?;
+        let mut cache = self.cache();
+        match (&read, tag) {
+            (Some(record), Some(tag)) => {
+                cache
+                    .owners
+                    .insert(resource.to_string(), (tag.clone(), record.clone()));
+            }
+            _ => {
+                cache.owners.remove(resource);
+            }
+        }
+        Ok(read)
+    }
+
+    /// Every record whose resource name starts with `prefix`, sorted by resource. One listing,
+    /// plus a read of each record that changed since this `Ownership` (or a clone) last read it.
     pub async fn list(&self, prefix: &str) -> ClusterResult<Vec<(String, VersionedRecord)>> {
-        let mut records = Vec::new();
-        for resource in self.list_resources(prefix).await? {
+        let listing = self.list_owners(prefix).await?;
+        let mut records = Vec::with_capacity(listing.len());
+        for resource in listing.resources() {
             // A record deleted between the listing and the read is simply not there.
-            if let Some(record) = self.read(&resource).await? {
-                records.push((resource, record));
+            if let Some(record) = self.read_listed(&listing, resource).await? {
+                records.push((resource.to_string(), record));
             }
         }
         Ok(records)
@@ -246,6 +381,7 @@ impl Ownership {
             match self.store.put(&key, Bytes::from(body.clone()), mode).await {
                 Ok(_) => {
                     tracing::info!(resource, %broker, "placement override set");
+                    self.bump_placement_changes().await;
                     return Ok(());
                 }
                 Err(StorageError::AlreadyExists(_) | StorageError::Precondition(_)) => continue,
@@ -261,30 +397,111 @@ impl Ownership {
     /// Returns `resource` to hash placement.
     pub async fn clear_placement_override(&self, resource: &str) -> ClusterResult<()> {
         self.store.delete(&placement_key(resource)?).await?;
+        self.bump_placement_changes().await;
         Ok(())
     }
 
-    /// Every placement override, by resource.
+    /// Rewrites `cluster/placement-changes` after an override changed, so that every broker's
+    /// move watch ([`crate::OwnershipRunner::watch`]) runs a full round now rather than at its
+    /// next regular one. Always *after* the override itself: a broker that sees the new marker
+    /// then lists the overrides and finds the change. Only an accelerator, so a failure is
+    /// logged, not returned: the override is in place and full rounds list every override (a
+    /// mover that crashes between the two writes is covered the same way).
+    async fn bump_placement_changes(&self) {
+        if let Err(e) = self.try_bump_placement_changes().await {
+            tracing::warn!(error = %e,
+                "could not signal a placement change; brokers see it at their next full round");
+        }
+    }
+
+    async fn try_bump_placement_changes(&self) -> ClusterResult<()> {
+        let key = placement_changes_key()?;
+        let (mode, changes) = match self.store.get(&key).await {
+            Ok((bytes, version)) => {
+                // An unreadable marker is simply replaced: its content means nothing.
+                let seen = serde_json::from_slice::<PlacementChanges>(&bytes)
+                    .unwrap_or_default()
+                    .changes;
+                (PutMode::Update(version), seen.wrapping_add(1))
+            }
+            Err(StorageError::NotFound(_)) => (PutMode::Create, 1),
+            Err(e) => return Err(e.into()),
+        };
+        let body = serde_json::to_vec(&PlacementChanges { changes })
+            .map_err(|e| ClusterError::Invalid(e.to_string()))?;
+        match self.store.put(&key, Bytes::from(body), mode).await {
+            // Losing the race is as good as winning it: the other mover's write came after our
+            // read of the marker, hence after our override, so whoever sees it finds ours too.
+            Ok(_) | Err(StorageError::AlreadyExists(_) | StorageError::Precondition(_)) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The version of `cluster/placement-changes` (None: no override was ever changed). It
+    /// changes after every change of an override, so a broker that saw one version and lists
+    /// the overrides afterwards needs to list them again only once it changes: one small read
+    /// instead of a listing plus a read per override.
+    pub async fn placement_changes(&self) -> ClusterResult<Option<Version>> {
+        match self.store.get(&placement_changes_key()?).await {
+            Ok((_, version)) => Ok(Some(version)),
+            Err(StorageError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Every placement override, by resource: one listing, plus a read of each override that
+    /// changed since the last call (see the module doc).
     pub async fn placement_overrides(&self) -> ClusterResult<BTreeMap<String, BrokerId>> {
+        let listed = self.store.list(PLACEMENT_PREFIX).await?;
         let mut overrides = BTreeMap::new();
-        for meta in self.store.list(PLACEMENT_PREFIX).await? {
+        let mut seen = Vec::with_capacity(listed.len());
+        for meta in listed {
             let Some(resource) = meta.key.as_str().strip_prefix(PLACEMENT_PREFIX) else {
                 continue;
             };
-            let bytes = match self.store.get(&meta.key).await {
-                Ok((bytes, _)) => bytes,
-                Err(StorageError::NotFound(_)) => continue,
-                Err(e) => return Err(e.into()),
+            seen.push(resource.to_string());
+            let cached = meta.tag.as_ref().and_then(|tag| {
+                self.cache()
+                    .placements
+                    .get(resource)
+                    .filter(|(cached_tag, _)| cached_tag == tag)
+                    .map(|(_, broker)| *broker)
+            });
+            let broker = match cached {
+                Some(broker) => broker,
+                None => {
+                    let broker = match self.store.get(&meta.key).await {
+                        Ok((bytes, _)) => match serde_json::from_slice::<PlacementOverride>(&bytes)
+                        {
+                            Ok(o) => Some(o.broker),
+                            Err(e) => {
+                                tracing::warn!(key = %meta.key, error = %e, "unreadable placement override ignored");
+                                None
+                            }
+                        },
+                        Err(StorageError::NotFound(_)) => {
+                            self.cache().placements.remove(resource);
+                            continue;
+                        }
+                        Err(e) => return Err(e.into()),
+                    };
+                    if let Some(tag) = meta.tag {
+                        self.cache()
+                            .placements
+                            .insert(resource.to_string(), (tag, broker));
+                    }
+                    broker
+                }
             };
-            match serde_json::from_slice::<PlacementOverride>(&bytes) {
-                Ok(o) => {
-                    overrides.insert(resource.to_string(), o.broker);
-                }
-                Err(e) => {
-                    tracing::warn!(key = %meta.key, error = %e, "unreadable placement override ignored")
-                }
+            if let Some(broker) = broker {
+                overrides.insert(resource.to_string(), broker);
             }
         }
+        // Entries of overrides no longer listed would only grow the cache.
+        let seen: std::collections::HashSet<&str> = seen.iter().map(String::as_str).collect();
+        self.cache()
+            .placements
+            .retain(|resource, _| seen.contains(resource.as_str()));
         Ok(overrides)
     }
 }
@@ -436,5 +653,235 @@ mod tests {
         ownership.clear_placement_override("t/0").await.unwrap();
         ownership.clear_placement_override("t/0").await.unwrap();
         assert_eq!(ownership.placement_overrides().await.unwrap().len(), 1);
+    }
+
+    use strata_core::clock::ManualClock;
+    use strata_storage::{MetricsStore, ObjectMeta, OpKind, StorageMetrics, StorageResult};
+
+    /// A memory store behind the metrics wrapper, to count what a poll costs.
+    fn counted() -> (Arc<dyn ObjectStore>, Arc<StorageMetrics>) {
+        let metered =
+            MetricsStore::new(Arc::new(MemoryStore::new()), Arc::new(ManualClock::new(0)));
+        let metrics = Arc::clone(metered.metrics());
+        (Arc::new(metered), metrics)
+    }
+
+    /// (LIST, GET) requests so far.
+    fn lists_and_gets(metrics: &StorageMetrics) -> (u64, u64) {
+        let snapshot = metrics.snapshot();
+        (
+            snapshot.op(OpKind::List).requests,
+            snapshot.op(OpKind::Get).requests,
+        )
+    }
+
+    /// Requests (LIST, GET) `work` sent.
+    async fn cost<T>(
+        metrics: &StorageMetrics,
+        work: impl std::future::Future<Output = T>,
+    ) -> (T, (u64, u64)) {
+        let (lists, gets) = lists_and_gets(metrics);
+        let out = work.await;
+        let (lists_after, gets_after) = lists_and_gets(metrics);
+        (out, (lists_after - lists, gets_after - gets))
+    }
+
+    #[tokio::test]
+    async fn listings_read_only_the_records_that_changed() {
+        let (store, metrics) = counted();
+        // Separate instances, separate caches: one polls, the other writes (another broker).
+        let poller = Ownership::new(store.clone());
+        let writer = Ownership::new(store.clone());
+        let me = claimant(1, 1);
+        for i in 0..10 {
+            writer.claim(&format!("t/{i}"), &me, None).await.unwrap();
+        }
+        let (first, spent) = cost(&metrics, poller.list("")).await;
+        assert_eq!(spent, (1, 10), "the first poll reads everything");
+        let (again, spent) = cost(&metrics, poller.list("")).await;
+        assert_eq!(spent, (1, 0), "nothing changed, nothing read");
+        assert_eq!(again.unwrap(), *first.as_ref().unwrap());
+
+        // One release, one new record, one deleted record: exactly the two that exist and
+        // changed are read.
+        let records: BTreeMap<String, VersionedRecord> = first.unwrap().into_iter().collect();
+        writer.release("t/3", &me, &records["t/3"]).await.unwrap();
+        writer.claim("t/10", &me, None).await.unwrap();
+        store.delete(&owner_key("t/7").unwrap()).await.unwrap();
+        let (now, spent) = cost(&metrics, poller.list("")).await;
+        assert_eq!(spent, (1, 2));
+        let now: BTreeMap<String, VersionedRecord> = now.unwrap().into_iter().collect();
+        assert_eq!(now.len(), 10);
+        assert!(!now.contains_key("t/7"));
+        assert_eq!(now["t/3"].1.state, OwnerState::Released);
+        assert_eq!(now["t/10"].1.epoch, Epoch(1));
+        assert_eq!(
+            poller.cache().owners.len(),
+            10,
+            "the deleted record is forgotten"
+        );
+        // A cached record carries the version a compare-and-swap needs.
+        let (_, taken) = poller
+            .claim("t/3", &claimant(2, 2), Some(&now["t/3"]))
+            .await
+            .unwrap();
+        assert_eq!(taken.epoch, Epoch(2));
+        // A clone shares the cache: it reads only what changed (the claim just made).
+        let (_, spent) = cost(&metrics, poller.clone().list("")).await;
+        assert_eq!(spent, (1, 1));
+    }
+
+    #[tokio::test]
+    async fn a_record_rewritten_between_listing_and_read_is_read_again() {
+        let (store, metrics) = counted();
+        let poller = Ownership::new(store.clone());
+        let writer = Ownership::new(store.clone());
+        let me = claimant(1, 1);
+        let held = writer.claim("t/0", &me, None).await.unwrap();
+        let listing = poller.list_owners("").await.unwrap();
+        assert!(listing.contains("t/0") && !listing.contains("t/1"));
+        // Rewritten after the listing, before the read: the read sees the new record...
+        writer.release("t/0", &me, &held).await.unwrap();
+        let read = poller.read_listed(&listing, "t/0").await.unwrap().unwrap();
+        assert_eq!(read.1.state, OwnerState::Released);
+        // ...and the next listing (a new tag) reads it once more rather than trusting it.
+        let (records, spent) = cost(&metrics, poller.list("")).await;
+        assert_eq!(spent, (1, 1));
+        assert_eq!(records.unwrap()[0].1, read);
+        let (_, spent) = cost(&metrics, poller.list("")).await;
+        assert_eq!(spent, (1, 0));
+        // Not listed: absent, without a read.
+        let (absent, spent) = cost(&metrics, poller.read_listed(&listing, "t/1")).await;
+        assert!(absent.unwrap().is_none());
+        assert_eq!(spent, (0, 0));
+    }
+
+    /// A backend whose listings carry no change tag (RADOS).
+    #[derive(Debug)]
+    struct Untagged(Arc<dyn ObjectStore>);
+
+    #[async_trait::async_trait]
+    impl ObjectStore for Untagged {
+        async fn put(&self, key: &ObjectKey, data: Bytes, mode: PutMode) -> StorageResult<Version> {
+            self.0.put(key, data, mode).await
+        }
+        async fn get(&self, key: &ObjectKey) -> StorageResult<(Bytes, Version)> {
+            self.0.get(key).await
+        }
+        async fn get_range(
+            &self,
+            key: &ObjectKey,
+            range: std::ops::Range<u64>,
+        ) -> StorageResult<Bytes> {
+            self.0.get_range(key, range).await
+        }
+        async fn list(&self, prefix: &str) -> StorageResult<Vec<ObjectMeta>> {
+            let mut listed = self.0.list(prefix).await?;
+            for meta in &mut listed {
+                meta.tag = None;
+            }
+            Ok(listed)
+        }
+        async fn delete(&self, key: &ObjectKey) -> StorageResult<()> {
+            self.0.delete(key).await
+        }
+        fn backend_name(&self) -> &'static str {
+            "untagged"
+        }
+    }
+
+    #[tokio::test]
+    async fn without_change_tags_everything_listed_is_read_every_time() {
+        let (counted, metrics) = counted();
+        let store: Arc<dyn ObjectStore> = Arc::new(Untagged(counted));
+        let poller = Ownership::new(store.clone());
+        let me = claimant(1, 1);
+        let held = poller.claim("t/0", &me, None).await.unwrap();
+        poller.claim("t/1", &me, None).await.unwrap();
+        poller
+            .set_placement_override("t/0", BrokerId(2))
+            .await
+            .unwrap();
+        for _ in 0..2 {
+            let (_, spent) = cost(&metrics, poller.list("")).await;
+            assert_eq!(spent, (1, 2));
+            let (_, spent) = cost(&metrics, poller.placement_overrides()).await;
+            assert_eq!(spent, (1, 1));
+        }
+        poller.release("t/0", &me, &held).await.unwrap();
+        let records = poller.list("").await.unwrap();
+        assert_eq!(records[0].1 .1.state, OwnerState::Released);
+        assert!(poller.cache().owners.is_empty() && poller.cache().placements.is_empty());
+    }
+
+    #[tokio::test]
+    async fn overrides_are_read_only_when_changed_and_every_change_is_signalled() {
+        let (store, metrics) = counted();
+        let poller = Ownership::new(store.clone());
+        let mover = Ownership::new(store.clone());
+        assert_eq!(poller.placement_changes().await.unwrap(), None);
+        for i in 0..3 {
+            mover
+                .set_placement_override(&format!("t/{i}"), BrokerId(2))
+                .await
+                .unwrap();
+        }
+        let signalled = poller.placement_changes().await.unwrap();
+        assert!(signalled.is_some());
+        let (overrides, spent) = cost(&metrics, poller.placement_overrides()).await;
+        assert_eq!(overrides.unwrap().len(), 3);
+        assert_eq!(spent, (1, 3));
+        let (_, spent) = cost(&metrics, poller.placement_overrides()).await;
+        assert_eq!(spent, (1, 0));
+
+        // Moving again and clearing: each is signalled, and only the changed one is read.
+        mover
+            .set_placement_override("t/0", BrokerId(3))
+            .await
+            .unwrap();
+        let moved = poller.placement_changes().await.unwrap();
+        assert_ne!(moved, signalled);
+        let (overrides, spent) = cost(&metrics, poller.placement_overrides()).await;
+        assert_eq!(overrides.unwrap()["t/0"], BrokerId(3));
+        assert_eq!(spent, (1, 1));
+        mover.clear_placement_override("t/1").await.unwrap();
+        let cleared = poller.placement_changes().await.unwrap();
+        assert_ne!(cleared, moved);
+        let (overrides, spent) = cost(&metrics, poller.placement_overrides()).await;
+        assert_eq!(overrides.unwrap().len(), 2);
+        assert_eq!(spent, (1, 0));
+        assert_eq!(
+            poller.cache().placements.len(),
+            2,
+            "the cleared one is forgotten"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_change_signal_does_not_fail_the_override() {
+        use strata_storage::{Fault, FaultConfig, FaultInjectingStore, InjectedError};
+        let faults = Arc::new(FaultInjectingStore::new(
+            Arc::new(MemoryStore::new()),
+            FaultConfig::none(),
+            1,
+        ));
+        let ownership = Ownership::new(faults.clone());
+        ownership
+            .set_placement_override("t/0", BrokerId(2))
+            .await
+            .unwrap();
+        let before = ownership.placement_changes().await.unwrap();
+        // The override's update goes through, the marker's fails.
+        faults.inject_next(OpKind::PutUpdate, Fault::Delay(std::time::Duration::ZERO));
+        faults.fail_next(OpKind::PutUpdate, InjectedError::Unavailable);
+        ownership
+            .set_placement_override("t/0", BrokerId(3))
+            .await
+            .unwrap();
+        assert_eq!(ownership.placement_changes().await.unwrap(), before);
+        assert_eq!(
+            ownership.placement_overrides().await.unwrap(),
+            BTreeMap::from([("t/0".to_string(), BrokerId(3))])
+        );
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use strata_core::{Clock, Epoch};
-use strata_storage::ObjectStore;
+use strata_storage::{ObjectStore, Version};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -49,9 +49,10 @@ pub struct RunnerConfig {
     /// The log's maximum group-commit writes in flight, for sealing (see [`SealOptions`]).
     pub in_flight_window: u64,
     /// The fast path of a move ([`OwnershipRunner::watch`]) runs this often between full
-    /// rounds; None: moves wait for full rounds (up to two `interval`s). Each run lists the
-    /// placement overrides (one listing plus a read per override) and re-reads the records of
-    /// resources whose handover we await (usually none).
+    /// rounds; None: moves wait for full rounds (up to two `interval`s). Each run reads the
+    /// small `cluster/placement-changes` marker (one request, whatever the number of
+    /// partitions or overrides) and re-reads the records of resources whose handover we await
+    /// (usually none).
     pub watch_interval: Option<Duration>,
 }
 
@@ -86,6 +87,9 @@ pub struct OwnershipRunner<H> {
     view: watch::Receiver<ClusterView>,
     pending: VecDeque<Action>,
     config: RunnerConfig,
+    /// The version of `cluster/placement-changes` before the last full round that `watch`
+    /// started (outer None: not read yet). Overrides changed since are announced by a new one.
+    placement_changes_seen: Option<Option<Version>>,
 }
 
 impl<H: ResourceHost> OwnershipRunner<H> {
@@ -108,6 +112,7 @@ impl<H: ResourceHost> OwnershipRunner<H> {
             view,
             pending: VecDeque::new(),
             config,
+            placement_changes_seen: None,
         }
     }
 
@@ -162,19 +167,11 @@ impl<H: ResourceHost> OwnershipRunner<H> {
         for event in &events {
             scratch.apply(now, event.clone());
         }
-        // One listing tells which records exist, so absent ones cost no read.
-        let existing: BTreeSet<String> = self
-            .ownership
-            .list_resources("")
-            .await?
-            .into_iter()
-            .collect();
+        // One listing tells which records exist and which changed since we read them: absent
+        // ones cost no read, and neither do unchanged ones (`Ownership` keeps what it read).
+        let existing = self.ownership.list_owners("").await?;
         for resource in scratch.wants_observation(now) {
-            let record = if existing.contains(&resource) {
-                self.ownership.read(&resource).await?
-            } else {
-                None
-            };
+            let record = self.ownership.read_listed(&existing, &resource).await?;
             events.push(Event::Observed { resource, record });
         }
         let now = self.clock.monotonic();
@@ -189,6 +186,11 @@ impl<H: ResourceHost> OwnershipRunner<H> {
     ///
     /// - Changed placement overrides (a move was requested) start a full round at once, so the
     ///   old owner starts handing over, and the target learns it is the target, right away.
+    ///   What tells is a new version of the `cluster/placement-changes` marker, which movers
+    ///   rewrite after every override change: one small read instead of listing the overrides.
+    ///   The marker is read *before* the round lists the overrides, so a change announced
+    ///   after that read is noticed by the next watch. A mover that dies between the override
+    ///   and the marker only costs speed: full rounds list every override.
     /// - The records of the resources we await from a live owner
     ///   ([`OwnershipController::awaiting_handover`]) are re-read, so we claim as soon as the
     ///   old owner released.
@@ -196,9 +198,12 @@ impl<H: ResourceHost> OwnershipRunner<H> {
     /// Everything decided here is what a full round would decide from the same reads: the
     /// controller's rules hold whichever path fed it.
     pub async fn watch(&mut self) -> ClusterResult<()> {
-        let overrides = self.ownership.placement_overrides().await?;
-        if &overrides != self.controller.overrides() {
-            return self.observe().await;
+        let changes = self.ownership.placement_changes().await?;
+        if self.placement_changes_seen.as_ref() != Some(&changes) {
+            self.observe().await?;
+            // Only after a round that succeeded: a failed one is tried again at the next watch.
+            self.placement_changes_seen = Some(changes);
+            return Ok(());
         }
         let awaited = self.controller.awaiting_handover(self.clock.monotonic());
         if awaited.is_empty() {
@@ -638,6 +643,49 @@ mod tests {
             .unwrap();
         assert_eq!((record.owner, record.epoch), (BrokerId(2), Epoch(2)));
         assert!(b.runner.controller().awaiting_handover(now).is_empty());
+    }
+
+    /// A mover that dies after writing the override but before signalling it: the watches
+    /// miss it (they read only the signal), the next full round does not.
+    #[tokio::test]
+    async fn an_unsignalled_override_waits_for_the_full_round() {
+        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let clock = Arc::new(ManualClock::new(0));
+        let names: BTreeSet<String> = (0..4).map(|i| format!("t/{i}")).collect();
+        let mut a = node(&store, &clock, 1, &names);
+        let mut b = node(&store, &clock, 2, &names);
+        a.membership.try_register().await.unwrap();
+        b.membership.try_register().await.unwrap();
+        for _ in 0..3 {
+            clock.advance(Duration::from_millis(500));
+            round(&mut a).await;
+            round(&mut b).await;
+        }
+        // Both have watched once since the last signal (the first watch always runs a round).
+        a.runner.watch().await.unwrap();
+        b.runner.watch().await.unwrap();
+        let moved = serving(&a).into_iter().next().expect("a serves something");
+        store
+            .put(
+                &crate::keys::placement_key(&moved).unwrap(),
+                bytes::Bytes::from_static(br#"{"broker":2}"#),
+                strata_storage::PutMode::Create,
+            )
+            .await
+            .unwrap();
+        for _ in 0..3 {
+            a.runner.watch().await.unwrap();
+            a.runner.act().await;
+        }
+        assert!(serving(&a).contains(&moved), "no signal, no early handover");
+        assert!(a.runner.controller().overrides().is_empty());
+        for _ in 0..2 {
+            clock.advance(Duration::from_millis(500));
+            round(&mut a).await;
+            round(&mut b).await;
+        }
+        assert!(!serving(&a).contains(&moved));
+        assert!(serving(&b).contains(&moved));
     }
 
     #[tokio::test(start_paused = true)]

@@ -292,7 +292,13 @@ impl ObjectStore for RadosStore {
             // Deleted between the listing and the stat: it is gone, so it is not listed.
             let Some(size) = size else { continue };
             match ObjectKey::new(&name) {
-                Ok(key) => objects.push(ObjectMeta { key, size }),
+                // No change tag: a stat gives size and a seconds-resolution mtime, not the
+                // object version, so pollers read RADOS objects every time.
+                Ok(key) => objects.push(ObjectMeta {
+                    key,
+                    size,
+                    tag: None,
+                }),
                 // Not written through Strata; recovery and GC must not fail because of it.
                 Err(_) => {
                     tracing::warn!(object = %name, "skipping a RADOS object that is not a valid key")

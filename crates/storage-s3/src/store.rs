@@ -13,7 +13,7 @@ use object_store::{
     PutPayload, UpdateVersion,
 };
 use strata_storage::{
-    ObjectKey, ObjectMeta, ObjectStore, PutMode, StorageError, StorageResult, Version,
+    ChangeTag, ObjectKey, ObjectMeta, ObjectStore, PutMode, StorageError, StorageResult, Version,
 };
 use tokio::time::Instant;
 
@@ -555,7 +555,10 @@ impl ObjectStore for S3Store {
                     tracing::warn!(%key, size = meta.size, "object without a version trailer");
                     0
                 });
-                objects.push(ObjectMeta { key, size });
+                // The ETag changes with every write: each carries a fresh random trailer (raw
+                // mode: same bytes give the same ETag, but then also the same content).
+                let tag = meta.e_tag.map(ChangeTag);
+                objects.push(ObjectMeta { key, size, tag });
             }
             match page.page_token {
                 Some(token) => page_token = Some(token),

@@ -80,6 +80,9 @@ async fn raw_objects_pass_conformance_except_identical_bytes_versions() {
     conformance::recreated_object_rejects_stale_version(&store, &prefix).await;
     conformance::get_range_edges(&store, &prefix).await;
     conformance::list_by_prefix(&store, &prefix).await;
+    // Not `list_tags_track_rewrites`: it rewrites identical bytes, whose ETag (the listing's
+    // change tag) stays the same without the trailer. Harmless to a poller (same bytes, same
+    // decoded content), but not what the check demands.
     conformance::list_during_writes_shows_only_whole_objects(&store, &prefix).await;
     conformance::key_and_keys_below_it_coexist(&store, &prefix).await;
     conformance::delete_idempotent(&store, &prefix).await;

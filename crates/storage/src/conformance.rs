@@ -35,6 +35,7 @@ pub async fn run_all(store: Arc<dyn ObjectStore>, prefix: &str) {
     recreated_object_rejects_stale_version(&store, prefix).await;
     get_range_edges(&store, prefix).await;
     list_by_prefix(&store, prefix).await;
+    list_tags_track_rewrites(&store, prefix).await;
     list_during_writes_shows_only_whole_objects(&store, prefix).await;
     key_and_keys_below_it_coexist(&store, prefix).await;
     delete_idempotent(&store, prefix).await;
@@ -350,6 +351,81 @@ pub async fn list_by_prefix(store: &Arc<dyn ObjectStore>, prefix: &str) {
         &format!("a prefix no key can have lists nothing: {odd:?}"),
     );
     c.finish(&keys).await;
+}
+
+/// A listing's change tag (where the backend gives one) changes with every rewrite — even of the
+/// same bytes, twice between two listings (A→B→A), or a delete and re-create — and stays put for
+/// an object nobody touched. Pollers rely on this to skip reading unchanged objects.
+pub async fn list_tags_track_rewrites(store: &Arc<dyn ObjectStore>, prefix: &str) {
+    let c = Check::start(store, prefix, "list-tags").await;
+    let (moving, still) = (c.key("moving"), c.key("still"));
+    let body = Bytes::from_static(b"same bytes every time");
+    let mut version = c.ok(
+        store.put(&moving, body.clone(), PutMode::Create).await,
+        "create",
+    );
+    c.ok(
+        store.put(&still, body.clone(), PutMode::Create).await,
+        "create",
+    );
+    let tags = |what: &'static str| {
+        let store = Arc::clone(store);
+        let dir = c.dir();
+        let (moving, still) = (moving.clone(), still.clone());
+        async move {
+            let listed = store
+                .list(&dir)
+                .await
+                .unwrap_or_else(|e| panic!("list ({what}): {e}"));
+            let tag = |k: &ObjectKey| listed.iter().find(|m| m.key == *k).map(|m| m.tag.clone());
+            (tag(&moving), tag(&still))
+        }
+    };
+    let (Some(moving_before), Some(still_before)) = tags("before").await else {
+        c.fail("a listing must list both objects");
+    };
+    let mut history = vec![moving_before.clone()];
+    let mut still_now = still_before.clone();
+    // One rewrite, then two rewrites between listings; then a delete and re-create.
+    for rewrites in [1, 2, 0] {
+        if rewrites == 0 {
+            c.ok(store.delete(&moving).await, "delete");
+            version = c.ok(
+                store.put(&moving, body.clone(), PutMode::Create).await,
+                "re-create",
+            );
+        }
+        for _ in 0..rewrites {
+            version = c.ok(
+                store
+                    .put(&moving, body.clone(), PutMode::Update(version.clone()))
+                    .await,
+                "rewrite",
+            );
+        }
+        let (Some(moving_now), Some(still_later)) = tags("after a rewrite").await else {
+            c.fail("a listing must list both objects");
+        };
+        if let Some(now) = &moving_now {
+            c.check(
+                history.iter().flatten().all(|earlier| earlier != now),
+                &format!("a rewritten object's tag {now:?} repeats an earlier one: {history:?}"),
+            );
+        }
+        if let (Some(before), Some(later)) = (&still_now, &still_later) {
+            c.check(
+                before == later,
+                &format!("an untouched object's tag changed from {before:?} to {later:?}"),
+            );
+        }
+        c.check(
+            still_now.is_some() == still_later.is_some(),
+            "a backend gives tags always or never",
+        );
+        history.push(moving_now);
+        still_now = still_later;
+    }
+    c.finish(&[moving, still]).await;
 }
 
 /// While objects are being written, a listing shows only objects that exist whole: never a temp
@@ -834,6 +910,7 @@ mod tests {
                 .map(|(k, d)| ObjectMeta {
                     key: k.clone(),
                     size: d.len() as u64,
+                    tag: None,
                 })
                 .collect())
         }
@@ -844,6 +921,46 @@ mod tests {
         fn backend_name(&self) -> &'static str {
             "check-then-write"
         }
+    }
+
+    /// A store whose listing derives its tag from what `stat` would show (here: the size), so
+    /// a same-size rewrite keeps the tag. The suite must notice.
+    #[derive(Debug, Default)]
+    struct SizeTaggedStore {
+        inner: crate::MemoryStore,
+    }
+
+    #[async_trait]
+    impl ObjectStore for SizeTaggedStore {
+        async fn put(&self, key: &ObjectKey, data: Bytes, mode: PutMode) -> StorageResult<Version> {
+            self.inner.put(key, data, mode).await
+        }
+        async fn get(&self, key: &ObjectKey) -> StorageResult<(Bytes, Version)> {
+            self.inner.get(key).await
+        }
+        async fn get_range(&self, key: &ObjectKey, range: Range<u64>) -> StorageResult<Bytes> {
+            self.inner.get_range(key, range).await
+        }
+        async fn list(&self, prefix: &str) -> StorageResult<Vec<ObjectMeta>> {
+            let mut listed = self.inner.list(prefix).await?;
+            for meta in &mut listed {
+                meta.tag = Some(crate::ChangeTag(meta.size.to_string()));
+            }
+            Ok(listed)
+        }
+        async fn delete(&self, key: &ObjectKey) -> StorageResult<()> {
+            self.inner.delete(key).await
+        }
+        fn backend_name(&self) -> &'static str {
+            "size-tagged"
+        }
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "repeats an earlier one")]
+    async fn tag_check_catches_a_tag_that_misses_a_rewrite() {
+        let store: Arc<dyn ObjectStore> = Arc::new(SizeTaggedStore::default());
+        list_tags_track_rewrites(&store, "tags").await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,6 +22,10 @@
 //!   [`StorageStack`] composes the production ones in the right order.
 //! - `conformance` (cargo feature `conformance`): the checks every backend must pass.
 //!
+//! Listings carry a [`ChangeTag`] per object where the backend knows one for free (the memory
+//! store's generation, the local store's header, S3's ETag; RADOS has none), so pollers can
+//! re-read only what changed.
+//!
 //! Errors are [`StorageError`], classified by meaning ([`StorageError::is_retryable`],
 //! [`StorageError::is_ambiguous`]); every backend maps its own failures onto it.
 
@@ -57,6 +61,6 @@ pub use metrics::{
 pub use op::OpKind;
 pub use retry::{RetryPolicy, RetryStore};
 pub use stack::{StackConfig, StorageStack};
-pub use store::{ObjectMeta, ObjectStore, PutMode, Version};
+pub use store::{ChangeTag, ObjectMeta, ObjectStore, PutMode, Version};
 pub use timeout::TimeoutStore;
 pub use url::{open_store, url_scheme, StoreOpener, StoreRegistry};

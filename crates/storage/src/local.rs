@@ -10,7 +10,8 @@
 //! objects by `list`, and a hand-made file in the tree is simply ignored.
 //!
 //! Each object file starts with a 24-byte header — magic, incarnation, generation — stripped on
-//! read. See [`Header`] for why the version lives there.
+//! read. See [`Header`] for why the version lives there. A listing reads it too and reports it
+//! as the object's change tag.
 //!
 //! # Atomicity and durability
 //!
@@ -42,7 +43,9 @@ use bytes::Bytes;
 
 use crate::key::is_valid_segment;
 use crate::memory::clamp_range;
-use crate::{ObjectKey, ObjectMeta, ObjectStore, PutMode, StorageError, StorageResult, Version};
+use crate::{
+    ChangeTag, ObjectKey, ObjectMeta, ObjectStore, PutMode, StorageError, StorageResult, Version,
+};
 
 /// Marks an object file; no key segment can contain it.
 const OBJECT_SUFFIX: &str = "@";
@@ -595,19 +598,36 @@ fn walk(
             if !is_valid_segment(segment) || !segment.starts_with(name_filter) {
                 continue;
             }
-            let len = match entry.metadata() {
-                Ok(meta) => meta.len(),
-                // Deleted between readdir and stat: it is not there any more.
+            let path = entry.path();
+            // Size and tag come from one open file: a published file never changes, so both
+            // belong to the same write even if the key is replaced meanwhile.
+            let file = match File::open(&path) {
+                Ok(file) => file,
+                // Deleted between readdir and open: it is not there any more.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(io_error("stat", &entry.path(), e)),
+                Err(e) => return Err(io_error("open", &path, e)),
             };
+            let len = file
+                .metadata()
+                .map_err(|e| io_error("stat", &path, e))?
+                .len();
             let Some(size) = len.checked_sub(Header::LEN) else {
-                tracing::warn!(path = %entry.path().display(), "skipping a file too short to be a Strata object");
+                tracing::warn!(path = %path.display(), "skipping a file too short to be a Strata object");
                 continue;
             };
+            // The change tag is the header's version, not stat's (inode, mtime, size): a replace
+            // always makes a new inode, but inode numbers are recycled and mtime has a coarse
+            // tick, so two same-size rewrites between listings could bring the triple back (the
+            // same reason the version lives in the header). Reading 24 bytes of a file we have
+            // open is one `pread` more than the `stat` a listing needs anyway. A file with a bad
+            // header is still listed (reading it reports the problem) but has no tag.
+            let tag = Header::read_from(&file, &path)
+                .ok()
+                .map(|header| ChangeTag(header.version().0));
             found.push(ObjectMeta {
                 key: ObjectKey::new(format!("{key_prefix}{segment}"))?,
                 size,
+                tag,
             });
         }
     }
@@ -729,8 +749,71 @@ mod tests {
             listed,
             vec![ObjectMeta {
                 key: key("p/obj"),
-                size: 5
+                size: 5,
+                tag: Some(ChangeTag(store.get(&key("p/obj")).await.unwrap().1 .0)),
             }]
+        );
+    }
+
+    /// The change tag must not depend on what `stat` says: rewrites of the same size, whose
+    /// files end up with the very same mtime (forced here, as the kernel's coarse clock does
+    /// within one tick), still give a new tag every time, and an unchanged object keeps its tag.
+    #[tokio::test]
+    async fn list_tags_change_on_every_rewrite_even_within_one_mtime_tick() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::open(dir.path()).unwrap();
+        let (k, other) = (key("t/obj"), key("t/other"));
+        let mut version = store
+            .put(&k, Bytes::from_static(b"same"), PutMode::Create)
+            .await
+            .unwrap();
+        store
+            .put(&other, Bytes::from_static(b"x"), PutMode::Create)
+            .await
+            .unwrap();
+        let tick = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        let pin_mtime = || {
+            File::options()
+                .write(true)
+                .open(dir.path().join("t/obj@"))
+                .unwrap()
+                .set_modified(tick)
+                .unwrap();
+        };
+        pin_mtime();
+        let tags = |listed: Vec<ObjectMeta>| -> (ChangeTag, ChangeTag) {
+            let tag = |k: &ObjectKey| {
+                listed
+                    .iter()
+                    .find(|m| m.key == *k)
+                    .and_then(|m| m.tag.clone())
+                    .unwrap()
+            };
+            (tag(&k), tag(&other))
+        };
+        let (first, other_first) = tags(store.list("t/").await.unwrap());
+        let mut seen = std::collections::HashSet::from([first]);
+        for _ in 0..50 {
+            version = store
+                .put(&k, Bytes::from_static(b"same"), PutMode::Update(version))
+                .await
+                .unwrap();
+            pin_mtime();
+            let (tag, other_tag) = tags(store.list("t/").await.unwrap());
+            assert!(seen.insert(tag.clone()), "tag {tag:?} came back");
+            assert_eq!(other_tag, other_first, "an unchanged object keeps its tag");
+        }
+        // Deleted and created again with the same bytes: a new tag too.
+        store.delete(&k).await.unwrap();
+        store
+            .put(&k, Bytes::from_static(b"same"), PutMode::Create)
+            .await
+            .unwrap();
+        pin_mtime();
+        let (tag, _) = tags(store.list("t/").await.unwrap());
+        assert!(
+            seen.insert(tag.clone()),
+            "tag {tag:?} came back after re-creation"
         );
     }
 

@@ -7,7 +7,9 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::{ObjectKey, ObjectMeta, ObjectStore, PutMode, StorageError, StorageResult, Version};
+use crate::{
+    ChangeTag, ObjectKey, ObjectMeta, ObjectStore, PutMode, StorageError, StorageResult, Version,
+};
 
 /// An object store held in memory. Every operation takes one mutex, so each is trivially atomic
 /// and compare-and-swap is exact.
@@ -120,6 +122,8 @@ impl ObjectStore for MemoryStore {
             .map(|(key, object)| ObjectMeta {
                 key: key.clone(),
                 size: object.data.len() as u64,
+                // The generation is the version: store-wide, so it never repeats for a key.
+                tag: Some(ChangeTag(object.generation.to_string())),
             })
             .collect())
     }

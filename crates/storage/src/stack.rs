@@ -112,5 +112,23 @@ mod tests {
             "the retry is counted"
         );
         assert_eq!(stack.health.snapshot().consecutive_failures, 0);
+
+        // Every wrapper (retry, limit, metrics, timeout, faults) hands the backend's change tags
+        // through untouched: pollers depend on them to skip unchanged objects.
+        let key = crate::ObjectKey::new("stack/tagged").unwrap();
+        stack
+            .store
+            .put(
+                &key,
+                bytes::Bytes::from_static(b"x"),
+                crate::PutMode::Create,
+            )
+            .await
+            .unwrap();
+        let listed = stack.store.list("stack/").await.unwrap();
+        let direct = faults.list("stack/").await.unwrap();
+        assert!(listed[0].tag.is_some());
+        assert_eq!(listed, direct);
+        stack.store.delete(&key).await.unwrap();
     }
 }

@@ -19,11 +19,25 @@ pub enum PutMode {
     Update(Version),
 }
 
+/// A token that changes whenever an object is rewritten (or deleted and created again), reported
+/// by a listing at no extra request. Two listings of one key giving equal tags saw the same write
+/// of it, so a reader that cached what it decoded from that write may skip reading it again.
+///
+/// Not a [`Version`], on purpose: it only detects change and is never handed to a
+/// compare-and-swap. A backend may spell it differently from the version `get` returns (an S3
+/// listing's ETag need not be quoted like a GET's), and a caller that wants to write must still
+/// read the object (and its version) first. Where a backend's listing knows nothing of versions
+/// it is absent (`None` in [`ObjectMeta::tag`]): "unknown, read the object to know".
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ChangeTag(pub String);
+
 /// What a listing says about one object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectMeta {
     pub key: ObjectKey,
     pub size: u64,
+    /// The object's change tag as of the listing; None when the backend cannot tell cheaply.
+    pub tag: Option<ChangeTag>,
 }
 
 /// The storage contract. Every operation is atomic for one object: readers see the whole old
@@ -40,7 +54,8 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug + 'static {
     /// starts past the end is `Invalid`.
     async fn get_range(&self, key: &ObjectKey, range: Range<u64>) -> StorageResult<Bytes>;
 
-    /// Lists objects whose key starts with `prefix`, sorted by key.
+    /// Lists objects whose key starts with `prefix`, sorted by key, each with its size and (where
+    /// the backend has one) its [`ChangeTag`].
     async fn list(&self, prefix: &str) -> StorageResult<Vec<ObjectMeta>>;
 
     /// Deletes an object. Deleting a missing object is not an error (deletes are idempotent so a
