@@ -61,13 +61,6 @@ pub const DRAIN_PREFIX: &str = "cluster/drain/";
 /// operator action, a second of delay is fine, and it saves a storage read per refresh.
 const DRAIN_POLL_EVERY: u32 = 4;
 
-/// How often the ownership runner looks for moves between its full rounds (see
-/// `OwnershipRunner::watch`): the old owner starts handing over, and the target claims after
-/// the release, within about this long instead of a full `ownership_interval` each. Costs one
-/// small read (the `cluster/placement-changes` marker) per period, whatever the number of
-/// partitions and overrides, plus a read of each record awaited from a handing-over owner.
-const MOVE_WATCH_INTERVAL: Duration = Duration::from_millis(10);
-
 /// While a partition changes hands, the owner cache (what Metadata answers) is re-read this
 /// often, so clients sent away with NOT_LEADER_OR_FOLLOWER learn the new owner in
 /// milliseconds rather than after the next `ownership_interval`.
@@ -207,7 +200,7 @@ impl ClusterNode {
             RunnerConfig {
                 interval: settings.ownership_interval,
                 in_flight_window: log.config().max_inflight_flushes as u64,
-                watch_interval: Some(MOVE_WATCH_INTERVAL),
+                watch_interval: Some(settings.move_watch_interval),
             },
             view.clone(),
             host,

@@ -67,6 +67,13 @@ pub struct ClusterSettings {
     /// How often ownership records are re-read, by the ownership runner (claims and handovers
     /// wait for it) and for Metadata answers. Two rounds bound a graceful handover.
     pub ownership_interval: Duration,
+    /// How often the ownership runner looks for moves between its full rounds (see
+    /// `OwnershipRunner::watch`): the old owner starts handing over, and the target claims
+    /// after the release, within about this long instead of a full `ownership_interval` each.
+    /// Costs one small read (the `cluster/placement-changes` marker) per period, whatever the
+    /// number of partitions and overrides, plus a read of each record awaited from a
+    /// handing-over owner.
+    pub move_watch_interval: Duration,
 }
 
 impl Default for ClusterSettings {
@@ -75,6 +82,7 @@ impl Default for ClusterSettings {
             lease_period: Duration::from_secs(5),
             heartbeat_interval: Duration::from_secs(1),
             ownership_interval: Duration::from_millis(250),
+            move_watch_interval: Duration::from_millis(10),
         }
     }
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use strata_broker::{Broker, BrokerParts, BrokerSettings, ClusterSettings};
+use strata_broker::{Broker, BrokerParts, BrokerSettings};
 use strata_core::{BrokerId, Clock, SystemClock};
 use strata_log::{LogManager, Ownership as LogOwnership};
 use strata_storage::{url_scheme, StackConfig, StorageStack, StoreRegistry};
@@ -54,7 +54,8 @@ enum Command {
     /// cluster_id, storage, auto_create_topics, max_request_bytes, max_connections,
     /// max_inflight_requests_per_connection, shutdown_grace, group_shards,
     /// group_initial_rebalance_delay, group_min_session_timeout, group_max_session_timeout,
-    /// metrics_listen, cluster, lease_period, heartbeat_interval) and a [log] section (flush_interval,
+    /// metrics_listen, cluster, lease_period, heartbeat_interval, ownership_interval,
+    /// move_watch_interval) and a [log] section (flush_interval,
     /// flush_bytes, max_pending_bytes, segment_bytes, segment_interval, cache_bytes,
     /// retention_check_interval, default_partitions, max_inflight_flushes). Environment
     /// variables: STRATA_ + the upper-cased key, STRATA_LOG_ + key for the [log] section
@@ -135,6 +136,13 @@ struct ServeArgs {
     /// Cluster mode: how often a broker heartbeats [default: 1s].
     #[arg(long, value_name = "DURATION")]
     heartbeat_interval: Option<String>,
+    /// Cluster mode: how often ownership records are listed [default: 250ms; 1s on S3].
+    #[arg(long, value_name = "DURATION")]
+    ownership_interval: Option<String>,
+    /// Cluster mode: how often the placement-changes marker is read so moves start at once
+    /// [default: 10ms; 100ms on S3].
+    #[arg(long, value_name = "DURATION")]
+    move_watch_interval: Option<String>,
     /// Log filter (error, warn, info, debug, trace, or a tracing directive like
     /// "strata_broker=debug"); overrides RUST_LOG [default: info].
     #[arg(long, value_name = "FILTER")]
@@ -223,6 +231,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         cluster: args.cluster,
         lease_period: args.lease_period,
         heartbeat_interval: args.heartbeat_interval,
+        ownership_interval: args.ownership_interval,
+        move_watch_interval: args.move_watch_interval,
     };
     let (settings, unknown_env) = settings::load(args.config.as_deref(), std::env::vars(), &flags)?;
     for var in unknown_env {
@@ -262,6 +272,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         None => None,
     };
     let node_id = BrokerId(settings.node_id);
+    let scheme = url_scheme(&settings.storage).unwrap_or_else(|| "file".into());
     // In cluster mode the log serves nothing until ownership is acquired.
     let log_mode = if settings.cluster {
         LogOwnership::Managed
@@ -271,9 +282,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let log = LogManager::open_with(
         Arc::clone(&storage.store),
         Arc::clone(&clock),
-        settings
-            .log
-            .to_log_config(&url_scheme(&settings.storage).unwrap_or_else(|| "file".into()))?,
+        settings.log.to_log_config(&scheme)?,
         node_id,
         log_mode,
     )
@@ -304,11 +313,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             group_initial_rebalance_delay: settings.group_initial_rebalance_delay,
             group_min_session_timeout: settings.group_min_session_timeout,
             group_max_session_timeout: settings.group_max_session_timeout,
-            cluster: settings.cluster.then(|| ClusterSettings {
-                lease_period: settings.lease_period,
-                heartbeat_interval: settings.heartbeat_interval,
-                ..ClusterSettings::default()
-            }),
+            cluster: settings.cluster.then(|| settings.cluster_settings(&scheme)),
             ..BrokerSettings::default()
         },
         member_id_seed: rand::random(),

@@ -71,6 +71,15 @@ pub struct Settings {
     /// Cluster mode: how often a broker proves it is alive.
     #[serde(with = "humantime_serde")]
     pub heartbeat_interval: Duration,
+    /// Cluster mode: how often ownership records are listed (claims, takeovers, Metadata).
+    /// Default by backend: 250ms; 1s for S3, where every listing is billed.
+    #[serde(with = "humantime_serde::option")]
+    pub ownership_interval: Option<Duration>,
+    /// Cluster mode: how often the placement-changes marker is read, so a move starts (and
+    /// completes) without waiting for a full ownership round. Default by backend: 10ms; 100ms
+    /// for S3.
+    #[serde(with = "humantime_serde::option")]
+    pub move_watch_interval: Option<Duration>,
     /// The partition log.
     pub log: LogSettings,
 }
@@ -131,6 +140,8 @@ impl Default for Settings {
             cluster: true,
             lease_period: strata_broker::ClusterSettings::default().lease_period,
             heartbeat_interval: strata_broker::ClusterSettings::default().heartbeat_interval,
+            ownership_interval: None,
+            move_watch_interval: None,
             log: LogSettings::default(),
         }
     }
@@ -198,6 +209,9 @@ pub struct BackendProfile {
     pub flush_bytes: u64,
     pub segment_bytes: u64,
     pub segment_interval: Duration,
+    /// Cluster polling: full ownership rounds, and the move marker between them.
+    pub ownership_interval: Duration,
+    pub move_watch_interval: Duration,
 }
 
 impl BackendProfile {
@@ -208,14 +222,21 @@ impl BackendProfile {
                 flush_bytes: 8 << 20,
                 segment_bytes: 64 << 20,
                 segment_interval: Duration::from_secs(60),
+                // A round is a few LISTs, the marker one GET: at the local defaults that is
+                // ~110 billed requests a second per broker for an idle cluster; this is ~13.
+                ownership_interval: Duration::from_secs(1),
+                move_watch_interval: Duration::from_millis(100),
             },
             _ => {
                 let log = LogConfig::default();
+                let cluster = strata_broker::ClusterSettings::default();
                 Self {
                     flush_interval: log.flush_interval,
                     flush_bytes: log.flush_bytes as u64,
                     segment_bytes: log.segment_bytes as u64,
                     segment_interval: log.segment_interval,
+                    ownership_interval: cluster.ownership_interval,
+                    move_watch_interval: cluster.move_watch_interval,
                 }
             }
         }
@@ -398,6 +419,16 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         Kind::Text,
     ),
     (
+        "STRATA_OWNERSHIP_INTERVAL",
+        &["ownership_interval"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_MOVE_WATCH_INTERVAL",
+        &["move_watch_interval"],
+        Kind::Text,
+    ),
+    (
         "STRATA_LOG_FLUSH_INTERVAL",
         &["log", "flush_interval"],
         Kind::Text,
@@ -463,6 +494,8 @@ pub struct FlagOverrides {
     pub cluster: Option<bool>,
     pub lease_period: Option<String>,
     pub heartbeat_interval: Option<String>,
+    pub ownership_interval: Option<String>,
+    pub move_watch_interval: Option<String>,
 }
 
 /// A layered settings document being assembled.
@@ -656,6 +689,16 @@ pub fn load(
             &["heartbeat_interval"],
             flags.heartbeat_interval.clone().map(toml::Value::String),
         ),
+        (
+            "ownership-interval",
+            &["ownership_interval"],
+            flags.ownership_interval.clone().map(toml::Value::String),
+        ),
+        (
+            "move-watch-interval",
+            &["move_watch_interval"],
+            flags.move_watch_interval.clone().map(toml::Value::String),
+        ),
     ];
     for (flag, path, value) in flag_values {
         let Some(value) = value else { continue };
@@ -679,6 +722,21 @@ pub fn load(
 }
 
 impl Settings {
+    /// Cluster timing: the settings given, the rest from the backend's profile.
+    pub fn cluster_settings(&self, scheme: &str) -> strata_broker::ClusterSettings {
+        let profile = BackendProfile::for_scheme(scheme);
+        strata_broker::ClusterSettings {
+            lease_period: self.lease_period,
+            heartbeat_interval: self.heartbeat_interval,
+            ownership_interval: self
+                .ownership_interval
+                .unwrap_or(profile.ownership_interval),
+            move_watch_interval: self
+                .move_watch_interval
+                .unwrap_or(profile.move_watch_interval),
+        }
+    }
+
     fn validate(&self) -> Result<(), SettingsError> {
         let bad = |key: &str, message: &str| {
             Err(SettingsError::Value {
@@ -731,6 +789,19 @@ impl Settings {
                 "heartbeat_interval",
                 "must be more than 0 and at most half of lease_period",
             );
+        }
+        // A zero period would spin; a round slower than the lease would let ownership decisions
+        // lag behind liveness (a broker judged dead long before anyone acts on it).
+        if let Some(round) = self.ownership_interval {
+            if round.is_zero() || round * 2 > self.lease_period {
+                return bad(
+                    "ownership_interval",
+                    "must be more than 0 and at most half of lease_period",
+                );
+            }
+        }
+        if self.move_watch_interval.is_some_and(|w| w.is_zero()) {
+            return bad("move_watch_interval", "must be more than 0");
         }
         if self.cluster_id.is_empty() {
             return bad("cluster_id", "must not be empty");
@@ -979,6 +1050,42 @@ mod tests {
         };
         let e = load(None, env(&[]), &flags).unwrap_err().to_string();
         assert!(e.contains("metrics_listen"), "{e}");
+    }
+
+    #[test]
+    fn cluster_polling_defaults_by_backend_and_can_be_set() {
+        let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        let local = s.cluster_settings("file");
+        assert_eq!(local.ownership_interval, Duration::from_millis(250));
+        assert_eq!(local.move_watch_interval, Duration::from_millis(10));
+        let s3 = s.cluster_settings("s3");
+        assert_eq!(s3.ownership_interval, Duration::from_secs(1));
+        assert_eq!(s3.move_watch_interval, Duration::from_millis(100));
+
+        let (s, _) = load(
+            None,
+            env(&[
+                ("STRATA_OWNERSHIP_INTERVAL", "500ms"),
+                ("STRATA_MOVE_WATCH_INTERVAL", "5ms"),
+            ]),
+            &FlagOverrides::default(),
+        )
+        .unwrap();
+        let s3 = s.cluster_settings("s3");
+        assert_eq!(s3.ownership_interval, Duration::from_millis(500));
+        assert_eq!(s3.move_watch_interval, Duration::from_millis(5));
+
+        for (key, value) in [
+            ("STRATA_OWNERSHIP_INTERVAL", "0s"),
+            ("STRATA_OWNERSHIP_INTERVAL", "3s"),
+            ("STRATA_MOVE_WATCH_INTERVAL", "0ms"),
+        ] {
+            let e = load(None, env(&[(key, value)]), &FlagOverrides::default())
+                .unwrap_err()
+                .to_string();
+            let name = key.trim_start_matches("STRATA_").to_lowercase();
+            assert!(e.contains(&name), "{key}={value}: {e}");
+        }
     }
 
     #[test]

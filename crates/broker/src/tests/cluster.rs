@@ -20,6 +20,7 @@ fn fast() -> ClusterSettings {
         lease_period: Duration::from_millis(600),
         heartbeat_interval: Duration::from_millis(100),
         ownership_interval: Duration::from_millis(50),
+        move_watch_interval: Duration::from_millis(10),
     }
 }
 
