@@ -209,6 +209,10 @@ pub struct MigrationArgs {
     /// Storage directory [default: a fresh directory under the temp dir, deleted afterwards].
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// Write the probe producer's librdkafka debug log (broker, topic, msg, metadata) here,
+    /// each line with its time since the run's origin, to explain slow samples.
+    #[arg(long)]
+    pub client_log: Option<PathBuf>,
 }
 
 fn parse_bytes(text: &str) -> Result<u64, String> {

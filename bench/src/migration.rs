@@ -51,9 +51,54 @@ struct Acks {
     origin: Instant,
     acked_ns: Arc<Mutex<Vec<u64>>>,
     failed: Arc<Mutex<u64>>,
+    /// librdkafka's own log, when asked for (`--client-log`).
+    client_log: Option<Arc<Mutex<std::fs::File>>>,
 }
 
-impl ClientContext for Acks {}
+impl ClientContext for Acks {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        if let Some(file) = &self.client_log {
+            use std::io::Write;
+            let at = clock::nanos_since(self.origin) as f64 / 1e6;
+            let _ = writeln!(lock(file), "{at:.3} {level:?} {fac} {log_message}");
+        }
+    }
+}
+
+/// One move, in nanoseconds since the run's origin: the override written, the target seen
+/// holding the partition, the first acknowledgement after that.
+struct Move {
+    started: u64,
+    claimed: u64,
+    acked: u64,
+    /// The longest wait between two consecutive acknowledgements from the last one before
+    /// `started` to `acked`: how long the producer really went without one (the old owner
+    /// keeps acknowledging while it prepares, until it stops accepting).
+    gap: u64,
+}
+
+impl Move {
+    fn total_ms(&self) -> f64 {
+        (self.acked - self.started) as f64 / 1e6
+    }
+
+    fn gap_ms(&self) -> f64 {
+        self.gap as f64 / 1e6
+    }
+}
+
+/// The longest interval between consecutive acknowledgements covering `[from, to]`.
+fn longest_ack_gap(acks: &Acks, from: u64, to: u64) -> u64 {
+    let acked = lock(&acks.acked_ns);
+    let mut times: Vec<u64> = acked.iter().copied().filter(|t| *t <= to).collect();
+    times.sort_unstable();
+    let first = times.partition_point(|t| *t < from).saturating_sub(1);
+    times[first..]
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or(to.saturating_sub(from))
+}
 
 impl ProducerContext for Acks {
     type DeliveryOpaque = ();
@@ -197,10 +242,18 @@ pub fn run(target: &TargetArgs, args: &MigrationArgs) -> Result<()> {
         );
 
         let origin = clock::now();
+        let client_log = match &args.client_log {
+            Some(path) => Some(Arc::new(Mutex::new(
+                std::fs::File::create(path)
+                    .with_context(|| format!("create {}", path.display()))?,
+            ))),
+            None => None,
+        };
         let acks = Acks {
             origin,
             acked_ns: Arc::default(),
             failed: Arc::default(),
+            client_log,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let probe = spawn_probe(&cluster.bootstrap(), target, args, &topic, &acks, &stop)?;
@@ -216,7 +269,12 @@ pub fn run(target: &TargetArgs, args: &MigrationArgs) -> Result<()> {
                 r.owner == to && r.state == OwnerState::Active && r.epoch > before.epoch
             })?;
             let acked = first_ack_after(&acks, claimed)?;
-            samples.push((acked - started) as f64 / 1e6);
+            samples.push(Move {
+                started,
+                claimed,
+                acked,
+                gap: longest_ack_gap(&acks, started, acked),
+            });
             if m % 10 == 0 {
                 peer_checks += 1;
                 peer_connections.extend(broker_to_broker_connections(&cluster)?);
@@ -257,9 +315,25 @@ pub fn run(target: &TargetArgs, args: &MigrationArgs) -> Result<()> {
         args.brokers, args.lease_period, args.heartbeat_interval, args.send_interval_ms
     );
     println!("load average before {load_before:?}, after {load_after:?}");
-    for (bytes, samples, failovers, failed) in &mut report {
+    for (bytes, moves, failovers, failed) in &mut report {
         println!("partition {} MB:", *bytes / 1_000_000);
-        println!("{}", summary("migration", samples));
+        let mut samples: Vec<f64> = moves.iter().map(Move::total_ms).collect();
+        println!("{}", summary("migration", &mut samples));
+        let mut gaps: Vec<f64> = moves.iter().map(Move::gap_ms).collect();
+        println!("{}", summary("unavailable", &mut gaps));
+        // Where the slowest moves spent their time: the brokers' handover (override written
+        // until the target holds the partition) or the client finding the new owner.
+        moves.sort_by(|a, b| b.total_ms().total_cmp(&a.total_ms()));
+        for m in moves.iter().take(3) {
+            println!(
+                "  slow move at {:.3} s: {:.1} ms = handover {:.1} ms + client {:.1} ms; longest ack gap {:.1} ms",
+                m.started as f64 / 1e9,
+                m.total_ms(),
+                (m.claimed - m.started) as f64 / 1e6,
+                (m.acked - m.claimed) as f64 / 1e6,
+                m.gap_ms()
+            );
+        }
         println!("{}", summary("failover", failovers));
         println!("  failed deliveries: {failed}");
         println!(
@@ -349,6 +423,7 @@ fn fill(bootstrap: &str, target: &TargetArgs, topic: &str, bytes: u64) -> Result
         origin: clock::now(),
         acked_ns: Arc::default(),
         failed: Arc::default(),
+        client_log: None,
     };
     let producer: ThreadedProducer<Acks> = config.create_with_context(acks.clone())?;
     let payload = vec![0x5au8; RECORD];
@@ -396,6 +471,9 @@ fn spawn_probe(
         .set("retry.backoff.max.ms", "10")
         .set("topic.metadata.refresh.fast.interval.ms", "2")
         .set("message.timeout.ms", "60000");
+    if acks.client_log.is_some() {
+        config.set("debug", "broker,topic,msg,metadata");
+    }
     let producer: ThreadedProducer<Acks> = config.create_with_context(acks.clone())?;
     let topic = topic.to_string();
     let stop = Arc::clone(stop);

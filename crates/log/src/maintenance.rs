@@ -5,11 +5,12 @@
 //! every replacement is a compare-and-swap: a writer that lost ownership fails instead of
 //! overwriting its successor's manifest.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
 use strata_storage::{ObjectKey, PutMode, StorageError, Version};
 use tokio::sync::watch;
 
@@ -64,43 +65,84 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-/// Rewrites the partition's whole durable tail as one segment, indexes it, and moves the
-/// manifest's checkpoint past it. Afterwards the write-ahead objects it came from are no
-/// longer needed by this partition.
+/// Write-ahead ranges read at once when compacting batches the cache no longer holds.
+const COMPACTION_READS: usize = 8;
+
+/// Rewrites the partition's whole durable tail as segments of about `segment_bytes` each,
+/// indexes them, and moves the manifest's checkpoint past them. Afterwards the write-ahead
+/// objects they came from are no longer needed by this partition.
+///
+/// One segment per pass, not one for the whole tail: after a bulk load compaction can lag
+/// the writes by hundreds of megabytes, and one giant segment (one giant fsync on a local
+/// disk) would stall the group commit behind it for a second or more.
 pub(crate) async fn compact(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
+    // What is durable now; batches appended meanwhile wait for the next call, so a partition
+    // written faster than it compacts cannot keep one call going forever.
+    let Some(target) = part.lock().tail.back().map(|e| e.last_offset) else {
+        return Ok(());
+    };
+    loop {
+        compact_pass(shared, part).await?;
+        let st = part.lock();
+        match st.tail.front() {
+            Some(front) if !st.deleted && front.base_offset <= target => {}
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// Compacts the oldest `segment_bytes` (at least one batch) of the tail.
+async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
     let _serial = part.maintenance.lock().await;
-    let (entries, cached, manifest, manifest_version) = {
+    let (entries, cached, manifest, manifest_version, left_streams) = {
         let st = part.lock();
         if st.deleted || st.tail.is_empty() {
             return Ok(());
         }
-        let entries: Vec<TailEntry> = st.tail.iter().copied().collect();
+        let limit = shared.config.segment_bytes.max(1);
+        let mut bytes = 0usize;
+        let take = st
+            .tail
+            .iter()
+            .take_while(|e| {
+                let fits = bytes == 0 || bytes + e.length as usize <= limit;
+                bytes += e.length as usize;
+                fits
+            })
+            .count();
+        let entries: Vec<TailEntry> = st.tail.iter().take(take).copied().collect();
+        // Streams the rest of the tail still needs (only ours can be added meanwhile).
+        let left_streams: BTreeSet<u32> = st.tail.iter().skip(take).map(|e| e.stream).collect();
         let cached: Vec<Option<Bytes>> = entries.iter().map(|e| st.cached(e.base_offset)).collect();
         (
             entries,
             cached,
             st.manifest.clone(),
             st.manifest_version.clone(),
+            left_streams,
         )
     };
 
-    // Gather the bytes: from the cache where still there, else from the write-ahead objects.
-    let mut parts = Vec::with_capacity(entries.len());
+    // Gather the bytes: from the cache where still there, else from the write-ahead objects
+    // (several ranges at once: a lagging compaction reads mostly uncached batches).
+    let mut reads = Vec::with_capacity(entries.len());
     for (e, c) in entries.iter().zip(cached) {
-        let bytes = match c {
-            Some(b) => b,
-            None => {
-                read_range(
-                    shared.store.as_ref(),
-                    &wal::key(e.stream, e.seq),
-                    e.position,
-                    e.length,
-                )
-                .await?
+        // Owned captures: futures borrowing from here would not be `Send` for every lifetime
+        // the spawned maintenance task needs.
+        let store = Arc::clone(&shared.store);
+        let key = wal::key(e.stream, e.seq);
+        let (position, length) = (e.position, e.length);
+        reads.push(async move {
+            match c {
+                Some(b) => Ok(b),
+                None => read_range(store.as_ref(), &key, position, length).await,
             }
-        };
-        parts.push(bytes);
+        });
     }
+    let parts: Vec<Bytes> = futures::stream::iter(reads)
+        .buffered(COMPACTION_READS)
+        .try_collect()
+        .await?;
     let segment = SegmentRef {
         base_offset: entries[0].base_offset,
         stream: shared.stream,
@@ -174,8 +216,9 @@ pub(crate) async fn compact(shared: &Shared, part: &Arc<Partition>) -> LogResult
     let mut next = manifest.clone();
     next.checkpoint = last.last_offset + 1;
     next.writer_stream = shared.stream;
-    // The whole tail is now in the segment: no earlier owner's stream is needed any more.
-    next.inherited_streams.clear();
+    // Earlier owners' streams stay named only while the rest of the tail still reads them.
+    next.inherited_streams
+        .retain(|stream| left_streams.contains(stream));
     next.segments.push(SegmentMeta {
         segment,
         last_offset: last.last_offset,

@@ -397,6 +397,49 @@ async fn topics_survive_restarts_and_deleted_topics_lose_their_data() {
     assert_eq!(log.watermarks(&tp("drop", 0)).unwrap().high, Offset(0));
 }
 
+/// A tail larger than `segment_bytes` compacts into several segments of about that size (so
+/// one compaction never writes, and fsyncs, a giant object), all readable through the index.
+#[tokio::test]
+async fn a_large_tail_compacts_into_bounded_segments() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let small = LogConfig {
+        segment_bytes: 400,
+        ..config()
+    };
+    let log = open(&store, small.clone()).await;
+    log.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    let one = batch(&["a", "b", "c"], 0, None).len();
+    for i in 0..30 {
+        log.append(&tp("t", 0), batch(&["a", "b", "c"], i, None), DURABLE)
+            .await
+            .unwrap();
+    }
+    log.shutdown().await.unwrap();
+    let segments: Vec<u64> = store
+        .list("log/")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.key.as_str().contains("/seg/"))
+        .map(|m| m.size)
+        .collect();
+    let per_segment = 400 / one;
+    assert_eq!(
+        segments.len(),
+        30_usize.div_ceil(per_segment),
+        "{segments:?}"
+    );
+    assert!(segments.iter().all(|s| *s as usize <= 400), "{segments:?}");
+    assert_eq!(store.list("wal/").await.unwrap().len(), 1);
+    let log = open(&store, small).await;
+    assert_eq!(
+        base_offsets(&log, &tp("t", 0), 0).await,
+        (0..30).map(|i| i * 3).collect::<Vec<_>>()
+    );
+}
+
 async fn open_managed(store: &Arc<dyn ObjectStore>, broker: i32) -> Arc<LogManager> {
     LogManager::open_with(
         store.clone(),
