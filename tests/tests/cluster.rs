@@ -151,6 +151,8 @@ impl Cluster {
                 "0s".to_string(),
                 "--group-shards".to_string(),
                 GROUP_SHARDS.to_string(),
+                "--metrics-listen".to_string(),
+                "127.0.0.1:0".to_string(),
             ]);
         self.brokers.insert(id, StrataProcess::start_with(options));
     }
@@ -239,6 +241,38 @@ impl Cluster {
     }
 
     /// Runs a `strata` admin command against this cluster's storage.
+    /// One sample of broker `id`'s `/metrics` (the series named exactly, labels included).
+    fn metric(&mut self, id: i32, series: &str) -> f64 {
+        let broker = self.broker(id);
+        let line = broker
+            .log_lines_containing("metrics on ")
+            .pop()
+            .unwrap_or_else(|| panic!("broker {id} logged no metrics address"));
+        let address = line
+            .rsplit("metrics on ")
+            .next()
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        let mut stream = std::net::TcpStream::connect(address).expect("connect to /metrics");
+        stream
+            .set_read_timeout(Some(DEADLINE))
+            .expect("read timeout");
+        std::io::Write::write_all(
+            &mut stream,
+            b"GET /metrics HTTP/1.1\r\nHost: strata\r\nConnection: close\r\n\r\n",
+        )
+        .expect("send the request");
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stream, &mut text).expect("read /metrics");
+        let prefix = format!("{series} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("broker {id} reports no {series}"))
+            .trim()
+            .parse()
+            .expect("a number")
+    }
+
     fn admin_command(&self, args: &[&str]) -> Finished {
         let mut command = Command::new(strata_binary());
         command.args(args).arg("--storage").arg(self.storage.url());
@@ -839,7 +873,7 @@ async fn migration_in_a_loop_while_producing_loses_nothing() {
     eprintln!("migration test seed: {seed} (replay with STRATA_TEST_SEED={seed})");
     let mut rng = StdRng::seed_from_u64(seed);
 
-    let cluster = Cluster::start(3, "3s", "500ms");
+    let mut cluster = Cluster::start(3, "3s", "500ms");
     let ids = cluster.all_ids();
     let bootstrap = cluster.bootstrap_of(&ids);
     let topic = "cluster-migrations";
@@ -941,6 +975,21 @@ async fn migration_in_a_loop_while_producing_loses_nothing() {
         summary.failed, 0,
         "no delivery may fail in an orderly migration (seed {seed})"
     );
+    // Every move is one graceful handover and one acquisition, and the brokers' metrics say so.
+    let total = |cluster: &mut Cluster, series: &str| -> f64 {
+        ids.iter().map(|&id| cluster.metric(id, series)).sum()
+    };
+    let handed_over = total(
+        &mut cluster,
+        "strata_cluster_ownership_changes_total{change=\"handed_over\"}",
+    );
+    assert!(
+        handed_over >= MOVES as f64,
+        "{handed_over} handovers reported for {MOVES} moves"
+    );
+    for &id in &ids {
+        assert_eq!(cluster.metric(id, "strata_cluster_live_brokers"), 3.0);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,7 +31,7 @@
 //! request left over for its predecessor.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -131,6 +131,17 @@ pub struct ClusterNode {
     fatal: watch::Sender<Option<String>>,
     draining: AtomicBool,
     clock: Arc<dyn Clock>,
+    stats: Arc<OwnershipStats>,
+}
+
+/// What `/metrics` reports about this broker's place in the cluster.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterMetrics {
+    pub live_brokers: usize,
+    pub draining: bool,
+    /// Partitions (consumer-group shards included) this broker serves.
+    pub partitions_owned: usize,
+    pub ownership: OwnershipStatsSnapshot,
 }
 
 impl ClusterNode {
@@ -171,10 +182,12 @@ impl ClusterNode {
         let membership = membership.spawn();
         let view = membership.view();
 
+        let stats = Arc::new(OwnershipStats::default());
         let host = LogHost {
             log: Arc::clone(&log),
             groups,
             clock: Arc::clone(&clock),
+            stats: Arc::clone(&stats),
             served: std::sync::Mutex::new(HashMap::new()),
         };
         let controller = ControllerConfig {
@@ -224,6 +237,7 @@ impl ClusterNode {
             fatal: watch::Sender::new(None),
             draining: AtomicBool::new(false),
             clock: Arc::clone(&clock),
+            stats,
         });
         node.refresh_owners().await;
         let refresher = tokio::spawn(refresh_loop(
@@ -293,6 +307,16 @@ impl ClusterNode {
             (Some(mine), None) => Some((self.me, Epoch(mine))),
             (None, Some((owner, _))) if owner == self.me => None,
             (_, cached) => cached,
+        }
+    }
+
+    /// Membership and ownership-change figures for `/metrics`.
+    pub fn metrics(&self) -> ClusterMetrics {
+        ClusterMetrics {
+            live_brokers: self.view.borrow().members.len(),
+            draining: self.draining.load(Ordering::Relaxed),
+            partitions_owned: self.status.borrow().serving.len(),
+            ownership: self.stats.snapshot(),
         }
     }
 
@@ -613,10 +637,67 @@ async fn watch_fencing(
 }
 
 /// Partitions served by the log, for the ownership runner.
+/// Counts and durations of ownership changes on this broker, for `/metrics`. Durations are
+/// kept as totals with counts (Prometheus summaries without quantiles) plus the slowest, so an
+/// operator sees both the usual handover and the worst one since start.
+#[derive(Debug, Default)]
+pub struct OwnershipStats {
+    acquired: AtomicU64,
+    acquire_failed: AtomicU64,
+    acquire_micros: AtomicU64,
+    acquire_max_micros: AtomicU64,
+    handed_over: AtomicU64,
+    handover_failed: AtomicU64,
+    handover_micros: AtomicU64,
+    handover_max_micros: AtomicU64,
+    /// Stopped serving without a handover: fenced, lost, removed, our lease running out.
+    dropped: AtomicU64,
+}
+
+/// A copy of [`OwnershipStats`] at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OwnershipStatsSnapshot {
+    pub acquired: u64,
+    pub acquire_failed: u64,
+    pub acquire_seconds_total: Duration,
+    pub acquire_seconds_max: Duration,
+    pub handed_over: u64,
+    pub handover_failed: u64,
+    pub handover_seconds_total: Duration,
+    pub handover_seconds_max: Duration,
+    pub dropped: u64,
+}
+
+impl OwnershipStats {
+    fn record(count: &AtomicU64, total: &AtomicU64, max: &AtomicU64, took: Duration) {
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        count.fetch_add(1, Ordering::Relaxed);
+        total.fetch_add(micros, Ordering::Relaxed);
+        max.fetch_max(micros, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> OwnershipStatsSnapshot {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let micros = |a: &AtomicU64| Duration::from_micros(a.load(Ordering::Relaxed));
+        OwnershipStatsSnapshot {
+            acquired: get(&self.acquired),
+            acquire_failed: get(&self.acquire_failed),
+            acquire_seconds_total: micros(&self.acquire_micros),
+            acquire_seconds_max: micros(&self.acquire_max_micros),
+            handed_over: get(&self.handed_over),
+            handover_failed: get(&self.handover_failed),
+            handover_seconds_total: micros(&self.handover_micros),
+            handover_seconds_max: micros(&self.handover_max_micros),
+            dropped: get(&self.dropped),
+        }
+    }
+}
+
 struct LogHost {
     log: Arc<LogManager>,
     groups: Arc<GroupCoordinator>,
     clock: Arc<dyn Clock>,
+    stats: Arc<OwnershipStats>,
     /// What we serve, by resource: a deleted topic's id no longer names its partitions.
     served: std::sync::Mutex<HashMap<String, TopicPartition>>,
 }
@@ -683,13 +764,17 @@ impl ResourceHost for LogHost {
         };
         let tp = TopicPartition::new(Arc::clone(&info.name), partition);
         let started = self.clock.monotonic();
-        let results = self
+        let acquired = match self
             .log
             .acquire(vec![(info.name.to_string(), partition, epoch.0)])
             .await
-            .map_err(|e| self.cluster_error(resource, e))?;
-        for (_, result) in results {
-            result.map_err(|e| self.cluster_error(resource, e))?;
+        {
+            Ok(results) => results.into_iter().try_for_each(|(_, r)| r),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = acquired {
+            self.stats.acquire_failed.fetch_add(1, Ordering::Relaxed);
+            return Err(self.cluster_error(resource, e));
         }
         if &*info.name == OFFSETS_TOPIC {
             if let Err(e) = self.groups.load_shard(partition).await {
@@ -697,11 +782,18 @@ impl ResourceHost for LogHost {
                 // forever: give it up and let the runner try again.
                 warn!(partition, error = %e, "could not load the group coordinator shard");
                 self.log.abandon(&tp);
+                self.stats.acquire_failed.fetch_add(1, Ordering::Relaxed);
                 return Err(self.cluster_error(resource, e));
             }
         }
         self.served().insert(resource.to_string(), tp.clone());
         let elapsed = self.clock.monotonic().saturating_sub(started);
+        OwnershipStats::record(
+            &self.stats.acquired,
+            &self.stats.acquire_micros,
+            &self.stats.acquire_max_micros,
+            elapsed,
+        );
         let high = self.log.watermarks(&tp).map(|w| w.high.get()).unwrap_or(-1);
         info!(
             "acquired {}-{} epoch {} in {} ms (high watermark {})",
@@ -728,6 +820,12 @@ impl ResourceHost for LogHost {
             match self.log.release(&tp).await {
                 Ok(_) | Err(LogError::NotOwner) => {
                     let elapsed = self.clock.monotonic().saturating_sub(started);
+                    OwnershipStats::record(
+                        &self.stats.handed_over,
+                        &self.stats.handover_micros,
+                        &self.stats.handover_max_micros,
+                        elapsed,
+                    );
                     info!(
                         "handed over {}-{} in {} ms",
                         tp.topic,
@@ -738,12 +836,14 @@ impl ResourceHost for LogHost {
                 }
                 Err(e) => {
                     // Not released: stop serving anyway, the successor fences and replays.
+                    self.stats.handover_failed.fetch_add(1, Ordering::Relaxed);
                     self.log.abandon(&tp);
                     Err(self.cluster_error(resource, e))
                 }
             }
         } else {
             warn!(partition = %tp, ?reason, "stopped serving");
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             self.log.abandon(&tp);
             Ok(())
         };

@@ -328,6 +328,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .context("starting the consumer-group coordinator (__consumer_offsets)")?
     };
     let broker = Arc::new(broker);
+    if let Some(node) = broker.cluster() {
+        metrics.attach_cluster(Arc::clone(node));
+    }
     info!(
         node_id = settings.node_id,
         storage = %settings.storage,

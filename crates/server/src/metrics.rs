@@ -6,6 +6,7 @@ use std::fmt::{self, Write};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use strata_broker::cluster::{ClusterMetrics, ClusterNode};
 use strata_core::{Clock, TopicPartition};
 use strata_log::LogManager;
 use strata_storage::{
@@ -32,6 +33,7 @@ pub struct MetricsSource {
     metrics: Arc<StorageMetrics>,
     health: Arc<StorageHealth>,
     log: OnceLock<Arc<LogManager>>,
+    cluster: OnceLock<Arc<ClusterNode>>,
     clock: Arc<dyn Clock>,
     started: Duration,
 }
@@ -50,6 +52,7 @@ impl MetricsSource {
             metrics,
             health,
             log: OnceLock::new(),
+            cluster: OnceLock::new(),
             clock,
             started,
         }
@@ -58,6 +61,11 @@ impl MetricsSource {
     /// Adds the log's metrics from now on. Only the first call counts.
     pub fn attach_log(&self, log: Arc<LogManager>) {
         let _ = self.log.set(log);
+    }
+
+    /// Cluster mode: membership and ownership changes are reported from now on.
+    pub fn attach_cluster(&self, node: Arc<ClusterNode>) {
+        let _ = self.cluster.set(node);
     }
 
     pub fn health(&self) -> StorageHealthSnapshot {
@@ -70,6 +78,7 @@ impl MetricsSource {
             storage: self.metrics.snapshot(),
             health: self.health.snapshot(),
             log: self.log.get().map(|log| log_snapshot(log)),
+            cluster: self.cluster.get().map(|node| node.metrics()),
             uptime: self.clock.monotonic().saturating_sub(self.started),
         }
     }
@@ -105,6 +114,8 @@ pub struct Snapshot {
     pub health: StorageHealthSnapshot,
     /// None until the log has opened.
     pub log: Option<LogSnapshot>,
+    /// None in standalone mode and until the broker joined its cluster.
+    pub cluster: Option<ClusterMetrics>,
     pub uptime: Duration,
 }
 
@@ -278,6 +289,10 @@ pub fn render(snapshot: &Snapshot) -> String {
         );
     }
 
+    if let Some(cluster) = &snapshot.cluster {
+        render_cluster(&mut out, cluster);
+    }
+
     out.family(
         "strata_process_uptime_seconds",
         "gauge",
@@ -331,6 +346,77 @@ impl Exposition {
 }
 
 /// A label value as the text format wants it: backslash, double quote and line feed escaped.
+fn render_cluster(out: &mut Exposition, cluster: &ClusterMetrics) {
+    out.family(
+        "strata_cluster_live_brokers",
+        "gauge",
+        "Brokers this broker currently sees alive (itself included).",
+    );
+    out.sample(
+        "strata_cluster_live_brokers",
+        &[],
+        cluster.live_brokers as u64,
+    );
+    out.family(
+        "strata_cluster_draining",
+        "gauge",
+        "1 while this broker is draining (handing every partition off).",
+    );
+    out.sample("strata_cluster_draining", &[], u64::from(cluster.draining));
+    out.family(
+        "strata_cluster_partitions_owned",
+        "gauge",
+        "Partitions (consumer-group shards included) this broker owns and serves.",
+    );
+    out.sample(
+        "strata_cluster_partitions_owned",
+        &[],
+        cluster.partitions_owned as u64,
+    );
+    let o = &cluster.ownership;
+    out.family(
+        "strata_cluster_ownership_changes_total",
+        "counter",
+        "Ownership changes on this broker: acquired (claimed and serving), handed_over (graceful), dropped (fenced, lost or lease running out), and failed attempts.",
+    );
+    for (change, count) in [
+        ("acquired", o.acquired),
+        ("acquire_failed", o.acquire_failed),
+        ("handed_over", o.handed_over),
+        ("handover_failed", o.handover_failed),
+        ("dropped", o.dropped),
+    ] {
+        out.sample(
+            "strata_cluster_ownership_changes_total",
+            &[("change", change)],
+            count,
+        );
+    }
+    for (name, help, total, count, max) in [
+        (
+            "strata_cluster_acquire_seconds",
+            "Time to start serving an acquired partition (replay, claim, compaction of a taken-over tail).",
+            o.acquire_seconds_total,
+            o.acquired,
+            o.acquire_seconds_max,
+        ),
+        (
+            "strata_cluster_handover_seconds",
+            "Time to hand a partition over (compact while serving, stop appends, flush, checkpoint).",
+            o.handover_seconds_total,
+            o.handed_over,
+            o.handover_seconds_max,
+        ),
+    ] {
+        out.family(name, "summary", help);
+        out.sample(&format!("{name}_sum"), &[], Float(total.as_secs_f64()));
+        out.sample(&format!("{name}_count"), &[], count);
+        let max_name = format!("{name}_max");
+        out.family(&max_name, "gauge", "The slowest since the broker started.");
+        out.sample(&max_name, &[], Float(max.as_secs_f64()));
+    }
+}
+
 pub fn escape_label_value(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for c in value.chars() {
@@ -388,6 +474,7 @@ mod tests {
             storage: metrics.snapshot(),
             health: health.snapshot(),
             log: None,
+            cluster: None,
             uptime: Duration::from_millis(1500),
         }
     }
@@ -438,14 +525,45 @@ mod tests {
                 (TopicPartition::new("orders", 1), 0),
             ],
         });
+        snapshot.cluster = Some(ClusterMetrics {
+            live_brokers: 3,
+            draining: false,
+            partitions_owned: 5,
+            ownership: strata_broker::cluster::OwnershipStatsSnapshot {
+                acquired: 7,
+                handed_over: 2,
+                handover_seconds_total: Duration::from_millis(90),
+                handover_seconds_max: Duration::from_millis(60),
+                ..Default::default()
+            },
+        });
         let text = render(&snapshot);
         assert!(text.ends_with('\n'));
+        assert_eq!(value_of(&text, "strata_cluster_live_brokers"), "3");
+        assert_eq!(
+            value_of(
+                &text,
+                "strata_cluster_ownership_changes_total{change=\"handed_over\"}"
+            ),
+            "2"
+        );
+        assert_eq!(
+            value_of(&text, "strata_cluster_handover_seconds_sum"),
+            "0.09"
+        );
+        assert_eq!(
+            value_of(&text, "strata_cluster_handover_seconds_max"),
+            "0.06"
+        );
 
         let mut declared: Vec<(String, String)> = Vec::new();
         for line in text.lines() {
             if let Some(rest) = line.strip_prefix("# TYPE ") {
                 let (name, kind) = rest.split_once(' ').unwrap();
-                assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+                assert!(
+                    ["counter", "gauge", "histogram", "summary"].contains(&kind),
+                    "{line}"
+                );
                 assert!(
                     declared.iter().all(|(n, _)| n != name),
                     "{name} declared twice"
@@ -466,13 +584,10 @@ mod tests {
             // Samples belong to the family declared last (families are contiguous).
             let (family, kind) = declared.last().unwrap();
             let belongs = name == family
-                || (kind == "histogram"
-                    && [
-                        format!("{family}_bucket"),
-                        format!("{family}_sum"),
-                        format!("{family}_count"),
-                    ]
-                    .contains(&name.to_string()));
+                || (kind == "histogram" && name == format!("{family}_bucket"))
+                || ((kind == "histogram" || kind == "summary")
+                    && [format!("{family}_sum"), format!("{family}_count")]
+                        .contains(&name.to_string()));
             assert!(belongs, "{line} after # TYPE {family}");
         }
         assert_eq!(
