@@ -199,6 +199,7 @@ impl ClusterNode {
             // A broker that joined after our last listing is not dead: give our next listing
             // time to see it before sealing its stream.
             dead_owner_grace: settings.heartbeat_interval * 2,
+            auto_rebalance: settings.auto_rebalance,
             ..ControllerConfig::default()
         };
         let runner = OwnershipRunner::new(

@@ -74,6 +74,10 @@ pub struct ClusterSettings {
     /// number of partitions and overrides, plus a read of each record awaited from a
     /// handing-over owner.
     pub move_watch_interval: Duration,
+    /// Spread partitions over live brokers by hashing, moving some to a broker that joins.
+    /// Off: partitions stay with their live owner unless moved explicitly (failover and
+    /// draining still move them).
+    pub auto_rebalance: bool,
 }
 
 impl Default for ClusterSettings {
@@ -83,6 +87,7 @@ impl Default for ClusterSettings {
             heartbeat_interval: Duration::from_secs(1),
             ownership_interval: Duration::from_millis(250),
             move_watch_interval: Duration::from_millis(10),
+            auto_rebalance: true,
         }
     }
 }

@@ -54,6 +54,10 @@ pub struct ControllerConfig {
     /// heartbeat intervals lets our next listing see it (the broker uses two); zero fences on
     /// first sight (the runtime-free tests, whose views are exact).
     pub dead_owner_grace: Duration,
+    /// Spread partitions over the live brokers by rendezvous hashing, moving some to a broker
+    /// that joins. Off, a partition stays with its live owner (only explicit moves, a draining
+    /// or dead owner, or a new partition place by hashing): for operators who place by hand.
+    pub auto_rebalance: bool,
 }
 
 impl Default for ControllerConfig {
@@ -64,6 +68,7 @@ impl Default for ControllerConfig {
             placement_settle: Duration::from_secs(2),
             self_lease_margin: Some(Duration::from_secs(1)),
             dead_owner_grace: Duration::ZERO,
+            auto_rebalance: true,
         }
     }
 }
@@ -280,7 +285,12 @@ impl OwnershipController {
         let mut wanted: BTreeSet<&String> = self
             .resources
             .iter()
-            .filter(|r| place(r, &candidates, &self.overrides) == Some(self.me.broker))
+            .filter(|r| {
+                // Where hashing alone would put it too: without automatic rebalancing that is
+                // who takes over when the owner dies, so it must keep the record in sight.
+                place(r, &candidates, &self.overrides) == Some(self.me.broker)
+                    || self.placement(r, &candidates) == Some(self.me.broker)
+            })
             .collect();
         for (resource, slot) in &self.slots {
             let held = slot
@@ -311,7 +321,7 @@ impl OwnershipController {
                 slot.phase == Phase::Idle
                     && slot.known
                     && self.resources.contains(*resource)
-                    && place(resource, &candidates, &self.overrides) == Some(self.me.broker)
+                    && self.placement(resource, &candidates) == Some(self.me.broker)
                     && slot.record.as_ref().is_some_and(|(_, r)| {
                         r.state == OwnerState::Active
                             && !r.is_held_by(&self.me)
@@ -329,7 +339,33 @@ impl OwnershipController {
 
     /// Where `resource` belongs as of `now`, by our view.
     pub fn target(&self, now: Duration, resource: &str) -> Option<BrokerId> {
-        place(resource, &self.candidates(now), &self.overrides)
+        self.placement(resource, &self.candidates(now))
+    }
+
+    /// Where `resource` belongs among `candidates`: an explicit placement first; then, without
+    /// automatic rebalancing, its current owner while that owner is live and a candidate;
+    /// otherwise rendezvous hashing.
+    fn placement(&self, resource: &str, candidates: &BTreeSet<BrokerId>) -> Option<BrokerId> {
+        if !self.config.auto_rebalance {
+            let overridden = self
+                .overrides
+                .get(resource)
+                .is_some_and(|t| candidates.contains(t));
+            let owner = self
+                .slots
+                .get(resource)
+                .and_then(|s| s.record.as_ref())
+                .map(|(_, r)| r)
+                .filter(|r| {
+                    r.state == OwnerState::Active
+                        && candidates.contains(&r.owner)
+                        && self.view.is_live_incarnation(r.owner, r.incarnation)
+                });
+            if let (false, Some(owner)) = (overridden, owner) {
+                return Some(owner.owner);
+            }
+        }
+        place(resource, candidates, &self.overrides)
     }
 
     /// What we believe we serve, at which epoch.
@@ -543,7 +579,7 @@ impl OwnershipController {
         for name in names {
             let exists = self.resources.contains(&name);
             let target = if exists {
-                place(&name, &candidates, &self.overrides)
+                self.placement(&name, &candidates)
             } else {
                 None
             };
@@ -1043,6 +1079,56 @@ mod tests {
             )
             .is_empty());
         assert!(c.holds_nothing());
+    }
+
+    #[test]
+    fn without_auto_rebalance_a_joining_broker_takes_nothing_but_a_dead_owner_is_replaced() {
+        let sticky = ControllerConfig {
+            auto_rebalance: false,
+            ..config()
+        };
+        let r = placed_on(2, &[1, 2]);
+        let start = |me: i32, live: &[i32]| {
+            let mut c = OwnershipController::new(claimant(me), sticky);
+            assert!(c.step(ms(0), Event::View(view(ms(0), live))).is_empty());
+            assert!(c.step(ms(0), resources(&[&r])).is_empty());
+            c
+        };
+        // Broker 1 holds r; broker 2 joins and hashing would pick it: 1 keeps serving.
+        let mut one = start(1, &[1]);
+        serve_fresh(&mut one, &r, ms(0));
+        assert!(one
+            .step(ms(100), Event::View(view(ms(100), &[1, 2])))
+            .is_empty());
+        assert_eq!(one.serving().len(), 1);
+        // Broker 2 sees 1's live record and does not claim or await a handover.
+        let mut two = start(2, &[1, 2]);
+        let held = record(1, 1, OwnerState::Active, 2);
+        assert!(two.wants_observation(ms(0)).contains(&r));
+        assert!(two.step(ms(0), observed(&r, Some(held.clone()))).is_empty());
+        assert!(two.awaiting_handover(ms(0)).is_empty());
+        // An explicit move still moves it.
+        assert!(matches!(
+            &one.step(
+                ms(200),
+                Event::Overrides(BTreeMap::from([(r.clone(), BrokerId(2))]))
+            )[..],
+            [Action::StopServing {
+                reason: StopReason::Handover,
+                ..
+            }]
+        ));
+        // And when the owner dies, hashing's choice takes over.
+        assert!(two
+            .step(ms(300), Event::View(view(ms(300), &[2])))
+            .iter()
+            .any(|a| matches!(
+                a,
+                Action::FenceThenClaim {
+                    dead_owner: BrokerId(1),
+                    ..
+                }
+            )));
     }
 
     #[test]

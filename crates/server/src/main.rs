@@ -55,7 +55,7 @@ enum Command {
     /// max_inflight_requests_per_connection, shutdown_grace, group_shards,
     /// group_initial_rebalance_delay, group_min_session_timeout, group_max_session_timeout,
     /// metrics_listen, cluster, lease_period, heartbeat_interval, ownership_interval,
-    /// move_watch_interval) and a [log] section (flush_interval,
+    /// move_watch_interval, auto_rebalance) and a [log] section (flush_interval,
     /// flush_bytes, max_pending_bytes, segment_bytes, segment_interval, cache_bytes,
     /// retention_check_interval, default_partitions, max_inflight_flushes). Environment
     /// variables: STRATA_ + the upper-cased key, STRATA_LOG_ + key for the [log] section
@@ -143,6 +143,11 @@ struct ServeArgs {
     /// [default: 10ms; 100ms on S3].
     #[arg(long, value_name = "DURATION")]
     move_watch_interval: Option<String>,
+    /// Cluster mode: spread partitions over live brokers automatically, moving some to a
+    /// broker that joins; false keeps each partition with its live owner unless moved
+    /// explicitly (draining and failover still move it) [default: true].
+    #[arg(long, value_name = "BOOL")]
+    auto_rebalance: Option<bool>,
     /// Log filter (error, warn, info, debug, trace, or a tracing directive like
     /// "strata_broker=debug"); overrides RUST_LOG [default: info].
     #[arg(long, value_name = "FILTER")]
@@ -233,6 +238,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         heartbeat_interval: args.heartbeat_interval,
         ownership_interval: args.ownership_interval,
         move_watch_interval: args.move_watch_interval,
+        auto_rebalance: args.auto_rebalance,
     };
     let (settings, unknown_env) = settings::load(args.config.as_deref(), std::env::vars(), &flags)?;
     for var in unknown_env {

@@ -80,6 +80,10 @@ pub struct Settings {
     /// for S3.
     #[serde(with = "humantime_serde::option")]
     pub move_watch_interval: Option<Duration>,
+    /// Cluster mode: spread partitions over the live brokers automatically, moving some to a
+    /// broker that joins (as few as possible: rendezvous hashing). Off, partitions stay with
+    /// their live owner; explicit moves, draining and failover still move them.
+    pub auto_rebalance: bool,
     /// The partition log.
     pub log: LogSettings,
 }
@@ -142,6 +146,7 @@ impl Default for Settings {
             heartbeat_interval: strata_broker::ClusterSettings::default().heartbeat_interval,
             ownership_interval: None,
             move_watch_interval: None,
+            auto_rebalance: true,
             log: LogSettings::default(),
         }
     }
@@ -428,6 +433,7 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         &["move_watch_interval"],
         Kind::Text,
     ),
+    ("STRATA_AUTO_REBALANCE", &["auto_rebalance"], Kind::Boolean),
     (
         "STRATA_LOG_FLUSH_INTERVAL",
         &["log", "flush_interval"],
@@ -496,6 +502,7 @@ pub struct FlagOverrides {
     pub heartbeat_interval: Option<String>,
     pub ownership_interval: Option<String>,
     pub move_watch_interval: Option<String>,
+    pub auto_rebalance: Option<bool>,
 }
 
 /// A layered settings document being assembled.
@@ -699,6 +706,11 @@ pub fn load(
             &["move_watch_interval"],
             flags.move_watch_interval.clone().map(toml::Value::String),
         ),
+        (
+            "auto-rebalance",
+            &["auto_rebalance"],
+            flags.auto_rebalance.map(toml::Value::Boolean),
+        ),
     ];
     for (flag, path, value) in flag_values {
         let Some(value) = value else { continue };
@@ -734,6 +746,7 @@ impl Settings {
             move_watch_interval: self
                 .move_watch_interval
                 .unwrap_or(profile.move_watch_interval),
+            auto_rebalance: self.auto_rebalance,
         }
     }
 
@@ -1061,6 +1074,15 @@ mod tests {
         let s3 = s.cluster_settings("s3");
         assert_eq!(s3.ownership_interval, Duration::from_secs(1));
         assert_eq!(s3.move_watch_interval, Duration::from_millis(100));
+
+        assert!(s.cluster_settings("file").auto_rebalance);
+        let (s, _) = load(
+            None,
+            env(&[("STRATA_AUTO_REBALANCE", "false")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap();
+        assert!(!s.cluster_settings("file").auto_rebalance);
 
         let (s, _) = load(
             None,

@@ -21,6 +21,7 @@ fn fast() -> ClusterSettings {
         heartbeat_interval: Duration::from_millis(100),
         ownership_interval: Duration::from_millis(50),
         move_watch_interval: Duration::from_millis(10),
+        auto_rebalance: true,
     }
 }
 
