@@ -1295,3 +1295,115 @@ async fn brokers_started_together_do_not_fence_one_another() {
         sealed.join("\n")
     );
 }
+
+/// An idempotent producer (librdkafka's `enable.idempotence`, up to five requests in flight,
+/// unlimited retries) streams while partitions move between brokers and while an owner is
+/// SIGKILLed. Its retries after NOT_LEADER_OR_FOLLOWER, timeouts and the dead broker's
+/// unacknowledged requests go to the new owner with the same producer id and sequence numbers,
+/// so the new owner must know the producer state (from the manifest, plus the replayed tail)
+/// to answer DUPLICATE_SEQUENCE for what was already written: afterwards every record is
+/// stored exactly once, acknowledged in send order per partition, and none failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_producer_across_moves_and_a_failover_stores_every_record_once() {
+    const PARTITIONS: i32 = 3;
+    const MOVES: usize = 6;
+    let seed = seed();
+    eprintln!("idempotent cluster test seed: {seed} (replay with STRATA_TEST_SEED={seed})");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut cluster = Cluster::start(3, "3s", "500ms");
+    let ids = cluster.all_ids();
+    let bootstrap = cluster.bootstrap_of(&ids);
+    let topic = "cluster-idempotent";
+    create_topic(&bootstrap, topic, PARTITIONS, &[]).await;
+    tokio::task::block_in_place(|| {
+        cluster.wait_for_leaders(1, topic, PARTITIONS, &ids, "every partition has an owner")
+    });
+    let idempotent = producer(
+        &bootstrap,
+        &[
+            ("enable.idempotence", "true"),
+            ("max.in.flight.requests.per.connection", "5"),
+            ("retry.backoff.ms", "20"),
+            ("retry.backoff.max.ms", "200"),
+            ("linger.ms", "2"),
+            ("message.timeout.ms", "60000"),
+            ("request.timeout.ms", "5000"),
+            ("socket.timeout.ms", "5000"),
+        ],
+    );
+    let stream = ProducerStream::start(idempotent, topic, PARTITIONS);
+    let all: Vec<i32> = (0..PARTITIONS).collect();
+    stream
+        .wait_for_more_acks(&stream.progress(), &all, 200, "the stream is running")
+        .await;
+
+    for round in 1..=MOVES {
+        let partition = rng.random_range(0..PARTITIONS);
+        let owner = tokio::task::block_in_place(|| cluster.metadata_from(1, Some(topic)))
+            .leaders
+            .get(&partition)
+            .copied()
+            .unwrap_or_else(|| panic!("no owner of {topic}/{partition}"));
+        let others: Vec<i32> = ids.iter().copied().filter(|&id| id != owner).collect();
+        let target = others[rng.random_range(0..others.len())];
+        let (partition_text, target_text) = (partition.to_string(), target.to_string());
+        let finished = tokio::task::block_in_place(|| {
+            cluster.admin_command(&[
+                "partitions",
+                "move",
+                topic,
+                &partition_text,
+                "--to",
+                &target_text,
+                "--timeout",
+                "20s",
+            ])
+        });
+        finished.assert_success(&format!("strata partitions move {topic} {partition}"));
+        let since = stream.progress();
+        stream
+            .wait_for_more_acks(
+                &since,
+                &[partition],
+                20,
+                &format!("move {round}: {topic}/{partition} takes writes on broker {target}"),
+            )
+            .await;
+    }
+
+    // The owner of partition 0 dies with requests in flight; the survivors take over.
+    let owners = tokio::task::block_in_place(|| {
+        cluster.wait_for_leaders(1, topic, PARTITIONS, &ids, "every partition has an owner")
+    });
+    let victim = owners[&0];
+    let survivors: Vec<i32> = ids.iter().copied().filter(|&id| id != victim).collect();
+    let before = stream.progress();
+    cluster.broker(victim).kill9();
+    eprintln!("SIGKILL broker {victim}, owner of {topic}/0");
+    tokio::task::block_in_place(|| {
+        cluster.wait_for_leaders(
+            survivors[0],
+            topic,
+            PARTITIONS,
+            &survivors,
+            "the survivors own every partition",
+        )
+    });
+    stream
+        .wait_for_more_acks(&before, &all, 100, "every partition takes writes again")
+        .await;
+    let sent = stream.finish().await;
+
+    let log = read_whole_log(&cluster.bootstrap_of(&survivors), topic, PARTITIONS).await;
+    let summary = check_log(&sent, &log, true, seed);
+    eprintln!("idempotent cluster test: {summary} (seed {seed})");
+    assert_eq!(summary.failed, 0, "no delivery may fail (seed {seed})");
+    assert_eq!(
+        summary.stored_twice, 0,
+        "an idempotent producer's retries must never be stored twice (seed {seed})"
+    );
+    assert_eq!(
+        summary.stored, summary.acknowledged,
+        "exactly the acknowledged records are stored (seed {seed})"
+    );
+}
