@@ -97,6 +97,9 @@ pub enum BenchCommand {
     /// failovers under a steady acks=all producer (starts its own brokers; ignores
     /// --bootstrap and --spawn-broker).
     Migration(MigrationArgs),
+    /// No broker: time reads at random old offsets in partitions of different sizes, straight
+    /// on the partition log over a local directory (constant-time lookup by offset).
+    Lookup(LookupArgs),
 }
 
 /// The topic and records, common to both benchmarks.
@@ -252,6 +255,26 @@ pub struct DiskArgs {
     /// Writers at once (the broker keeps up to `max_inflight_flushes`, default 4, in flight).
     #[arg(long, default_value_t = 1)]
     pub parallel: u64,
+}
+
+#[derive(Debug, Args, Serialize)]
+pub struct LookupArgs {
+    /// Partition sizes, each in a fresh log (e.g. `10MB,1GB`; KB, MB, GB are powers of 1000).
+    #[arg(long, value_delimiter = ',', value_parser = parse_bytes, default_value = "10MB,1GB")]
+    pub partition_bytes: Vec<u64>,
+    /// Reads to time per size.
+    #[arg(long, default_value_t = 2000)]
+    pub reads: usize,
+    /// The log is closed and opened again every this many reads (cold log memory).
+    #[arg(long, default_value_t = 20)]
+    pub reads_per_open: usize,
+    #[arg(long, default_value_t = 10)]
+    pub records_per_batch: usize,
+    #[arg(long, default_value_t = 100)]
+    pub record_bytes: usize,
+    /// Where the logs are written (a subdirectory per size, removed afterwards).
+    #[arg(long, default_value = "/tmp")]
+    pub dir: PathBuf,
 }
 
 fn parse_key_value(text: &str) -> Result<(String, String), String> {

@@ -28,6 +28,7 @@ mod clients;
 mod clock;
 mod disk;
 mod e2e;
+mod lookup;
 mod migration;
 mod report;
 mod system;
@@ -55,6 +56,9 @@ fn main() -> Result<()> {
     // `migration` starts a cluster of its own and prints its own report.
     if let BenchCommand::Migration(args) = &cli.command {
         return migration::run(target, args);
+    }
+    if let BenchCommand::Lookup(args) = &cli.command {
+        return lookup::run(args);
     }
     let load_average_before = system::load_average();
     let started_unix_seconds = clock::unix_seconds();
@@ -99,7 +103,7 @@ fn main() -> Result<()> {
         ),
         BenchCommand::E2e(args) => ("e2e", e2e::run(&bootstrap, target, broker_pid, args)?),
         BenchCommand::Disk(args) => ("disk", disk::run(args)?),
-        BenchCommand::Migration(_) => unreachable!("handled above"),
+        BenchCommand::Migration(_) | BenchCommand::Lookup(_) => unreachable!("handled above"),
     };
     // Read while the spawned broker still runs: the load it adds is part of the run.
     let load_average_after = system::load_average();

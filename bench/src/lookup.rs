@@ -1,0 +1,152 @@
+//! `lookup`: a read at an arbitrary old offset costs the same whatever the partition's size.
+//!
+//! No broker and no client: this measures the partition log itself (`strata-log` on the
+//! local-directory backend), which is where the promise lives — fixed-size index entries in
+//! chunk objects that cover fixed offset ranges, so finding an offset is one computed chunk
+//! read plus one ranged segment read, never a scan or a search over the partition.
+//!
+//! For each size it fills a fresh 1-partition log with uncompressed batches (`--records-per-
+//! batch` records of `--record-bytes`), shuts it down (which compacts everything into segments
+//! and index chunks), and then times single reads (`read(offset, 1 byte, at least one batch)`)
+//! at random offsets. Every `--reads-per-open` reads the log is closed and opened again, so
+//! each group starts with no index chunk and no data in the log's own memory (the operating
+//! system's page cache is not dropped: that needs root, and is reported as a condition).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use strata_core::{BrokerId, Offset, SystemClock, TopicPartition};
+use strata_log::{Acks, LogConfig, LogManager};
+use strata_storage::{ObjectStore, StoreRegistry};
+use strata_wire::builder::{build_batch, SimpleRecord};
+
+use crate::cli::LookupArgs;
+use crate::system;
+
+/// Appends waited for together: enough to keep the group commit busy.
+const PIPELINE: usize = 256;
+
+pub fn run(args: &LookupArgs) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("build a tokio runtime")?;
+    let load_before = system::load_average();
+    let mut rows = Vec::new();
+    for &bytes in &args.partition_bytes {
+        rows.push(runtime.block_on(measure(args, bytes))?);
+    }
+    println!(
+        "lookup: {} reads per size at random offsets, log reopened every {} reads (cold log \
+         memory, warm OS page cache), batches of {} records x {} bytes",
+        args.reads, args.reads_per_open, args.records_per_batch, args.record_bytes
+    );
+    println!(
+        "load average before {load_before:?}, after {:?}",
+        system::load_average()
+    );
+    for row in rows {
+        println!("{row}");
+    }
+    Ok(())
+}
+
+async fn measure(args: &LookupArgs, bytes: u64) -> Result<String> {
+    let dir = args
+        .dir
+        .join(format!("strata-lookup-{}-{bytes}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    let url = format!("file://{}", dir.display());
+    let store: Arc<dyn ObjectStore> = StoreRegistry::with_builtins()
+        .open(&url)
+        .with_context(|| format!("open {url}"))?;
+    let tp = TopicPartition::new("lookup", 0);
+
+    let filled_at = Instant::now();
+    let log = open(&store).await?;
+    log.create_topic("lookup", Some(1), BTreeMap::new(), false)
+        .await
+        .context("create the topic")?;
+    let records: Vec<SimpleRecord> = (0..args.records_per_batch)
+        .map(|_| SimpleRecord {
+            key: None,
+            value: Some(Bytes::from(vec![0x5a; args.record_bytes])),
+        })
+        .collect();
+    // Stamped now: records from 1970 would be expired by time-based retention mid-fill.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default();
+    let batch = build_batch(&records, now_ms);
+    let batches = bytes.div_ceil(batch.len() as u64);
+    let acks = Acks::Durable {
+        timeout: Duration::from_secs(60),
+    };
+    let mut pending = Vec::with_capacity(PIPELINE);
+    for _ in 0..batches {
+        pending.push(log.enqueue(&tp, batch.clone(), acks).await?);
+        if pending.len() == PIPELINE {
+            for ticket in pending.drain(..) {
+                ticket.wait().await?;
+            }
+        }
+    }
+    for ticket in pending.drain(..) {
+        ticket.wait().await?;
+    }
+    log.shutdown().await.context("shut down (compact)")?;
+    let fill = filled_at.elapsed();
+
+    let mut histogram = Histogram::<u64>::new(3).context("histogram")?;
+    let mut rng_state = 0x9e37_79b9_7f4a_7c15_u64 ^ bytes;
+    let mut done = 0;
+    let mut high = 0;
+    while done < args.reads {
+        let log = open(&store).await?;
+        high = log.watermarks(&tp)?.high.0;
+        for _ in 0..args.reads_per_open.min(args.reads - done) {
+            // xorshift: reproducible offsets without another dependency.
+            rng_state ^= rng_state << 13;
+            rng_state ^= rng_state >> 7;
+            rng_state ^= rng_state << 17;
+            let offset = (rng_state % high.max(1) as u64) as i64;
+            let started = Instant::now();
+            let out = log.read(&tp, Offset(offset), 1, true).await?;
+            let took = started.elapsed();
+            anyhow::ensure!(
+                !out.batches.is_empty(),
+                "no batch at offset {offset} of {high}"
+            );
+            histogram.record(took.as_micros().max(1) as u64)?;
+            done += 1;
+        }
+        log.shutdown().await?;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(format!(
+        "{} MB ({high} records, filled in {:.1} s): read at a random offset p50 {:.3} ms, \
+         p99 {:.3} ms, max {:.3} ms",
+        bytes / 1_000_000,
+        fill.as_secs_f64(),
+        histogram.value_at_quantile(0.5) as f64 / 1e3,
+        histogram.value_at_quantile(0.99) as f64 / 1e3,
+        histogram.max() as f64 / 1e3,
+    ))
+}
+
+async fn open(store: &Arc<dyn ObjectStore>) -> Result<Arc<LogManager>> {
+    LogManager::open(
+        Arc::clone(store),
+        SystemClock::shared(),
+        LogConfig::default(),
+        BrokerId(0),
+    )
+    .await
+    .context("open the log")
+}
