@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
@@ -25,6 +25,7 @@ use strata_storage::{ObjectStore, StoreRegistry};
 use strata_wire::builder::{build_batch, SimpleRecord};
 
 use crate::cli::LookupArgs;
+use crate::clock;
 use crate::system;
 
 /// Appends waited for together: enough to keep the group commit busy.
@@ -67,7 +68,7 @@ async fn measure(args: &LookupArgs, bytes: u64) -> Result<String> {
         .with_context(|| format!("open {url}"))?;
     let tp = TopicPartition::new("lookup", 0);
 
-    let filled_at = Instant::now();
+    let filled_at = clock::now();
     let log = open(&store).await?;
     log.create_topic("lookup", Some(1), BTreeMap::new(), false)
         .await
@@ -79,10 +80,7 @@ async fn measure(args: &LookupArgs, bytes: u64) -> Result<String> {
         })
         .collect();
     // Stamped now: records from 1970 would be expired by time-based retention mid-fill.
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default();
+    let now_ms = (clock::unix_seconds() * 1000.0) as i64;
     let batch = build_batch(&records, now_ms);
     let batches = bytes.div_ceil(batch.len() as u64);
     let acks = Acks::Durable {
@@ -116,7 +114,7 @@ async fn measure(args: &LookupArgs, bytes: u64) -> Result<String> {
             rng_state ^= rng_state >> 7;
             rng_state ^= rng_state << 17;
             let offset = (rng_state % high.max(1) as u64) as i64;
-            let started = Instant::now();
+            let started = clock::now();
             let out = log.read(&tp, Offset(offset), 1, true).await?;
             let took = started.elapsed();
             anyhow::ensure!(
