@@ -594,6 +594,17 @@ async fn the_collector_removes_what_crashed_incarnations_left_and_nothing_still_
 /// order, and the producers only ever saw retriable errors.
 #[tokio::test]
 async fn injected_storage_faults_lose_no_acknowledged_record() {
+    faults_lose_no_acknowledged_record(usize::MAX).await;
+}
+
+/// The same with segments of a few batches: compaction runs many bounded passes, each a
+/// segment, index chunks and a manifest that may fail or land ambiguously in between.
+#[tokio::test]
+async fn injected_storage_faults_lose_nothing_with_many_small_compaction_passes() {
+    faults_lose_no_acknowledged_record(200).await;
+}
+
+async fn faults_lose_no_acknowledged_record(segment_bytes: usize) {
     use strata_storage::{
         FaultConfig, FaultInjectingStore, InjectedError, OpFaults, RetryPolicy, StackConfig,
         StorageStack,
@@ -629,6 +640,7 @@ async fn injected_storage_faults_lose_no_acknowledged_record() {
     );
     let mut cfg = config();
     cfg.segment_interval = Duration::from_millis(30);
+    cfg.segment_bytes = segment_bytes;
     // Opening may itself hit injected faults: retry it like an operator's supervisor would.
     let log = loop {
         match LogManager::open(
