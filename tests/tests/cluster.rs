@@ -273,6 +273,24 @@ impl Cluster {
             .expect("a number")
     }
 
+    /// `strata partitions move TOPIC PARTITION --to TARGET`, which must succeed; returns what it
+    /// printed.
+    fn move_partition(&self, topic: &str, partition: i32, target: i32) -> String {
+        let (partition_text, target_text) = (partition.to_string(), target.to_string());
+        let finished = self.admin_command(&[
+            "partitions",
+            "move",
+            topic,
+            &partition_text,
+            "--to",
+            &target_text,
+            "--timeout",
+            "20s",
+        ]);
+        finished.assert_success(&format!("strata partitions move {topic} {partition}"));
+        finished.stdout.trim().to_string()
+    }
+
     fn admin_command(&self, args: &[&str]) -> Finished {
         let mut command = Command::new(strata_binary());
         command.args(args).arg("--storage").arg(self.storage.url());
@@ -901,21 +919,7 @@ async fn migration_in_a_loop_while_producing_loses_nothing() {
         let target = others[rng.random_range(0..others.len())];
 
         let started = Instant::now();
-        let partition_text = partition.to_string();
-        let target_text = target.to_string();
-        let finished = tokio::task::block_in_place(|| {
-            cluster.admin_command(&[
-                "partitions",
-                "move",
-                topic,
-                &partition_text,
-                "--to",
-                &target_text,
-                "--timeout",
-                "20s",
-            ])
-        });
-        finished.assert_success(&format!("strata partitions move {topic} {partition}"));
+        let said = tokio::task::block_in_place(|| cluster.move_partition(topic, partition, target));
         let command_took = started.elapsed();
         // Every broker's Metadata must now name the target.
         for &id in &ids {
@@ -942,8 +946,7 @@ async fn migration_in_a_loop_while_producing_loses_nothing() {
         let resumed_at = Instant::now();
         eprintln!(
             "move {round}/{MOVES}: {topic}/{partition} {owner} -> {target}: command took \
-             {command_took:?} and said {:?}",
-            finished.stdout.trim()
+             {command_took:?} and said {said:?}"
         );
         moves.push((partition, started, resumed_at));
     }
@@ -1346,20 +1349,7 @@ async fn an_idempotent_producer_across_moves_and_a_failover_stores_every_record_
             .unwrap_or_else(|| panic!("no owner of {topic}/{partition}"));
         let others: Vec<i32> = ids.iter().copied().filter(|&id| id != owner).collect();
         let target = others[rng.random_range(0..others.len())];
-        let (partition_text, target_text) = (partition.to_string(), target.to_string());
-        let finished = tokio::task::block_in_place(|| {
-            cluster.admin_command(&[
-                "partitions",
-                "move",
-                topic,
-                &partition_text,
-                "--to",
-                &target_text,
-                "--timeout",
-                "20s",
-            ])
-        });
-        finished.assert_success(&format!("strata partitions move {topic} {partition}"));
+        tokio::task::block_in_place(|| cluster.move_partition(topic, partition, target));
         let since = stream.progress();
         stream
             .wait_for_more_acks(
