@@ -1222,6 +1222,25 @@ async fn a_paused_broker_is_fenced_and_never_acknowledges_after_takeover() {
         !status.success(),
         "a fenced broker exits with a failure status, got {status}"
     );
+    // It withdrew its registration on the way out, so the survivors stop advertising it to
+    // clients at their next listing rather than a lease later.
+    assert!(
+        !cluster
+            .broker(victim)
+            .log_lines_containing("withdrew this broker's registration")
+            .is_empty(),
+        "the fenced broker should withdraw its registration\n{}",
+        cluster.broker(victim).log_tail()
+    );
+    tokio::task::block_in_place(|| {
+        for &id in &survivors {
+            wait_until(
+                &format!("broker {id} stops listing the exited broker {victim}"),
+                DEADLINE,
+                || (!cluster.metadata_from(id, None).brokers.contains(&victim)).then_some(()),
+            );
+        }
+    });
 
     let since = stream.progress();
     stream

@@ -427,6 +427,31 @@ impl ClusterNode {
         self.stop_tasks();
     }
 
+    /// After being fenced: stops everything and withdraws our registration if it is still
+    /// ours, so the other brokers stop advertising this one to clients (Metadata) at their
+    /// next listing instead of a lease later — clients would otherwise keep trying to connect
+    /// to a process that is gone. Nothing is handed over: our successors already fenced us and
+    /// took what we held.
+    pub async fn withdraw(&self, patience: Duration) {
+        if let Some(watchdog) = lock_watchdog(&self.watchdog).take() {
+            watchdog.abort();
+        }
+        self.stop_tasks();
+        if let Some(runner) = self.runner.lock().await.take() {
+            let _ = runner.stop().await;
+        }
+        if let Some(membership) = self.membership.lock().await.take() {
+            match tokio::time::timeout(patience, membership.leave()).await {
+                Ok(Ok(())) => info!("withdrew this broker's registration"),
+                Ok(Err(e)) => warn!(error = %e, "could not withdraw this broker's registration"),
+                Err(_) => warn!(
+                    ?patience,
+                    "withdrawing this broker's registration timed out"
+                ),
+            }
+        }
+    }
+
     /// Stops every task without releasing or leaving: to the others this broker simply died
     /// (its lease lapses, its stream gets sealed). For tests of failover.
     pub async fn halt(&self) {

@@ -18,6 +18,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -360,10 +361,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             };
             tokio::select! {
                 () = broker.serve(listener, stopped) => {}
-                reason = node.fatal() => anyhow::bail!(
-                    "fenced out of the cluster ({reason}); exiting so that a supervisor \
-                     restarts this broker as a new incarnation"
-                ),
+                reason = node.fatal() => {
+                    node.withdraw(Duration::from_secs(2)).await;
+                    anyhow::bail!(
+                        "fenced out of the cluster ({reason}); exiting so that a supervisor \
+                         restarts this broker as a new incarnation"
+                    )
+                }
             }
         }
     }
