@@ -1416,3 +1416,52 @@ async fn an_idempotent_producer_across_moves_and_a_failover_stores_every_record_
         "exactly the acknowledged records are stored (seed {seed})"
     );
 }
+
+/// Creating a topic (or partitions) announces the change through storage, so brokers claim the
+/// new partitions at their next move watch instead of their next full ownership round. Here a
+/// full round comes only every five minutes, far beyond the producer's delivery timeout: the
+/// records are acknowledged only if the announcement works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_topics_and_partitions_are_served_without_waiting_for_a_full_round() {
+    let broker = StrataProcess::start_with(StrataOptions::default().with_args([
+        "--cluster",
+        "true",
+        "--lease-period",
+        "10m",
+        "--ownership-interval",
+        "5m",
+    ]));
+    let bootstrap = broker.bootstrap();
+    let fast = producer(&bootstrap, &[("message.timeout.ms", "30000")]);
+    let topic = "announced";
+    create_topic(&bootstrap, topic, 2, &[]).await;
+    let records: Vec<_> = strata_tests::records::varied_records(2)
+        .into_iter()
+        .enumerate()
+        .map(|(p, r)| (Some(p as i32), r))
+        .collect();
+    let acked = strata_tests::clients::produce_all(&fast, topic, &records).await;
+    assert_eq!(acked.len(), 2);
+
+    // More partitions for the same topic are announced the same way.
+    let admin = strata_tests::clients::admin(&bootstrap);
+    let results = admin
+        .create_partitions(
+            &[rdkafka::admin::NewPartitions::new(topic, 3)],
+            &rdkafka::admin::AdminOptions::new(),
+        )
+        .await
+        .expect("CreatePartitions");
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    let third: Vec<_> = strata_tests::records::varied_records(1)
+        .into_iter()
+        .map(|r| (Some(2), r))
+        .collect();
+    // A new client: the first one caches the old partition count for a while.
+    tokio::task::block_in_place(|| {
+        strata_tests::clients::wait_for_partitions(&bootstrap, topic, 3)
+    });
+    let fresh = producer(&bootstrap, &[("message.timeout.ms", "30000")]);
+    let acked = strata_tests::clients::produce_all(&fresh, topic, &third).await;
+    assert_eq!((acked[0].partition, acked[0].offset), (2, 0));
+}

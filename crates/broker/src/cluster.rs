@@ -311,6 +311,13 @@ impl ClusterNode {
         }
     }
 
+    /// A topic or partitions were created or deleted here: every broker (this one included)
+    /// runs a full ownership round within its move watch interval, so new partitions are
+    /// served in milliseconds rather than after the next regular round.
+    pub async fn announce_topology_change(&self) {
+        self.ownership.announce_change().await;
+    }
+
     /// Membership and ownership-change figures for `/metrics`.
     pub fn metrics(&self) -> ClusterMetrics {
         ClusterMetrics {

@@ -401,6 +401,14 @@ impl Ownership {
         Ok(())
     }
 
+    /// Tells every broker to run a full round now: the set of resources changed (a topic or
+    /// partitions created or deleted), so where they belong changed too. Rewrites the same
+    /// marker as an override change; logged, not returned, on failure (the next full round
+    /// finds the change anyway).
+    pub async fn announce_change(&self) {
+        self.bump_placement_changes().await;
+    }
+
     /// Rewrites `cluster/placement-changes` after an override changed, so that every broker's
     /// move watch ([`crate::OwnershipRunner::watch`]) runs a full round now rather than at its
     /// next regular one. Always *after* the override itself: a broker that sees the new marker

@@ -125,6 +125,7 @@ pub(crate) async fn topic_or_auto_create(
                 partitions = info.partitions,
                 "auto-created topic"
             );
+            announce_topology_change(broker).await;
             Ok(info)
         }
         Err(LogError::TopicAlreadyExists(_)) => broker
@@ -132,6 +133,14 @@ pub(crate) async fn topic_or_auto_create(
             .topic(name)
             .ok_or(LogError::UnknownTopicOrPartition),
         Err(e) => Err(e),
+    }
+}
+
+/// In cluster mode, tells every broker that partitions appeared or went away (see
+/// [`crate::cluster::ClusterNode::announce_topology_change`]).
+pub(crate) async fn announce_topology_change(broker: &Broker) {
+    if let Some(node) = broker.cluster() {
+        node.announce_topology_change().await;
     }
 }
 

@@ -134,6 +134,7 @@ async fn create_one(
             partitions = created.partitions,
             "created topic"
         );
+        super::announce_topology_change(broker).await;
     }
     Ok(created)
 }
@@ -250,12 +251,13 @@ pub(crate) async fn delete_topics(
             None => Ok(info),
         });
         let outcome = match resolved {
-            Ok(info) => broker
-                .log
-                .delete_topic(&info.name)
-                .await
-                .map(|()| info)
-                .map_err(|e| (error_code(&e), e.to_string())),
+            Ok(info) => match broker.log.delete_topic(&info.name).await {
+                Ok(()) => {
+                    super::announce_topology_change(broker).await;
+                    Ok(info)
+                }
+                Err(e) => Err((error_code(&e), e.to_string())),
+            },
             Err(e) => Err(e),
         };
         match outcome {
@@ -323,11 +325,15 @@ pub(crate) async fn create_partitions(
                 format!("new partitions must each be assigned to broker {me} alone"),
             ))
         } else {
-            broker
+            let created = broker
                 .log
                 .create_partitions(&name, topic.count, request.validate_only)
                 .await
-                .map_err(|e| (error_code(&e), e.to_string()))
+                .map_err(|e| (error_code(&e), e.to_string()));
+            if created.is_ok() && !request.validate_only {
+                super::announce_topology_change(broker).await;
+            }
+            created
         };
         let mut result = CreatePartitionsTopicResult::default();
         result.name = topic.name;
