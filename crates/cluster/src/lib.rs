@@ -79,6 +79,8 @@ pub mod runner;
 mod poll_cost;
 #[cfg(test)]
 mod sim;
+#[cfg(test)]
+mod testkit;
 
 pub use controller::{Action, ControllerConfig, Event, Failure, OwnershipController, StopReason};
 pub use error::{ClusterError, ClusterResult};

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -19,10 +19,8 @@ use strata_storage::{
     StorageResult, Version,
 };
 
-use crate::{
-    Claimant, ClusterResult, ControllerConfig, Incarnation, LocalBroker, Membership,
-    MembershipConfig, Ownership, OwnershipRunner, ResourceHost, RunnerConfig, StopReason,
-};
+use crate::testkit::{node, serving, Node};
+use crate::Ownership;
 
 const RESOURCES: usize = 1000;
 const MOVES: usize = 10;
@@ -31,82 +29,22 @@ const ROUNDS: u64 = 10;
 const WATCHES_PER_ROUND: u64 = 25;
 const ROUND: Duration = Duration::from_millis(250);
 
-#[derive(Debug, Clone)]
-struct Host {
-    resources: Arc<BTreeSet<String>>,
-    serving: Arc<Mutex<BTreeMap<String, Epoch>>>,
-}
-
-#[async_trait]
-impl ResourceHost for Host {
-    async fn resources(&self) -> ClusterResult<BTreeSet<String>> {
-        Ok((*self.resources).clone())
-    }
-    async fn start_serving(&self, resource: &str, epoch: Epoch) -> ClusterResult<()> {
-        self.serving
-            .lock()
-            .unwrap()
-            .insert(resource.to_string(), epoch);
-        Ok(())
-    }
-    async fn stop_serving(&self, resource: &str, _: StopReason) -> ClusterResult<()> {
-        self.serving.lock().unwrap().remove(resource);
-        Ok(())
-    }
-}
-
+/// One broker: membership and ownership runner, plus the owner cache its Metadata answers
+/// from, which reads through an `Ownership` of its own.
 struct Broker {
-    membership: Membership,
-    runner: OwnershipRunner<Host>,
-    /// The broker's owner cache (Metadata answers from it) reads through its own `Ownership`.
+    node: Node,
     owners: Ownership,
-    serving: Arc<Mutex<BTreeMap<String, Epoch>>>,
 }
 
 fn broker(
     store: &Arc<dyn ObjectStore>,
     clock: &Arc<ManualClock>,
     id: i32,
-    resources: &Arc<BTreeSet<String>>,
+    resources: &BTreeSet<String>,
 ) -> Broker {
-    let incarnation = Incarnation(id as u64);
-    let membership = Membership::new(
-        store.clone(),
-        clock.clone(),
-        MembershipConfig::default(),
-        LocalBroker {
-            node_id: BrokerId(id),
-            host: "h".into(),
-            port: 1,
-            incarnation,
-        },
-    )
-    .unwrap();
-    let serving = Arc::new(Mutex::new(BTreeMap::new()));
-    let runner = OwnershipRunner::new(
-        store.clone(),
-        clock.clone(),
-        Claimant {
-            broker: BrokerId(id),
-            incarnation,
-            stream: None,
-        },
-        ControllerConfig {
-            placement_settle: Duration::ZERO,
-            ..ControllerConfig::default()
-        },
-        RunnerConfig::default(),
-        membership.subscribe(),
-        Host {
-            resources: resources.clone(),
-            serving: serving.clone(),
-        },
-    );
     Broker {
-        membership,
-        runner,
+        node: node(store, clock, id, resources),
         owners: Ownership::new(store.clone()),
-        serving,
     }
 }
 
@@ -127,12 +65,12 @@ async fn settle(brokers: &mut [Broker], clock: &ManualClock) {
     for _ in 0..4 {
         clock.advance(ROUND);
         for b in brokers.iter_mut() {
-            b.membership.heartbeat().await.unwrap();
-            b.membership.refresh().await.unwrap();
+            b.node.membership.heartbeat().await.unwrap();
+            b.node.membership.refresh().await.unwrap();
         }
         for b in brokers.iter_mut() {
-            b.runner.observe().await.unwrap();
-            b.runner.act().await;
+            b.node.runner.observe().await.unwrap();
+            b.node.runner.act().await;
         }
     }
 }
@@ -140,7 +78,7 @@ async fn settle(brokers: &mut [Broker], clock: &ManualClock) {
 fn served(brokers: &[Broker]) -> Vec<BTreeMap<String, Epoch>> {
     brokers
         .iter()
-        .map(|b| b.serving.lock().unwrap().clone())
+        .map(|b| b.node.runner.host().serving.lock().unwrap().clone())
         .collect()
 }
 
@@ -204,22 +142,20 @@ async fn poll_cost(backend: Arc<dyn ObjectStore>, name: &str) -> [[u64; 3]; 3] {
     let metered = Arc::new(MetricsStore::new(backend, clock.clone()));
     let metrics = Arc::clone(metered.metrics());
     let store: Arc<dyn ObjectStore> = metered;
-    let resources: Arc<BTreeSet<String>> = Arc::new(
-        (0..RESOURCES)
-            .map(|i| format!("t{}/{}", i / 100, i % 100))
-            .collect(),
-    );
+    let resources: BTreeSet<String> = (0..RESOURCES)
+        .map(|i| format!("t{}/{}", i / 100, i % 100))
+        .collect();
     let mut brokers = vec![
         broker(&store, &clock, 1, &resources),
         broker(&store, &clock, 2, &resources),
     ];
     for b in &mut brokers {
-        b.membership.try_register().await.unwrap();
+        b.node.membership.try_register().await.unwrap();
     }
     settle(&mut brokers, &clock).await;
     // Some past moves: their overrides stay behind.
     let mover = Ownership::new(store.clone());
-    let on_first: Vec<String> = brokers[0].serving.lock().unwrap().keys().cloned().collect();
+    let on_first: Vec<String> = serving(&brokers[0].node).into_iter().collect();
     for resource in on_first.iter().take(MOVES) {
         mover
             .set_placement_override(resource, BrokerId(2))
@@ -235,7 +171,7 @@ async fn poll_cost(backend: Arc<dyn ObjectStore>, name: &str) -> [[u64; 3]; 3] {
     );
     // One warm-up round fills whatever the pollers cache.
     for b in brokers.iter_mut() {
-        b.runner.watch().await.unwrap();
+        b.node.runner.watch().await.unwrap();
         b.owners.list("").await.unwrap();
     }
 
@@ -243,16 +179,16 @@ async fn poll_cost(backend: Arc<dyn ObjectStore>, name: &str) -> [[u64; 3]; 3] {
     let (mut observe, mut watch, mut list) = ([0; 3], [0; 3], [0; 3]);
     for _ in 0..ROUNDS {
         clock.advance(ROUND);
-        b.membership.heartbeat().await.unwrap();
-        b.membership.refresh().await.unwrap();
+        b.node.membership.heartbeat().await.unwrap();
+        b.node.membership.refresh().await.unwrap();
         let start = counts(&metrics);
-        b.runner.observe().await.unwrap();
-        b.runner.act().await;
+        b.node.runner.observe().await.unwrap();
+        b.node.runner.act().await;
         add(&mut observe, since(&metrics, &start));
         for _ in 0..WATCHES_PER_ROUND {
             let start = counts(&metrics);
-            b.runner.watch().await.unwrap();
-            b.runner.act().await;
+            b.node.runner.watch().await.unwrap();
+            b.node.runner.act().await;
             add(&mut watch, since(&metrics, &start));
         }
         let start = counts(&metrics);

@@ -434,106 +434,11 @@ mod tests {
     use super::*;
     use crate::fence::parse_seal;
     use crate::keys::wal_key;
-    use crate::membership::{Incarnation, LocalBroker, Membership, MembershipConfig};
     use crate::placement::assign;
-    use std::sync::Mutex;
+    use crate::testkit::{node, round, serving, Node};
     use strata_core::clock::ManualClock;
     use strata_core::BrokerId;
     use strata_storage::MemoryStore;
-
-    /// A host that records what it was told.
-    #[derive(Debug, Clone, Default)]
-    struct Recorder {
-        resources: BTreeSet<String>,
-        serving: Arc<Mutex<BTreeMap<String, Epoch>>>,
-        stops: Arc<Mutex<Vec<(String, StopReason)>>>,
-    }
-
-    #[async_trait]
-    impl ResourceHost for Recorder {
-        async fn resources(&self) -> ClusterResult<BTreeSet<String>> {
-            Ok(self.resources.clone())
-        }
-        async fn start_serving(&self, resource: &str, epoch: Epoch) -> ClusterResult<()> {
-            self.serving
-                .lock()
-                .unwrap()
-                .insert(resource.to_string(), epoch);
-            Ok(())
-        }
-        async fn stop_serving(&self, resource: &str, reason: StopReason) -> ClusterResult<()> {
-            self.serving.lock().unwrap().remove(resource);
-            self.stops
-                .lock()
-                .unwrap()
-                .push((resource.to_string(), reason));
-            Ok(())
-        }
-    }
-
-    struct Node {
-        membership: Membership,
-        runner: OwnershipRunner<Recorder>,
-    }
-
-    fn node(
-        store: &Arc<dyn ObjectStore>,
-        clock: &Arc<ManualClock>,
-        id: i32,
-        names: &BTreeSet<String>,
-    ) -> Node {
-        let incarnation = Incarnation(id as u64 * 1000);
-        let membership = Membership::new(
-            store.clone(),
-            clock.clone(),
-            MembershipConfig::default(),
-            LocalBroker {
-                node_id: BrokerId(id),
-                host: "h".into(),
-                port: 1,
-                incarnation,
-            },
-        )
-        .unwrap();
-        let runner = OwnershipRunner::new(
-            store.clone(),
-            clock.clone(),
-            Claimant {
-                broker: BrokerId(id),
-                incarnation,
-                stream: Some(id as u32),
-            },
-            ControllerConfig {
-                placement_settle: Duration::ZERO,
-                ..ControllerConfig::default()
-            },
-            RunnerConfig::default(),
-            membership.subscribe(),
-            Recorder {
-                resources: names.clone(),
-                ..Recorder::default()
-            },
-        );
-        Node { membership, runner }
-    }
-
-    async fn round(node: &mut Node) {
-        node.membership.heartbeat().await.unwrap();
-        node.membership.refresh().await.unwrap();
-        node.runner.observe().await.unwrap();
-        node.runner.act().await;
-    }
-
-    fn serving(node: &Node) -> BTreeSet<String> {
-        node.runner
-            .host()
-            .serving
-            .lock()
-            .unwrap()
-            .keys()
-            .cloned()
-            .collect()
-    }
 
     #[tokio::test]
     async fn brokers_split_by_placement_and_a_dead_owners_stream_is_sealed_before_takeover() {

@@ -1,0 +1,111 @@
+//! Test scaffolding shared by the runner's tests and the polling-cost test: a resource host
+//! that records what it is told, and a broker (membership + ownership runner) built on it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use strata_core::clock::ManualClock;
+use strata_core::{BrokerId, Epoch};
+use strata_storage::ObjectStore;
+
+use crate::membership::{Incarnation, LocalBroker, Membership, MembershipConfig};
+use crate::{
+    Claimant, ClusterResult, ControllerConfig, OwnershipRunner, ResourceHost, RunnerConfig,
+    StopReason,
+};
+
+/// A host that records what it was told.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Recorder {
+    pub resources: BTreeSet<String>,
+    pub serving: Arc<Mutex<BTreeMap<String, Epoch>>>,
+    pub stops: Arc<Mutex<Vec<(String, StopReason)>>>,
+}
+
+#[async_trait]
+impl ResourceHost for Recorder {
+    async fn resources(&self) -> ClusterResult<BTreeSet<String>> {
+        Ok(self.resources.clone())
+    }
+    async fn start_serving(&self, resource: &str, epoch: Epoch) -> ClusterResult<()> {
+        self.serving
+            .lock()
+            .unwrap()
+            .insert(resource.to_string(), epoch);
+        Ok(())
+    }
+    async fn stop_serving(&self, resource: &str, reason: StopReason) -> ClusterResult<()> {
+        self.serving.lock().unwrap().remove(resource);
+        self.stops
+            .lock()
+            .unwrap()
+            .push((resource.to_string(), reason));
+        Ok(())
+    }
+}
+
+pub(crate) struct Node {
+    pub membership: Membership,
+    pub runner: OwnershipRunner<Recorder>,
+}
+
+pub(crate) fn node(
+    store: &Arc<dyn ObjectStore>,
+    clock: &Arc<ManualClock>,
+    id: i32,
+    names: &BTreeSet<String>,
+) -> Node {
+    let incarnation = Incarnation(id as u64 * 1000);
+    let membership = Membership::new(
+        store.clone(),
+        clock.clone(),
+        MembershipConfig::default(),
+        LocalBroker {
+            node_id: BrokerId(id),
+            host: "h".into(),
+            port: 1,
+            incarnation,
+        },
+    )
+    .unwrap();
+    let runner = OwnershipRunner::new(
+        store.clone(),
+        clock.clone(),
+        Claimant {
+            broker: BrokerId(id),
+            incarnation,
+            stream: Some(id as u32),
+        },
+        ControllerConfig {
+            placement_settle: Duration::ZERO,
+            ..ControllerConfig::default()
+        },
+        RunnerConfig::default(),
+        membership.subscribe(),
+        Recorder {
+            resources: names.clone(),
+            ..Recorder::default()
+        },
+    );
+    Node { membership, runner }
+}
+
+pub(crate) async fn round(node: &mut Node) {
+    node.membership.heartbeat().await.unwrap();
+    node.membership.refresh().await.unwrap();
+    node.runner.observe().await.unwrap();
+    node.runner.act().await;
+}
+
+pub(crate) fn serving(node: &Node) -> BTreeSet<String> {
+    node.runner
+        .host()
+        .serving
+        .lock()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect()
+}
