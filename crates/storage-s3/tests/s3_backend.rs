@@ -292,57 +292,5 @@ async fn measure_op_latencies() {
         return;
     };
     let store = S3Store::from_url(&url).unwrap();
-    let prefix = unique("measure");
-    const N: usize = 200;
-    let data = Bytes::from(vec![7u8; 4096]);
-    let mut create = Vec::new();
-    let mut cas = Vec::new();
-    let mut get = Vec::new();
-    let mut range = Vec::new();
-    let mut delete = Vec::new();
-    for i in 0..N {
-        let k = key(&format!("{prefix}/{i:05}"));
-        let t = tokio::time::Instant::now();
-        let v = store.put(&k, data.clone(), PutMode::Create).await.unwrap();
-        create.push(t.elapsed());
-        let t = tokio::time::Instant::now();
-        store
-            .put(&k, data.clone(), PutMode::Update(v))
-            .await
-            .unwrap();
-        cas.push(t.elapsed());
-        let t = tokio::time::Instant::now();
-        store.get(&k).await.unwrap();
-        get.push(t.elapsed());
-        let t = tokio::time::Instant::now();
-        store.get_range(&k, 100..1100).await.unwrap();
-        range.push(t.elapsed());
-    }
-    let t = tokio::time::Instant::now();
-    let listed = store.list(&format!("{prefix}/")).await.unwrap();
-    let list_time = t.elapsed();
-    assert_eq!(listed.len(), N);
-    for i in 0..N {
-        let t = tokio::time::Instant::now();
-        store
-            .delete(&key(&format!("{prefix}/{i:05}")))
-            .await
-            .unwrap();
-        delete.push(t.elapsed());
-    }
-    for (name, mut samples) in [
-        ("put create 4KiB", create),
-        ("put CAS 4KiB", cas),
-        ("get 4KiB", get),
-        ("get_range 1000B", range),
-        ("delete", delete),
-    ] {
-        samples.sort();
-        eprintln!(
-            "{name:>16}: p50 {:?}  p99 {:?}  (n={N})",
-            samples[N / 2],
-            samples[N * 99 / 100]
-        );
-    }
-    eprintln!("list of {N}: {list_time:?}");
+    strata_storage::conformance::measure_op_latencies(&store, &unique("measure"), 200, "").await;
 }

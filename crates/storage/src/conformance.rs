@@ -864,6 +864,64 @@ impl Check {
     }
 }
 
+/// Not a check: times `n` rounds of create, compare-and-swap, get and ranged get of 4 KiB
+/// objects under `prefix`, one listing of them and their deletion, and prints p50/p99 per
+/// operation (the per-operation figures in docs/BENCHMARKS.md). Backends' tests run it on
+/// demand (`--ignored`); `list_note` says what a listing costs on that backend.
+pub async fn measure_op_latencies(
+    store: &dyn ObjectStore,
+    prefix: &str,
+    n: usize,
+    list_note: &str,
+) {
+    let key = |i: usize| ObjectKey::new(format!("{prefix}/{i:05}")).unwrap();
+    let data = Bytes::from(vec![7u8; 4096]);
+    let (mut create, mut cas, mut get, mut range, mut delete) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for i in 0..n {
+        let k = key(i);
+        let t = tokio::time::Instant::now();
+        let v = store.put(&k, data.clone(), PutMode::Create).await.unwrap();
+        create.push(t.elapsed());
+        let t = tokio::time::Instant::now();
+        store
+            .put(&k, data.clone(), PutMode::Update(v))
+            .await
+            .unwrap();
+        cas.push(t.elapsed());
+        let t = tokio::time::Instant::now();
+        store.get(&k).await.unwrap();
+        get.push(t.elapsed());
+        let t = tokio::time::Instant::now();
+        store.get_range(&k, 100..1100).await.unwrap();
+        range.push(t.elapsed());
+    }
+    let t = tokio::time::Instant::now();
+    let listed = store.list(&format!("{prefix}/")).await.unwrap();
+    let list_time = t.elapsed();
+    assert_eq!(listed.len(), n);
+    for i in 0..n {
+        let t = tokio::time::Instant::now();
+        store.delete(&key(i)).await.unwrap();
+        delete.push(t.elapsed());
+    }
+    for (name, mut samples) in [
+        ("put create 4KiB", create),
+        ("put CAS 4KiB", cas),
+        ("get 4KiB", get),
+        ("get_range 1000B", range),
+        ("delete", delete),
+    ] {
+        samples.sort();
+        eprintln!(
+            "{name:>16}: p50 {:?}  p99 {:?}  (n={n})",
+            samples[n / 2],
+            samples[n * 99 / 100]
+        );
+    }
+    eprintln!("list of {n}{list_note}: {list_time:?}");
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
