@@ -48,6 +48,7 @@ pub(crate) async fn create_topics(
         .collect();
 
     let mut results = Vec::with_capacity(request.topics.len());
+    let mut created_any = false;
     for topic in request.topics {
         let name = topic.name.clone();
         let outcome = if duplicates.contains(name.0.as_str()) {
@@ -58,7 +59,12 @@ pub(crate) async fn create_topics(
         } else {
             create_one(broker, topic, request.validate_only).await
         };
+        created_any |= outcome.is_ok() && !request.validate_only;
         results.push(creatable_result(name, outcome, v));
+    }
+    // Once per request, not per topic: one announcement covers every change before it.
+    if created_any {
+        super::announce_topology_change(broker).await;
     }
     let mut response = CreateTopicsResponse::default();
     response.topics = results;
@@ -134,7 +140,6 @@ async fn create_one(
             partitions = created.partitions,
             "created topic"
         );
-        super::announce_topology_change(broker).await;
     }
     Ok(created)
 }
@@ -229,6 +234,7 @@ pub(crate) async fn delete_topics(
             .collect()
     };
     let mut responses = Vec::with_capacity(targets.len());
+    let mut deleted_any = false;
     for (name, id) in targets {
         let mut result = DeletableTopicResult::default();
         let resolved = match (&name, id.is_nil()) {
@@ -251,15 +257,15 @@ pub(crate) async fn delete_topics(
             None => Ok(info),
         });
         let outcome = match resolved {
-            Ok(info) => match broker.log.delete_topic(&info.name).await {
-                Ok(()) => {
-                    super::announce_topology_change(broker).await;
-                    Ok(info)
-                }
-                Err(e) => Err((error_code(&e), e.to_string())),
-            },
+            Ok(info) => broker
+                .log
+                .delete_topic(&info.name)
+                .await
+                .map(|()| info)
+                .map_err(|e| (error_code(&e), e.to_string())),
             Err(e) => Err(e),
         };
+        deleted_any |= outcome.is_ok();
         match outcome {
             Ok(info) => {
                 info!(topic = %info.name, "deleted topic");
@@ -286,6 +292,9 @@ pub(crate) async fn delete_topics(
         }
         responses.push(result);
     }
+    if deleted_any {
+        super::announce_topology_change(broker).await;
+    }
     let mut response = DeleteTopicsResponse::default();
     response.responses = responses;
     response
@@ -305,6 +314,7 @@ pub(crate) async fn create_partitions(
         .map(|t| t.name.0.to_string())
         .collect();
     let mut results = Vec::with_capacity(request.topics.len());
+    let mut added_any = false;
     for topic in request.topics {
         let name = topic.name.0.to_string();
         let trivial = topic.assignments.as_ref().is_none_or(|assignments| {
@@ -325,16 +335,13 @@ pub(crate) async fn create_partitions(
                 format!("new partitions must each be assigned to broker {me} alone"),
             ))
         } else {
-            let created = broker
+            broker
                 .log
                 .create_partitions(&name, topic.count, request.validate_only)
                 .await
-                .map_err(|e| (error_code(&e), e.to_string()));
-            if created.is_ok() && !request.validate_only {
-                super::announce_topology_change(broker).await;
-            }
-            created
+                .map_err(|e| (error_code(&e), e.to_string()))
         };
+        added_any |= outcome.is_ok() && !request.validate_only;
         let mut result = CreatePartitionsTopicResult::default();
         result.name = topic.name;
         match outcome {
@@ -351,6 +358,9 @@ pub(crate) async fn create_partitions(
             }
         }
         results.push(result);
+    }
+    if added_any {
+        super::announce_topology_change(broker).await;
     }
     let mut response = CreatePartitionsResponse::default();
     response.results = results;
