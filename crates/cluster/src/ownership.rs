@@ -664,7 +664,7 @@ mod tests {
     }
 
     use strata_core::clock::ManualClock;
-    use strata_storage::{MetricsStore, ObjectMeta, OpKind, StorageMetrics, StorageResult};
+    use strata_storage::{MetricsStore, OpKind, StorageMetrics};
 
     /// A memory store behind the metrics wrapper, to count what a poll costs.
     fn counted() -> (Arc<dyn ObjectStore>, Arc<StorageMetrics>) {
@@ -764,44 +764,10 @@ mod tests {
         assert_eq!(spent, (0, 0));
     }
 
-    /// A backend whose listings carry no change tag (RADOS).
-    #[derive(Debug)]
-    struct Untagged(Arc<dyn ObjectStore>);
-
-    #[async_trait::async_trait]
-    impl ObjectStore for Untagged {
-        async fn put(&self, key: &ObjectKey, data: Bytes, mode: PutMode) -> StorageResult<Version> {
-            self.0.put(key, data, mode).await
-        }
-        async fn get(&self, key: &ObjectKey) -> StorageResult<(Bytes, Version)> {
-            self.0.get(key).await
-        }
-        async fn get_range(
-            &self,
-            key: &ObjectKey,
-            range: std::ops::Range<u64>,
-        ) -> StorageResult<Bytes> {
-            self.0.get_range(key, range).await
-        }
-        async fn list(&self, prefix: &str) -> StorageResult<Vec<ObjectMeta>> {
-            let mut listed = self.0.list(prefix).await?;
-            for meta in &mut listed {
-                meta.tag = None;
-            }
-            Ok(listed)
-        }
-        async fn delete(&self, key: &ObjectKey) -> StorageResult<()> {
-            self.0.delete(key).await
-        }
-        fn backend_name(&self) -> &'static str {
-            "untagged"
-        }
-    }
-
     #[tokio::test]
     async fn without_change_tags_everything_listed_is_read_every_time() {
         let (counted, metrics) = counted();
-        let store: Arc<dyn ObjectStore> = Arc::new(Untagged(counted));
+        let store: Arc<dyn ObjectStore> = Arc::new(crate::testkit::Untagged(counted));
         let poller = Ownership::new(store.clone());
         let me = claimant(1, 1);
         let held = poller.claim("t/0", &me, None).await.unwrap();

@@ -6,20 +6,14 @@
 //! the table.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use bytes::Bytes;
 use strata_core::clock::ManualClock;
 use strata_core::{BrokerId, Epoch};
-use strata_storage::{
-    MemoryStore, MetricsStore, ObjectKey, ObjectMeta, ObjectStore, OpKind, PutMode, StorageMetrics,
-    StorageResult, Version,
-};
+use strata_storage::{MemoryStore, MetricsStore, ObjectStore, OpKind, StorageMetrics};
 
-use crate::testkit::{node, serving, Node};
+use crate::testkit::{node, serving, Node, Untagged};
 use crate::Ownership;
 
 const RESOURCES: usize = 1000;
@@ -82,36 +76,6 @@ fn served(brokers: &[Broker]) -> Vec<BTreeMap<String, Epoch>> {
         .collect()
 }
 
-/// A backend whose listings carry no change tags, as RADOS: every listed object is read.
-#[derive(Debug)]
-struct Untagged(MemoryStore);
-
-#[async_trait]
-impl ObjectStore for Untagged {
-    async fn put(&self, key: &ObjectKey, data: Bytes, mode: PutMode) -> StorageResult<Version> {
-        self.0.put(key, data, mode).await
-    }
-    async fn get(&self, key: &ObjectKey) -> StorageResult<(Bytes, Version)> {
-        self.0.get(key).await
-    }
-    async fn get_range(&self, key: &ObjectKey, range: Range<u64>) -> StorageResult<Bytes> {
-        self.0.get_range(key, range).await
-    }
-    async fn list(&self, prefix: &str) -> StorageResult<Vec<ObjectMeta>> {
-        let mut listed = self.0.list(prefix).await?;
-        for meta in &mut listed {
-            meta.tag = None;
-        }
-        Ok(listed)
-    }
-    async fn delete(&self, key: &ObjectKey) -> StorageResult<()> {
-        self.0.delete(key).await
-    }
-    fn backend_name(&self) -> &'static str {
-        "untagged"
-    }
-}
-
 /// With change tags: while nothing changes a round costs the same whatever the number of
 /// partitions — two listings (records, overrides) for the full round, one small read per
 /// watch, one listing for the owner cache.
@@ -128,7 +92,7 @@ async fn polling_cost_per_round_when_nothing_changes() {
 #[tokio::test]
 async fn polling_cost_per_round_without_change_tags() {
     let [observe, watch, list] =
-        poll_cost(Arc::new(Untagged(MemoryStore::new())), "untagged").await;
+        poll_cost(Arc::new(Untagged(Arc::new(MemoryStore::new()))), "untagged").await;
     assert_eq!(observe[0], 2);
     assert!(observe[1] >= MOVES as u64 + RESOURCES as u64 / 3);
     assert_eq!(watch, [0, WATCHES_PER_ROUND, 0]);

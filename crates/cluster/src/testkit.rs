@@ -1,14 +1,17 @@
 //! Test scaffolding shared by the runner's tests and the polling-cost test: a resource host
-//! that records what it is told, and a broker (membership + ownership runner) built on it.
+//! that records what it is told, a broker (membership + ownership runner) built on it, and a
+//! store whose listings carry no change tags (as RADOS's).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use strata_core::clock::ManualClock;
 use strata_core::{BrokerId, Epoch};
-use strata_storage::ObjectStore;
+use strata_storage::{ObjectKey, ObjectMeta, ObjectStore, PutMode, StorageResult, Version};
 
 use crate::membership::{Incarnation, LocalBroker, Membership, MembershipConfig};
 use crate::{
@@ -108,4 +111,34 @@ pub(crate) fn serving(node: &Node) -> BTreeSet<String> {
         .keys()
         .cloned()
         .collect()
+}
+
+/// A store whose listings carry no change tags, as RADOS: every listed object must be read.
+#[derive(Debug)]
+pub(crate) struct Untagged(pub Arc<dyn ObjectStore>);
+
+#[async_trait]
+impl ObjectStore for Untagged {
+    async fn put(&self, key: &ObjectKey, data: Bytes, mode: PutMode) -> StorageResult<Version> {
+        self.0.put(key, data, mode).await
+    }
+    async fn get(&self, key: &ObjectKey) -> StorageResult<(Bytes, Version)> {
+        self.0.get(key).await
+    }
+    async fn get_range(&self, key: &ObjectKey, range: Range<u64>) -> StorageResult<Bytes> {
+        self.0.get_range(key, range).await
+    }
+    async fn list(&self, prefix: &str) -> StorageResult<Vec<ObjectMeta>> {
+        let mut listed = self.0.list(prefix).await?;
+        for meta in &mut listed {
+            meta.tag = None;
+        }
+        Ok(listed)
+    }
+    async fn delete(&self, key: &ObjectKey) -> StorageResult<()> {
+        self.0.delete(key).await
+    }
+    fn backend_name(&self) -> &'static str {
+        "untagged"
+    }
 }
