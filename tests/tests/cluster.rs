@@ -879,6 +879,24 @@ impl GroupMember {
     }
 }
 
+/// Three brokers (see [`Cluster::start`]) and a topic whose every partition has an owner:
+/// the cluster, its ids, a bootstrap list naming all of them, and the owner of each partition.
+async fn three_brokers_with_topic(
+    lease: &str,
+    heartbeat: &str,
+    topic: &str,
+    partitions: i32,
+) -> (Cluster, Vec<i32>, String, BTreeMap<i32, i32>) {
+    let cluster = Cluster::start(3, lease, heartbeat);
+    let ids = cluster.all_ids();
+    let bootstrap = cluster.bootstrap_of(&ids);
+    create_topic(&bootstrap, topic, partitions, &[]).await;
+    let owners = tokio::task::block_in_place(|| {
+        cluster.wait_for_leaders(1, topic, partitions, &ids, "every partition has an owner")
+    });
+    (cluster, ids, bootstrap, owners)
+}
+
 // ---------------------------------------------------------------------------------------------
 // The tests
 // ---------------------------------------------------------------------------------------------
@@ -891,14 +909,9 @@ async fn migration_in_a_loop_while_producing_loses_nothing() {
     eprintln!("migration test seed: {seed} (replay with STRATA_TEST_SEED={seed})");
     let mut rng = StdRng::seed_from_u64(seed);
 
-    let mut cluster = Cluster::start(3, "3s", "500ms");
-    let ids = cluster.all_ids();
-    let bootstrap = cluster.bootstrap_of(&ids);
     let topic = "cluster-migrations";
-    create_topic(&bootstrap, topic, PARTITIONS, &[]).await;
-    tokio::task::block_in_place(|| {
-        cluster.wait_for_leaders(1, topic, PARTITIONS, &ids, "every partition has an owner")
-    });
+    let (mut cluster, ids, bootstrap, _) =
+        three_brokers_with_topic("3s", "500ms", topic, PARTITIONS).await;
 
     let stream = ProducerStream::start(cluster_producer(&bootstrap), topic, PARTITIONS);
     let all: Vec<i32> = (0..PARTITIONS).collect();
@@ -1000,14 +1013,9 @@ async fn sigkill_of_a_broker_while_producing_keeps_every_acknowledged_record() {
     const PARTITIONS: i32 = 6;
     let seed = seed();
     eprintln!("sigkill test seed: {seed}");
-    let mut cluster = Cluster::start(3, "3s", "500ms");
-    let ids = cluster.all_ids();
-    let bootstrap = cluster.bootstrap_of(&ids);
     let topic = "cluster-sigkill";
-    create_topic(&bootstrap, topic, PARTITIONS, &[]).await;
-    let owners = tokio::task::block_in_place(|| {
-        cluster.wait_for_leaders(1, topic, PARTITIONS, &ids, "every partition has an owner")
-    });
+    let (mut cluster, ids, bootstrap, owners) =
+        three_brokers_with_topic("3s", "500ms", topic, PARTITIONS).await;
 
     let member = GroupMember::start(&bootstrap, topic, "cluster-sigkill-group");
     let stream = ProducerStream::start(cluster_producer(&bootstrap), topic, PARTITIONS);
@@ -1120,14 +1128,9 @@ async fn a_paused_broker_is_fenced_and_never_acknowledges_after_takeover() {
     const PARTITIONS: i32 = 4;
     let seed = seed();
     eprintln!("pause test seed: {seed}");
-    let mut cluster = Cluster::start(3, "2s", "300ms");
-    let ids = cluster.all_ids();
-    let bootstrap = cluster.bootstrap_of(&ids);
     let topic = "cluster-pause";
-    create_topic(&bootstrap, topic, PARTITIONS, &[]).await;
-    let owners = tokio::task::block_in_place(|| {
-        cluster.wait_for_leaders(1, topic, PARTITIONS, &ids, "every partition has an owner")
-    });
+    let (mut cluster, ids, bootstrap, owners) =
+        three_brokers_with_topic("2s", "300ms", topic, PARTITIONS).await;
 
     let stream = ProducerStream::start(cluster_producer(&bootstrap), topic, PARTITIONS);
     let all: Vec<i32> = (0..PARTITIONS).collect();
@@ -1332,14 +1335,9 @@ async fn an_idempotent_producer_across_moves_and_a_failover_stores_every_record_
     let seed = seed();
     eprintln!("idempotent cluster test seed: {seed} (replay with STRATA_TEST_SEED={seed})");
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut cluster = Cluster::start(3, "3s", "500ms");
-    let ids = cluster.all_ids();
-    let bootstrap = cluster.bootstrap_of(&ids);
     let topic = "cluster-idempotent";
-    create_topic(&bootstrap, topic, PARTITIONS, &[]).await;
-    tokio::task::block_in_place(|| {
-        cluster.wait_for_leaders(1, topic, PARTITIONS, &ids, "every partition has an owner")
-    });
+    let (mut cluster, ids, bootstrap, _) =
+        three_brokers_with_topic("3s", "500ms", topic, PARTITIONS).await;
     let idempotent = producer(
         &bootstrap,
         &[
