@@ -218,14 +218,17 @@ impl ClusterNode {
             },
             view.clone(),
             host,
-        )
-        .spawn();
+        );
+        // The owner cache (Metadata) reads through the runner's `Ownership`: clones share its
+        // cache of decoded records, so a changed record is read once, not once per poller.
+        let ownership = runner.ownership().clone();
+        let runner = runner.spawn();
         let status = runner.status();
 
         let node = Arc::new(Self {
             me: node_id,
             incarnation,
-            ownership: Ownership::new(Arc::clone(&store)),
+            ownership,
             store,
             log: Arc::clone(&log),
             view: view.clone(),

@@ -24,7 +24,8 @@ const WATCHES_PER_ROUND: u64 = 25;
 const ROUND: Duration = Duration::from_millis(250);
 
 /// One broker: membership and ownership runner, plus the owner cache its Metadata answers
-/// from, which reads through an `Ownership` of its own.
+/// from, which reads through a clone of the runner's `Ownership` (sharing its cache), as the
+/// broker does.
 struct Broker {
     node: Node,
     owners: Ownership,
@@ -36,10 +37,9 @@ fn broker(
     id: i32,
     resources: &BTreeSet<String>,
 ) -> Broker {
-    Broker {
-        node: node(store, clock, id, resources),
-        owners: Ownership::new(store.clone()),
-    }
+    let node = node(store, clock, id, resources);
+    let owners = node.runner.ownership().clone();
+    Broker { node, owners }
 }
 
 /// Requests (LIST, GET, anything else) sent since `before`.

@@ -116,6 +116,11 @@ impl<H: ResourceHost> OwnershipRunner<H> {
         }
     }
 
+    /// The runner's reads of ownership records; a clone shares its cache (see [`Ownership`]).
+    pub fn ownership(&self) -> &Ownership {
+        &self.ownership
+    }
+
     pub fn controller(&self) -> &OwnershipController {
         &self.controller
     }
