@@ -30,6 +30,7 @@ pub mod command;
 pub mod process;
 pub mod raw;
 pub mod records;
+pub mod signals;
 pub mod stream;
 pub mod wait;
 

@@ -252,29 +252,22 @@ impl StrataProcess {
         Some(status)
     }
 
-    /// Freezes the broker with SIGSTOP (as a long GC pause or a stalled VM would).
+    /// Freezes the broker with SIGSTOP (as a long GC pause or a stalled VM would), and
+    /// returns only once every one of its threads has stopped (see [`crate::signals`]).
     pub fn pause(&mut self) {
-        self.signal(libc::SIGSTOP, "SIGSTOP");
-        self.note("harness: broker paused with SIGSTOP");
+        crate::signals::stop(self.pid_t(), "the broker");
+        self.note("harness: broker paused with SIGSTOP (every thread stopped)");
     }
 
     /// Lets a broker frozen by [`pause`](Self::pause) run again with SIGCONT.
     pub fn resume(&mut self) {
-        self.signal(libc::SIGCONT, "SIGCONT");
+        crate::signals::resume(self.pid_t(), "the broker");
         self.note("harness: broker resumed with SIGCONT");
     }
 
-    fn signal(&mut self, signal: libc::c_int, name: &str) {
-        let pid = libc::pid_t::try_from(self.pid()).expect("pid fits pid_t");
-        // SAFETY: kill(2) with a pid we spawned and have not reaped yet (the Child still holds
-        // it) cannot hit another process, and has no memory-safety preconditions.
-        let sent = unsafe { libc::kill(pid, signal) };
-        assert_eq!(
-            sent,
-            0,
-            "kill({name}) failed: {}",
-            std::io::Error::last_os_error()
-        );
+    /// The pid for kill(2). The Child still holds it unreaped, so it names our broker.
+    fn pid_t(&self) -> libc::pid_t {
+        libc::pid_t::try_from(self.pid()).expect("pid fits pid_t")
     }
 
     /// Every kept line of the broker's output (the last few thousand) that contains `needle`.

@@ -1154,7 +1154,10 @@ async fn a_paused_broker_is_fenced_and_never_acknowledges_after_takeover() {
 
     let before = stream.progress();
     let paused_at = Instant::now();
-    cluster.broker(victim).pause();
+    // pause() returns only once every thread of the broker is stopped: kill(SIGSTOP) alone
+    // returns while its workers still run, and a Produce sent then can be taken in, written
+    // and (after SIGCONT) truthfully acknowledged — it did reach storage before the seal.
+    tokio::task::block_in_place(|| cluster.broker(victim).pause());
     eprintln!("SIGSTOP broker {victim}, owner of partitions {orphaned:?}");
     let stale_batch = encode_batch(
         &[BatchRecord::new(b"stale", b"written-to-a-paused-owner")],

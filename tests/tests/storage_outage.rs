@@ -29,6 +29,7 @@ use strata_tests::clients::{
     consume_exactly, create_topic, future_record, producer, watermarks, Acked,
 };
 use strata_tests::records::TestRecord;
+use strata_tests::signals;
 use strata_tests::stream::stream_record;
 use strata_tests::wait::{wait_until_async, DEADLINE};
 use strata_tests::{StrataOptions, StrataProcess};
@@ -68,21 +69,16 @@ struct Stopped {
 
 impl Stopped {
     fn stop(pid: libc::pid_t) -> Self {
-        // SAFETY: kill(2) with a valid signal number has no memory-safety preconditions.
-        let rc = unsafe { libc::kill(pid, libc::SIGSTOP) };
-        assert_eq!(
-            rc,
-            0,
-            "SIGSTOP to radosgw (pid {pid}): {}",
-            std::io::Error::last_os_error()
-        );
+        signals::stop(pid, "radosgw");
         Self { pid }
     }
 }
 
 impl Drop for Stopped {
     fn drop(&mut self) {
-        // SAFETY: as above.
+        // Not signals::resume: that asserts, and a panic inside a drop during a test's own
+        // panic would abort the whole test binary.
+        // SAFETY: kill(2) with a valid signal number has no memory-safety preconditions.
         let rc = unsafe { libc::kill(self.pid, libc::SIGCONT) };
         if rc != 0 {
             eprintln!(
@@ -221,7 +217,7 @@ async fn producer_rides_out_a_storage_outage_without_loss_or_duplicates() {
     let acked_at_stop;
     let acked_at_cont;
     {
-        let _stopped = Stopped::stop(pid);
+        let _stopped = tokio::task::block_in_place(|| Stopped::stop(pid));
         acked_at_stop = acked.load(Ordering::SeqCst);
         tokio::time::sleep(OUTAGE).await;
         acked_at_cont = acked.load(Ordering::SeqCst);
