@@ -1470,3 +1470,93 @@ async fn new_topics_and_partitions_are_served_without_waiting_for_a_full_round()
     let acked = strata_tests::clients::produce_all(&fresh, topic, &third).await;
     assert_eq!((acked[0].partition, acked[0].offset), (2, 0));
 }
+
+/// The brokers one broker lists in Metadata: node id -> advertised port.
+fn listed_brokers(addr: std::net::SocketAddr) -> BTreeMap<i32, u16> {
+    let mut connection = RawConnection::connect(addr);
+    let versions = connection.api_versions();
+    let version = RawConnection::negotiate::<MetadataRequest>(&versions, 9);
+    let response = connection.request(
+        version,
+        &MetadataRequest::default().with_topics(Some(vec![])),
+    );
+    response
+        .brokers
+        .iter()
+        .map(|b| (b.node_id.0, u16::try_from(b.port).expect("a port fits u16")))
+        .collect()
+}
+
+/// Brokers started back to back with no node id get distinct ids from the cluster (create-only
+/// registration: 1001, 1002, 1003, above the range operators set by hand), and one restarted
+/// after SIGKILL on the same machine comes back under its old id — at once, since its
+/// predecessor's process is provably gone — instead of a fourth id beside a dead one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_without_node_ids_get_distinct_ids_and_keep_them_across_a_restart() {
+    let storage = SharedStorage::new();
+    eprintln!("cluster storage: {}", storage.url());
+    let start = || {
+        StrataProcess::start_with(
+            StrataOptions::default()
+                .with_storage_url(storage.url())
+                // A lease far beyond the test: nothing here may wait one out.
+                .with_args(["--cluster", "true", "--lease-period", "10m"]),
+        )
+    };
+    let mut brokers: Vec<StrataProcess> = (0..3).map(|_| start()).collect();
+    let by_port = tokio::task::block_in_place(|| {
+        wait_until("every broker lists three brokers", DEADLINE, || {
+            let views: Vec<BTreeMap<i32, u16>> =
+                brokers.iter().map(|b| listed_brokers(b.addr())).collect();
+            views
+                .iter()
+                .all(|v| v.len() == 3 && *v == views[0])
+                .then(|| views[0].clone())
+        })
+    });
+    let ids: BTreeSet<i32> = by_port.keys().copied().collect();
+    assert_eq!(
+        ids,
+        BTreeSet::from([1001, 1002, 1003]),
+        "allocated ids: {by_port:?}"
+    );
+    let id_of = |broker: &StrataProcess| {
+        by_port
+            .iter()
+            .find(|(_, &port)| port == broker.addr().port())
+            .map(|(&id, _)| id)
+            .expect("every broker is listed under its own port")
+    };
+    let restarted_id = id_of(&brokers[1]);
+
+    brokers[1].kill9();
+    brokers[1].restart();
+    let after = tokio::task::block_in_place(|| {
+        wait_until("the restarted broker lists itself", DEADLINE, || {
+            let view = listed_brokers(brokers[1].addr());
+            view.values()
+                .any(|&port| port == brokers[1].addr().port())
+                .then_some(view)
+        })
+    });
+    assert_eq!(
+        after
+            .iter()
+            .find(|(_, &port)| port == brokers[1].addr().port())
+            .map(|(&id, _)| id),
+        Some(restarted_id),
+        "the restarted broker should be back under its old id: {after:?}\n{}",
+        brokers[1].log_tail()
+    );
+    assert!(
+        after.keys().all(|id| ids.contains(id)),
+        "no new id may appear: {after:?}"
+    );
+    assert!(
+        !brokers[1]
+            .log_lines_containing("process no longer runs on this machine")
+            .is_empty(),
+        "the restart should have proven its predecessor dead\n{}",
+        brokers[1].log_tail()
+    );
+}

@@ -39,12 +39,16 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use strata_cluster::{
-    BrokerRegistration, Claimant, ClusterError, ClusterResult, ClusterView, ControllerConfig,
-    Incarnation, LocalBroker, Membership, MembershipConfig, MembershipHandle, OsProcessTable,
-    OwnerRecord, OwnerState, Ownership, OwnershipRunner, OwnershipStatus, ResourceHost,
-    RunnerConfig, RunnerHandle, StopReason,
+    join_with_allocated_id, BrokerRegistration, Claimant, ClusterError, ClusterResult, ClusterView,
+    ControllerConfig, Incarnation, LocalBroker, Membership, MembershipConfig, MembershipHandle,
+    Newcomer, OsProcessTable, OwnerRecord, OwnerState, Ownership, OwnershipRunner, OwnershipStatus,
+    ResourceHost, RunnerConfig, RunnerHandle, StopReason,
 };
 use strata_core::{BrokerId, Clock, Epoch, TopicPartition};
+
+/// The node-id ranges (hand-set ids up to the first, allocated ids from the second), for the
+/// server's settings.
+pub use strata_cluster::{FIRST_ALLOCATED_NODE_ID, MAX_CONFIGURED_NODE_ID};
 use strata_log::{LogError, LogManager, TopicId};
 use strata_storage::{ObjectKey, ObjectStore, PutMode, StorageError};
 use tokio::sync::{watch, Mutex};
@@ -144,42 +148,102 @@ pub struct ClusterMetrics {
     pub ownership: OwnershipStatsSnapshot,
 }
 
+/// A broker registered in the cluster but not yet serving: what [`ClusterNode::join`] returns
+/// and [`ClusterNode::start_joined`] takes. The log must be opened in between, under
+/// [`node_id`](Self::node_id), which with an allocated id is only known here.
+#[derive(Debug)]
+pub struct Joined {
+    membership: MembershipHandle,
+    node_id: BrokerId,
+    incarnation: Incarnation,
+}
+
+impl Joined {
+    pub fn node_id(&self) -> BrokerId {
+        self.node_id
+    }
+}
+
 impl ClusterNode {
-    /// Joins the cluster and starts taking partitions. `log` must have been opened with
-    /// `Ownership::Managed`, `groups` started without loading any shard. Joining waits out
-    /// the lease of a dead predecessor with our id, and refuses if a live broker has it.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn start(
+    /// Registers this broker and starts heartbeating. With `node_id` set, waits out the lease
+    /// of a dead predecessor with that id (at once if its process is provably gone from this
+    /// machine) and refuses if a live broker has it. Without, the cluster allocates one
+    /// (`strata_cluster::node_ids`): a crashed predecessor's on this machine, else the lowest
+    /// free id from 1001 up.
+    pub async fn join(
+        store: Arc<dyn ObjectStore>,
+        clock: Arc<dyn Clock>,
+        settings: &ClusterSettings,
+        node_id: Option<BrokerId>,
+        advertised: (String, u16),
+    ) -> Result<Joined, ClusterStartError> {
+        // Random, not a counter: a restarted process must never reuse its predecessor's.
+        let incarnation = Incarnation::random(&mut rand::rng());
+        let config = MembershipConfig {
+            heartbeat_interval: settings.heartbeat_interval,
+            lease_period: settings.lease_period,
+        };
+        // A broker restarted on the same machine after a crash proves its predecessor dead
+        // through the process table and takes its id over without waiting a lease.
+        let processes = Arc::new(OsProcessTable);
+        let membership = match node_id {
+            Some(node_id) => {
+                let mut membership = Membership::new(
+                    store,
+                    clock,
+                    config,
+                    LocalBroker {
+                        node_id,
+                        host: advertised.0,
+                        port: advertised.1,
+                        incarnation,
+                    },
+                )?
+                .with_process_table(processes);
+                info!(broker = %node_id, %incarnation, "joining the cluster");
+                membership.join().await?;
+                membership
+            }
+            None => {
+                info!(%incarnation, "joining the cluster with an allocated node id");
+                join_with_allocated_id(
+                    store,
+                    clock,
+                    config,
+                    Newcomer {
+                        host: advertised.0,
+                        port: advertised.1,
+                        incarnation,
+                    },
+                    processes,
+                )
+                .await?
+            }
+        };
+        let node_id = membership.me().node_id;
+        Ok(Joined {
+            membership: membership.spawn(),
+            node_id,
+            incarnation,
+        })
+    }
+
+    /// Starts taking partitions as the member `joined`. `log` must have been opened with
+    /// `Ownership::Managed` under the joined node id, `groups` started without loading any
+    /// shard.
+    pub async fn start_joined(
         store: Arc<dyn ObjectStore>,
         clock: Arc<dyn Clock>,
         log: Arc<LogManager>,
         groups: Arc<GroupCoordinator>,
-        node_id: BrokerId,
-        advertised: (String, u16),
+        joined: Joined,
         settings: ClusterSettings,
     ) -> Result<Arc<Self>, ClusterStartError> {
-        // Random, not a counter: a restarted process must never reuse its predecessor's.
-        let incarnation = Incarnation::random(&mut rand::rng());
-        let mut membership = Membership::new(
-            Arc::clone(&store),
-            Arc::clone(&clock),
-            MembershipConfig {
-                heartbeat_interval: settings.heartbeat_interval,
-                lease_period: settings.lease_period,
-            },
-            LocalBroker {
-                node_id,
-                host: advertised.0,
-                port: advertised.1,
-                incarnation,
-            },
-        )?
-        // A broker restarted on the same machine after a crash proves its predecessor dead
-        // through the process table and takes its id over without waiting a lease.
-        .with_process_table(Arc::new(OsProcessTable));
-        info!(broker = %node_id, %incarnation, "joining the cluster");
-        membership.join().await?;
-        let membership = membership.spawn();
+        let Joined {
+            membership,
+            node_id,
+            incarnation,
+        } = joined;
         let view = membership.view();
 
         let stats = Arc::new(OwnershipStats::default());

@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tracing::{debug, info, warn};
 
-use crate::cluster::{ClusterNode, ClusterStartError};
+use crate::cluster::{ClusterNode, ClusterStartError, Joined};
 use crate::connection::Connection;
 use crate::coordinator::GroupCoordinator;
 use crate::BrokerSettings;
@@ -71,10 +71,34 @@ impl Broker {
 
     /// Builds a broker in cluster mode (`settings.cluster` must be set, the log opened with
     /// `Ownership::Managed`): starts the group coordinator without any shard, then joins the
-    /// cluster on `store`; partitions and coordinator shards arrive as ownership is acquired.
+    /// cluster on `store` under `settings.node_id`; partitions and coordinator shards arrive
+    /// as ownership is acquired.
     pub async fn open_clustered(
         parts: BrokerParts,
         store: Arc<dyn ObjectStore>,
+    ) -> Result<Self, ClusterStartError> {
+        let cluster_settings = parts.settings.cluster.unwrap_or_default();
+        let joined = ClusterNode::join(
+            Arc::clone(&store),
+            Arc::clone(&parts.clock),
+            &cluster_settings,
+            Some(parts.settings.node_id),
+            (
+                parts.settings.advertised_host.clone(),
+                parts.settings.advertised_port,
+            ),
+        )
+        .await?;
+        Self::open_joined(parts, store, joined).await
+    }
+
+    /// [`open_clustered`](Self::open_clustered) for a broker that has already joined (the
+    /// server joins first when the cluster allocates its id, since the log is opened under
+    /// it). `settings.node_id` must be the joined id.
+    pub async fn open_joined(
+        parts: BrokerParts,
+        store: Arc<dyn ObjectStore>,
+        joined: Joined,
     ) -> Result<Self, ClusterStartError> {
         let cluster_settings = parts.settings.cluster.unwrap_or_default();
         let groups = GroupCoordinator::start(
@@ -86,16 +110,12 @@ impl Broker {
             false,
         )
         .await?;
-        let node = ClusterNode::start(
+        let node = ClusterNode::start_joined(
             store,
             Arc::clone(&parts.clock),
             Arc::clone(&parts.log),
             Arc::clone(&groups),
-            parts.settings.node_id,
-            (
-                parts.settings.advertised_host.clone(),
-                parts.settings.advertised_port,
-            ),
+            joined,
             cluster_settings,
         )
         .await?;

@@ -13,6 +13,8 @@
 //! - [`liveness`]: [`LivenessTracker`], pure: brokers are dead when their registration's
 //!   version stayed still for a lease of the *observer's* clock.
 //! - [`membership`]: registration, heartbeats, the [`ClusterView`], draining, leaving.
+//! - [`node_ids`]: allocating a node id by create-only registration, for brokers started
+//!   without one (a crashed predecessor's id on this machine first).
 //! - [`ownership`]: [`OwnerRecord`]s changed only by compare-and-swap; placement overrides and
 //!   the marker announcing their changes; reads through listings skip what did not change.
 //! - [`placement`]: rendezvous hashing over live non-draining brokers, overrides first.
@@ -70,6 +72,7 @@ pub mod fence;
 pub mod keys;
 pub mod liveness;
 pub mod membership;
+pub mod node_ids;
 pub mod ownership;
 pub mod placement;
 pub mod process;
@@ -91,6 +94,9 @@ pub use liveness::LivenessTracker;
 pub use membership::{
     BrokerRegistration, ClusterView, Incarnation, JoinProgress, LocalBroker, Member, Membership,
     MembershipConfig, MembershipHandle,
+};
+pub use node_ids::{
+    join_with_allocated_id, Newcomer, FIRST_ALLOCATED_NODE_ID, MAX_CONFIGURED_NODE_ID,
 };
 pub use ownership::{Claimant, OwnerRecord, OwnerState, Ownership, VersionedRecord};
 pub use placement::{assign, place, rendezvous_weight};

@@ -117,6 +117,13 @@ impl LivenessTracker {
             .map(|seen| seen.since + self.lease_period)
     }
 
+    /// How long `broker`'s registration has stayed unchanged, as of `now` (None if unknown).
+    pub fn silent_for(&self, now: Duration, broker: BrokerId) -> Option<Duration> {
+        self.brokers
+            .get(&broker)
+            .map(|seen| now.saturating_sub(seen.since))
+    }
+
     /// Since when `broker` has been continuously live, if it is live now.
     pub fn live_since(&self, now: Duration, broker: BrokerId) -> Option<Duration> {
         if !self.is_live(now, broker) {

@@ -120,7 +120,19 @@ impl Default for MembershipConfig {
     }
 }
 
+/// A registration silent for this many leases is deleted (see [`MembershipConfig::forget_after`]).
+const FORGET_AFTER_LEASES: u32 = 60;
+
 impl MembershipConfig {
+    /// A registration that has not changed for this long belongs to a broker that is not
+    /// coming back under that incarnation (a crash on another machine, a container gone), and
+    /// is deleted, so dead brokers do not cost every broker a read per heartbeat forever and
+    /// their ids can be allocated again. Far beyond the lease on purpose: everything the dead
+    /// broker owned was taken over a lease after it stopped.
+    pub fn forget_after(&self) -> Duration {
+        self.lease_period * FORGET_AFTER_LEASES
+    }
+
     /// An observer blind for longer than this grants everybody a fresh lease.
     pub fn max_observation_gap(&self) -> Duration {
         (self.lease_period / 2).max(self.heartbeat_interval * 2)
@@ -512,6 +524,7 @@ impl Membership {
         for (id, (_, version)) in &registrations {
             self.tracker.observe(now, *id, version);
         }
+        self.forget_long_dead(now, &mut registrations).await;
         self.tracker.retain(|id| registrations.contains_key(&id));
         let members = registrations
             .into_iter()
@@ -534,6 +547,49 @@ impl Membership {
         };
         self.view.send_replace(view.clone());
         Ok(view)
+    }
+
+    /// Deletes the registrations that stayed unchanged for [`MembershipConfig::forget_after`]
+    /// of our clock. Every broker may do it; deleting twice is harmless.
+    ///
+    /// The delete is unconditional (not every store can delete on a version), so in the
+    /// instant between our listing and our delete the id could be taken over by a restarted
+    /// broker. That broker's next heartbeat then finds its registration missing and writes it
+    /// back (see `resync`): it is invisible for one heartbeat, never fenced. A freshly
+    /// allocated id cannot be hit, since allocation only creates ids that are not registered.
+    async fn forget_long_dead(
+        &mut self,
+        now: Duration,
+        registrations: &mut BTreeMap<BrokerId, (BrokerRegistration, Version)>,
+    ) {
+        let forget_after = self.config.forget_after();
+        let long_dead: Vec<BrokerId> = registrations
+            .keys()
+            .copied()
+            .filter(|&id| id != self.me.node_id)
+            .filter(|&id| {
+                self.tracker
+                    .silent_for(now, id)
+                    .is_some_and(|silent| silent >= forget_after)
+            })
+            .collect();
+        for id in long_dead {
+            let key = match broker_key(id) {
+                Ok(key) => key,
+                Err(_) => continue,
+            };
+            match self.store.delete(&key).await {
+                Ok(()) => {
+                    tracing::info!(broker = %id, silent_for = ?forget_after,
+                        "deleted the registration of a broker silent far beyond its lease");
+                    registrations.remove(&id);
+                    self.tracker.forget(id);
+                }
+                // The next round tries again.
+                Err(e) => tracing::warn!(broker = %id, error = %e,
+                    "could not delete a long-dead broker's registration"),
+            }
+        }
     }
 
     /// Leaves gracefully: deletes our registration if it is still ours.
@@ -729,6 +785,7 @@ impl MembershipHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testkit::FakeProcesses;
     use strata_core::clock::ManualClock;
     use strata_storage::{FaultConfig, FaultInjectingStore, InjectedError, MemoryStore, OpKind};
 
@@ -847,28 +904,6 @@ mod tests {
         new.heartbeat().await.unwrap();
     }
 
-    /// A process table where the test decides which pids are gone.
-    #[derive(Debug, Default)]
-    struct FakeProcesses {
-        me: u32,
-        gone: std::sync::Mutex<BTreeSet<u32>>,
-    }
-
-    impl ProcessTable for FakeProcesses {
-        fn current(&self) -> Option<ProcessIdentity> {
-            Some(ProcessIdentity {
-                boot_id: "boot".into(),
-                pid_namespace: "pid:[1]".into(),
-                pid: self.me,
-                start_ticks: 1,
-            })
-        }
-
-        fn is_gone(&self, other: &ProcessIdentity) -> bool {
-            self.gone.lock().is_ok_and(|g| g.contains(&other.pid))
-        }
-    }
-
     #[tokio::test]
     async fn takes_over_at_once_the_id_of_a_process_proven_gone_and_waits_otherwise() {
         let (store, clock) = setup();
@@ -904,6 +939,44 @@ mod tests {
         old.leave().await.unwrap();
         let mut new = membership(&store, &clock, 1, 22);
         assert_eq!(new.try_register().await.unwrap(), JoinProgress::Registered);
+    }
+
+    #[tokio::test]
+    async fn a_registration_silent_far_beyond_the_lease_is_deleted_and_a_live_one_is_not() {
+        let (store, clock) = setup();
+        let mut a = membership(&store, &clock, 1, 11);
+        let mut b = membership(&store, &clock, 2, 22);
+        a.try_register().await.unwrap();
+        b.try_register().await.unwrap();
+        a.refresh().await.unwrap();
+        let forget_after = a.config().forget_after();
+        let key = broker_key(BrokerId(2)).unwrap();
+        // a heartbeats and looks every second; b went silent at the start. Each step stays
+        // within the observation gap, so a never counts itself as having been blind.
+        let mut silent = Duration::ZERO;
+        while silent + SECOND < forget_after {
+            clock.advance(SECOND);
+            silent += SECOND;
+            a.heartbeat().await.unwrap();
+            a.refresh().await.unwrap();
+        }
+        assert!(
+            store.get(&key).await.is_ok(),
+            "kept while silent < {forget_after:?}"
+        );
+        clock.advance(SECOND);
+        a.heartbeat().await.unwrap();
+        let view = a.refresh().await.unwrap();
+        assert!(matches!(
+            store.get(&key).await,
+            Err(StorageError::NotFound(_))
+        ));
+        assert_eq!(ids(&view), [1]);
+        // The live broker's own registration stays, and so does a live other's.
+        assert!(store.get(&broker_key(BrokerId(1)).unwrap()).await.is_ok());
+        // b, had it only been paused, puts its registration back at its next heartbeat.
+        b.heartbeat().await.unwrap();
+        assert_eq!(ids(&a.refresh().await.unwrap()), [1, 2]);
     }
 
     #[tokio::test]

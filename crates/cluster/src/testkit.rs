@@ -1,6 +1,7 @@
 //! Test scaffolding shared by the runner's tests and the polling-cost test: a resource host
-//! that records what it is told, a broker (membership + ownership runner) built on it, and a
-//! store whose listings carry no change tags (as RADOS's).
+//! that records what it is told, a broker (membership + ownership runner) built on it, a
+//! store whose listings carry no change tags (as RADOS's), and a process table whose dead
+//! processes the test decides (membership and node-id allocation).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -14,6 +15,7 @@ use strata_core::{BrokerId, Epoch};
 use strata_storage::{ObjectKey, ObjectMeta, ObjectStore, PutMode, StorageResult, Version};
 
 use crate::membership::{Incarnation, LocalBroker, Membership, MembershipConfig};
+use crate::process::{ProcessIdentity, ProcessTable};
 use crate::{
     Claimant, ClusterResult, ControllerConfig, OwnershipRunner, ResourceHost, RunnerConfig,
     StopReason,
@@ -140,5 +142,40 @@ impl ObjectStore for Untagged {
     }
     fn backend_name(&self) -> &'static str {
         "untagged"
+    }
+}
+
+/// A process table where the test decides which pids are gone.
+#[derive(Debug, Default)]
+pub(crate) struct FakeProcesses {
+    pub me: u32,
+    pub gone: Mutex<BTreeSet<u32>>,
+}
+
+impl FakeProcesses {
+    pub fn shared(me: u32) -> Arc<Self> {
+        Arc::new(Self {
+            me,
+            ..Self::default()
+        })
+    }
+
+    pub fn mark_gone(&self, pid: u32) {
+        self.gone.lock().unwrap().insert(pid);
+    }
+}
+
+impl ProcessTable for FakeProcesses {
+    fn current(&self) -> Option<ProcessIdentity> {
+        Some(ProcessIdentity {
+            boot_id: "boot".into(),
+            pid_namespace: "pid:[1]".into(),
+            pid: self.me,
+            start_ticks: 1,
+        })
+    }
+
+    fn is_gone(&self, other: &ProcessIdentity) -> bool {
+        self.gone.lock().is_ok_and(|g| g.contains(&other.pid))
     }
 }

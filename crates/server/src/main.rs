@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use strata_broker::cluster::{ClusterNode, Joined};
 use strata_broker::{Broker, BrokerParts, BrokerSettings};
 use strata_core::{BrokerId, Clock, SystemClock};
 use strata_log::{LogManager, Ownership as LogOwnership};
@@ -86,7 +87,8 @@ struct ServeArgs {
     /// host:port advertised to clients [default: listen address and bound port].
     #[arg(long, value_name = "HOST:PORT")]
     advertised_listener: Option<String>,
-    /// This broker's node id [default: 0].
+    /// This broker's node id, at most 1000 in cluster mode [default: allocated by the cluster
+    /// from 1001 up, a crashed predecessor's on this machine first; 0 with --cluster false].
     #[arg(long, value_name = "ID")]
     node_id: Option<i32>,
     /// Cluster id reported to clients [default: strata].
@@ -278,10 +280,36 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let node_id = BrokerId(settings.node_id);
     let scheme = url_scheme(&settings.storage).unwrap_or_else(|| "file".into());
+    let cluster_settings = settings.cluster.then(|| settings.cluster_settings(&scheme));
+    // Bound before anything else so the advertised address (which a cluster registration
+    // carries) is known; connections wait in the backlog until serving starts.
+    let listener = TcpListener::bind(settings.listen)
+        .await
+        .with_context(|| format!("binding {}", settings.listen))?;
+    let bound = listener.local_addr().context("reading the bound address")?;
+    let (advertised_host, advertised_port) = advertised(&settings, bound)?;
+    // In cluster mode the broker joins first: an allocated node id is known only then, and the
+    // log's write-ahead stream is registered under it.
+    let joined = match &cluster_settings {
+        Some(cluster) => Some(
+            ClusterNode::join(
+                Arc::clone(&storage.store),
+                Arc::clone(&clock),
+                cluster,
+                settings.node_id.map(BrokerId),
+                (advertised_host.clone(), advertised_port),
+            )
+            .await
+            .context("joining the cluster")?,
+        ),
+        None => None,
+    };
+    let node_id = joined
+        .as_ref()
+        .map_or(BrokerId(settings.node_id.unwrap_or(0)), Joined::node_id);
     // In cluster mode the log serves nothing until ownership is acquired.
-    let log_mode = if settings.cluster {
+    let log_mode = if joined.is_some() {
         LogOwnership::Managed
     } else {
         LogOwnership::All
@@ -297,11 +325,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     .with_context(|| format!("opening the log on {}", settings.storage))?;
     metrics.attach_log(Arc::clone(&log));
 
-    let listener = TcpListener::bind(settings.listen)
-        .await
-        .with_context(|| format!("binding {}", settings.listen))?;
-    let bound = listener.local_addr().context("reading the bound address")?;
-    let (advertised_host, advertised_port) = advertised(&settings, bound)?;
     let parts = BrokerParts {
         log: Arc::clone(&log),
         clock,
@@ -320,26 +343,25 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             group_initial_rebalance_delay: settings.group_initial_rebalance_delay,
             group_min_session_timeout: settings.group_min_session_timeout,
             group_max_session_timeout: settings.group_max_session_timeout,
-            cluster: settings.cluster.then(|| settings.cluster_settings(&scheme)),
+            cluster: cluster_settings,
             ..BrokerSettings::default()
         },
         member_id_seed: rand::random(),
     };
-    let broker = if settings.cluster {
-        Broker::open_clustered(parts, Arc::clone(&storage.store))
+    let broker = match joined {
+        Some(joined) => Broker::open_joined(parts, Arc::clone(&storage.store), joined)
             .await
-            .context("joining the cluster")?
-    } else {
-        Broker::open(parts)
+            .context("joining the cluster")?,
+        None => Broker::open(parts)
             .await
-            .context("starting the consumer-group coordinator (__consumer_offsets)")?
+            .context("starting the consumer-group coordinator (__consumer_offsets)")?,
     };
     let broker = Arc::new(broker);
     if let Some(node) = broker.cluster() {
         metrics.attach_cluster(Arc::clone(node));
     }
     info!(
-        node_id = settings.node_id,
+        node_id = node_id.0,
         storage = %settings.storage,
         advertised = %format!("{advertised_host}:{advertised_port}"),
         "strata {} started",

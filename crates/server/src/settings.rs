@@ -22,8 +22,10 @@ pub struct Settings {
     /// `host:port` clients are told to connect to. Default: the listen address (with the
     /// machine's host name if it listens on all interfaces) and the bound port.
     pub advertised_listener: Option<String>,
-    /// This broker's id, as clients see it.
-    pub node_id: i32,
+    /// This broker's id, as clients see it. Unset in cluster mode: the cluster allocates one
+    /// (from 1001 up, a crashed predecessor's on this machine first), so set ids must stay at
+    /// or below 1000. Unset without a cluster: 0.
+    pub node_id: Option<i32>,
     /// Reported to clients in Metadata and DescribeCluster.
     pub cluster_id: String,
     /// Where all data lives: a directory path, `file:///abs/path`, or `memory://` (lost on exit).
@@ -124,7 +126,7 @@ impl Default for Settings {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
             advertised_listener: None,
-            node_id: 0,
+            node_id: None,
             cluster_id: broker.cluster_id,
             storage: "./strata-data".to_string(),
             auto_create_topics: true,
@@ -757,8 +759,19 @@ impl Settings {
                 message: message.to_string(),
             })
         };
-        if self.node_id < 0 {
-            return bad("node_id", "must be 0 or more");
+        match self.node_id {
+            Some(id) if id < 0 => return bad("node_id", "must be 0 or more"),
+            Some(id) if self.cluster && id > strata_broker::cluster::MAX_CONFIGURED_NODE_ID => {
+                return bad(
+                    "node_id",
+                    &format!(
+                        "must be at most {} in cluster mode: ids above are allocated by the \
+                         cluster (leave node_id unset to get one)",
+                        strata_broker::cluster::MAX_CONFIGURED_NODE_ID
+                    ),
+                )
+            }
+            _ => {}
         }
         if self.max_request_bytes.0 < 1024 || self.max_request_bytes.0 > i32::MAX as u64 {
             return bad("max_request_bytes", "must be between 1KiB and 2GiB");
@@ -885,7 +898,7 @@ mod tests {
     fn defaults_without_file_env_or_flags() {
         let (s, unknown) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
         assert_eq!(s.listen, "127.0.0.1:9092".parse().unwrap());
-        assert_eq!(s.node_id, 0);
+        assert_eq!(s.node_id, None);
         assert_eq!(s.storage, "./strata-data");
         assert!(s.auto_create_topics);
         assert_eq!(s.max_request_bytes, ByteSize(100 << 20));
@@ -917,7 +930,7 @@ mod tests {
             &flags,
         )
         .unwrap();
-        assert_eq!(s.node_id, 1);
+        assert_eq!(s.node_id, Some(1));
         assert_eq!(s.cluster_id, "from-env");
         assert_eq!(s.storage, "memory://");
         assert_eq!(s.log.flush_interval, Some(Duration::from_millis(5)));
