@@ -246,6 +246,25 @@ mod tests {
         .unwrap()
     }
 
+    /// Registers a broker with a hand-set id, whose process has the id as its pid.
+    async fn register_hand_set(store: &Arc<dyn ObjectStore>, id: i32) -> Membership {
+        let mut configured = Membership::new(
+            Arc::clone(store),
+            Arc::new(ManualClock::new(0)),
+            MembershipConfig::default(),
+            LocalBroker {
+                node_id: BrokerId(id),
+                host: "127.0.0.1".into(),
+                port: 9000,
+                incarnation: Incarnation(u64::try_from(id).unwrap()),
+            },
+        )
+        .unwrap()
+        .with_process_table(FakeProcesses::shared(u32::try_from(id).unwrap()));
+        configured.try_register().await.unwrap();
+        configured
+    }
+
     fn id_of(membership: &Membership) -> i32 {
         membership.me().node_id.0
     }
@@ -254,19 +273,7 @@ mod tests {
     async fn brokers_starting_together_get_distinct_ids_above_the_configured_range() {
         let store: Arc<dyn ObjectStore> = Arc::new(Yielding(Arc::new(MemoryStore::new())));
         // A hand-set broker already registered: allocation never touches its range.
-        let mut configured = Membership::new(
-            Arc::clone(&store),
-            Arc::new(ManualClock::new(0)),
-            MembershipConfig::default(),
-            LocalBroker {
-                node_id: BrokerId(3),
-                host: "127.0.0.1".into(),
-                port: 9000,
-                incarnation: Incarnation(3),
-            },
-        )
-        .unwrap();
-        configured.try_register().await.unwrap();
+        register_hand_set(&store, 3).await;
 
         let mut racing = tokio::task::JoinSet::new();
         for i in 0..8u16 {
@@ -320,20 +327,7 @@ mod tests {
         let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
         let processes = FakeProcesses::shared(2);
         // A hand-set id whose process is gone is still not allocation's to take.
-        let mut configured = Membership::new(
-            Arc::clone(&store),
-            Arc::new(ManualClock::new(0)),
-            MembershipConfig::default(),
-            LocalBroker {
-                node_id: BrokerId(1),
-                host: "127.0.0.1".into(),
-                port: 9092,
-                incarnation: Incarnation(1),
-            },
-        )
-        .unwrap()
-        .with_process_table(FakeProcesses::shared(1));
-        configured.try_register().await.unwrap();
+        register_hand_set(&store, 1).await;
         processes.mark_gone(1);
         // Garbage at the first allocated id still holds it.
         let garbage = ObjectKey::new(format!("{BROKERS_PREFIX}{FIRST_ALLOCATED_NODE_ID}")).unwrap();
