@@ -124,6 +124,12 @@ impl Default for SharedStorage {
     }
 }
 
+impl Drop for SharedStorage {
+    fn drop(&mut self) {
+        crate::cleanup::remove_test_objects(&self.url);
+    }
+}
+
 /// The file name of `dir` reduced to ASCII letters and digits: a prefix or namespace name
 /// every backend accepts.
 fn unique_name(dir: &Path) -> String {
@@ -475,6 +481,10 @@ impl Drop for StrataProcess {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        // A storage handed in (a cluster's SharedStorage) is cleaned up by its owner.
+        if self.options.storage_url.is_none() {
+            crate::cleanup::remove_test_objects(&self.storage_url());
         }
         if std::thread::panicking() {
             eprintln!(
