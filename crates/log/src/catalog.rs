@@ -62,6 +62,17 @@ pub(crate) fn version_key(version: u64) -> LogResult<ObjectKey> {
     Ok(ObjectKey::new(format!("{PREFIX}{version:020}"))?)
 }
 
+/// The newest catalog version number, from the names alone (no read): pollers compare it with
+/// what they hold and read the catalog only when it moved. None if there is none yet.
+pub(crate) async fn newest_version(store: &dyn ObjectStore) -> LogResult<Option<u64>> {
+    Ok(store
+        .list_keys(PREFIX)
+        .await?
+        .iter()
+        .filter_map(|listed| listed.key.as_str().strip_prefix(PREFIX)?.parse().ok())
+        .max())
+}
+
 /// Reads the newest catalog version (an empty catalog if there is none yet).
 pub(crate) async fn load_latest(store: &dyn ObjectStore) -> LogResult<CatalogState> {
     let listed = store.list(PREFIX).await?;

@@ -686,6 +686,12 @@ impl LogManager {
 
     /// Re-reads the catalog (topics created or deleted by other brokers).
     pub async fn refresh_catalog(&self) -> LogResult<()> {
+        // The cluster's ownership rounds call this several times a second: one listing while
+        // nothing changed, the read only when a newer version is listed.
+        let newest = catalog::newest_version(self.shared.store.as_ref()).await?;
+        if newest.is_none_or(|newest| newest <= read(&self.shared.catalog).version) {
+            return Ok(());
+        }
         let latest = catalog::load_latest(self.shared.store.as_ref()).await?;
         let _serial = self.shared.catalog_lock.lock().await;
         if latest.version > read(&self.shared.catalog).version {

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use bytes::Bytes;
 use strata_storage::{
-    ObjectKey, ObjectMeta, ObjectStore, PutMode, StorageError, StorageResult, Version,
+    ListedKey, ObjectKey, ObjectMeta, ObjectStore, PutMode, StorageError, StorageResult, Version,
 };
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -307,6 +307,28 @@ impl ObjectStore for RadosStore {
         }
         objects.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(objects)
+    }
+
+    /// The name listing alone: `list` stats every listed object for its size, one request
+    /// each, which pollers (ownership, membership) have no use for.
+    async fn list_keys(&self, prefix: &str) -> StorageResult<Vec<ListedKey>> {
+        let wanted = prefix.to_string();
+        let names = self
+            .run(move |io| io.list_names(|name| name.starts_with(&wanted)))
+            .await
+            .map_err(|err| map_error(err, Op::List, None))?;
+        let mut keys: Vec<ListedKey> = names
+            .into_iter()
+            .filter_map(|name| match ObjectKey::new(&name) {
+                Ok(key) => Some(ListedKey { key, tag: None }),
+                Err(_) => {
+                    tracing::warn!(object = %name, "skipping a RADOS object that is not a valid key");
+                    None
+                }
+            })
+            .collect();
+        keys.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(keys)
     }
 
     async fn delete(&self, key: &ObjectKey) -> StorageResult<()> {

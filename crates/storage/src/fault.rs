@@ -15,7 +15,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::{
-    ObjectKey, ObjectMeta, ObjectStore, OpKind, PutMode, StorageError, StorageResult, Version,
+    ListedKey, ObjectKey, ObjectMeta, ObjectStore, OpKind, PutMode, StorageError, StorageResult,
+    Version,
 };
 
 /// Which error a fault produces.
@@ -277,6 +278,10 @@ impl ObjectStore for FaultInjectingStore {
 
     async fn list(&self, prefix: &str) -> StorageResult<Vec<ObjectMeta>> {
         self.run(OpKind::List, self.inner.list(prefix)).await
+    }
+
+    async fn list_keys(&self, prefix: &str) -> StorageResult<Vec<ListedKey>> {
+        self.run(OpKind::List, self.inner.list_keys(prefix)).await
     }
 
     async fn delete(&self, key: &ObjectKey) -> StorageResult<()> {

@@ -61,6 +61,6 @@ pub use metrics::{
 pub use op::OpKind;
 pub use retry::{RetryPolicy, RetryStore};
 pub use stack::{StackConfig, StorageStack};
-pub use store::{ChangeTag, ObjectMeta, ObjectStore, PutMode, Version};
+pub use store::{ChangeTag, ListedKey, ObjectMeta, ObjectStore, PutMode, Version};
 pub use timeout::TimeoutStore;
 pub use url::{open_store, url_scheme, StoreOpener, StoreRegistry};

@@ -9,7 +9,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-use crate::{ObjectKey, ObjectMeta, ObjectStore, PutMode, StorageError, StorageResult, Version};
+use crate::{
+    ListedKey, ObjectKey, ObjectMeta, ObjectStore, PutMode, StorageError, StorageResult, Version,
+};
 
 /// Lets at most `max_in_flight` requests into the inner store at once; the rest wait their turn
 /// (tokio's semaphore is fair: first come, first served).
@@ -72,6 +74,11 @@ impl ObjectStore for ConcurrencyLimitStore {
     async fn list(&self, prefix: &str) -> StorageResult<Vec<ObjectMeta>> {
         let _permit = self.permit().await?;
         self.inner.list(prefix).await
+    }
+
+    async fn list_keys(&self, prefix: &str) -> StorageResult<Vec<ListedKey>> {
+        let _permit = self.permit().await?;
+        self.inner.list_keys(prefix).await
     }
 
     async fn delete(&self, key: &ObjectKey) -> StorageResult<()> {

@@ -16,7 +16,8 @@ use strata_core::Clock;
 
 use crate::health::is_storage_failure;
 use crate::{
-    ObjectKey, ObjectMeta, ObjectStore, OpKind, PutMode, StorageHealth, StorageResult, Version,
+    ListedKey, ObjectKey, ObjectMeta, ObjectStore, OpKind, PutMode, StorageHealth, StorageResult,
+    Version,
 };
 
 /// Upper bounds of the latency buckets: powers of two from 64 µs to about 16.8 s, so every bucket
@@ -297,6 +298,13 @@ impl ObjectStore for MetricsStore {
     async fn list(&self, prefix: &str) -> StorageResult<Vec<ObjectMeta>> {
         let started = self.clock.monotonic();
         let result = self.inner.list(prefix).await;
+        self.record(OpKind::List, started, &result, (0, 0));
+        result
+    }
+
+    async fn list_keys(&self, prefix: &str) -> StorageResult<Vec<ListedKey>> {
+        let started = self.clock.monotonic();
+        let result = self.inner.list_keys(prefix).await;
         self.record(OpKind::List, started, &result, (0, 0));
         result
     }

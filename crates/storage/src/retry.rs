@@ -23,7 +23,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use strata_core::Clock;
 
-use crate::{ObjectKey, ObjectMeta, ObjectStore, PutMode, StorageError, StorageResult, Version};
+use crate::{
+    ListedKey, ObjectKey, ObjectMeta, ObjectStore, PutMode, StorageError, StorageResult, Version,
+};
 
 /// When to give up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -205,6 +207,11 @@ impl ObjectStore for RetryStore {
 
     async fn list(&self, prefix: &str) -> StorageResult<Vec<ObjectMeta>> {
         self.with_retries("list", None, || self.inner.list(prefix))
+            .await
+    }
+
+    async fn list_keys(&self, prefix: &str) -> StorageResult<Vec<ListedKey>> {
+        self.with_retries("list", None, || self.inner.list_keys(prefix))
             .await
     }
 

@@ -131,4 +131,76 @@ mod tests {
         assert_eq!(listed, direct);
         stack.store.delete(&key).await.unwrap();
     }
+
+    /// A backend whose sized listing is refused: `list_keys` through the whole stack must
+    /// reach the backend's own `list_keys`, never fall back to `list` (what a wrapper that
+    /// forgot to forward it would do, making RADOS pollers pay a stat per object again).
+    #[derive(Debug)]
+    struct KeysOnly(MemoryStore);
+
+    #[async_trait::async_trait]
+    impl ObjectStore for KeysOnly {
+        async fn put(
+            &self,
+            key: &crate::ObjectKey,
+            data: bytes::Bytes,
+            mode: crate::PutMode,
+        ) -> crate::StorageResult<crate::Version> {
+            self.0.put(key, data, mode).await
+        }
+        async fn get(
+            &self,
+            key: &crate::ObjectKey,
+        ) -> crate::StorageResult<(bytes::Bytes, crate::Version)> {
+            self.0.get(key).await
+        }
+        async fn get_range(
+            &self,
+            key: &crate::ObjectKey,
+            range: std::ops::Range<u64>,
+        ) -> crate::StorageResult<bytes::Bytes> {
+            self.0.get_range(key, range).await
+        }
+        async fn list(&self, _: &str) -> crate::StorageResult<Vec<crate::ObjectMeta>> {
+            Err(crate::StorageError::Invalid("sized listing refused".into()))
+        }
+        async fn list_keys(&self, prefix: &str) -> crate::StorageResult<Vec<crate::ListedKey>> {
+            self.0.list_keys(prefix).await
+        }
+        async fn delete(&self, key: &crate::ObjectKey) -> crate::StorageResult<()> {
+            self.0.delete(key).await
+        }
+        fn backend_name(&self) -> &'static str {
+            "keys-only"
+        }
+    }
+
+    #[tokio::test]
+    async fn every_wrapper_forwards_list_keys() {
+        let faults = Arc::new(FaultInjectingStore::new(
+            Arc::new(KeysOnly(MemoryStore::new())),
+            FaultConfig::none(),
+            1,
+        ));
+        let stack = StorageStack::build(
+            faults,
+            &StackConfig::default(),
+            Arc::new(ManualClock::new(0)),
+        );
+        let key = crate::ObjectKey::new("k/one").unwrap();
+        stack
+            .store
+            .put(
+                &key,
+                bytes::Bytes::from_static(b"x"),
+                crate::PutMode::Create,
+            )
+            .await
+            .unwrap();
+        let listed = stack.store.list_keys("k/").await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].key, key);
+        assert!(stack.store.list("k/").await.is_err());
+        assert_eq!(stack.metrics.snapshot().op(OpKind::List).requests, 2);
+    }
 }

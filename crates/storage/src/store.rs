@@ -40,6 +40,22 @@ pub struct ObjectMeta {
     pub tag: Option<ChangeTag>,
 }
 
+/// What [`ObjectStore::list_keys`] says about one object: its key and change tag, no size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedKey {
+    pub key: ObjectKey,
+    pub tag: Option<ChangeTag>,
+}
+
+impl From<ObjectMeta> for ListedKey {
+    fn from(meta: ObjectMeta) -> Self {
+        Self {
+            key: meta.key,
+            tag: meta.tag,
+        }
+    }
+}
+
 /// The storage contract. Every operation is atomic for one object: readers see the whole old
 /// object or the whole new one, never a mix, and a put that returned `Ok` is durable.
 #[async_trait]
@@ -57,6 +73,19 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug + 'static {
     /// Lists objects whose key starts with `prefix`, sorted by key, each with its size and (where
     /// the backend has one) its [`ChangeTag`].
     async fn list(&self, prefix: &str) -> StorageResult<Vec<ObjectMeta>>;
+
+    /// [`list`](Self::list) without sizes, for pollers that only want to know what exists and
+    /// what changed. The same objects, order and tags; a backend whose sizes cost a request per
+    /// object (RADOS: a stat each) answers it with the name listing alone. Wrappers must
+    /// forward it, or their callers silently pay for the sizes again.
+    async fn list_keys(&self, prefix: &str) -> StorageResult<Vec<ListedKey>> {
+        Ok(self
+            .list(prefix)
+            .await?
+            .into_iter()
+            .map(ListedKey::from)
+            .collect())
+    }
 
     /// Deletes an object. Deleting a missing object is not an error (deletes are idempotent so a
     /// retried collector never fails).

@@ -9,7 +9,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::{ObjectKey, ObjectMeta, ObjectStore, PutMode, StorageError, StorageResult, Version};
+use crate::{
+    ListedKey, ObjectKey, ObjectMeta, ObjectStore, PutMode, StorageError, StorageResult, Version,
+};
 
 const MIB: u64 = 1 << 20;
 
@@ -79,6 +81,11 @@ impl ObjectStore for TimeoutStore {
 
     async fn list(&self, prefix: &str) -> StorageResult<Vec<ObjectMeta>> {
         self.within(self.request_timeout, self.inner.list(prefix))
+            .await
+    }
+
+    async fn list_keys(&self, prefix: &str) -> StorageResult<Vec<ListedKey>> {
+        self.within(self.request_timeout, self.inner.list_keys(prefix))
             .await
     }
 
