@@ -378,7 +378,17 @@ impl<H: ResourceHost> OwnershipRunner<H> {
                 }
             }
             self.act().await;
-            status.send_replace(self.status());
+            // Only a real change is published: watchers (the broker's owner cache) take every
+            // publication for a change of what we serve and poll fast for a while after it,
+            // and this loop runs every move watch, a hundred times a second.
+            let now = self.status();
+            status.send_if_modified(|published| {
+                let changed = *published != now;
+                if changed {
+                    *published = now;
+                }
+                changed
+            });
             if self.controller.is_fenced() && self.pending.is_empty() {
                 return Err(ClusterError::Fenced);
             }
