@@ -5,6 +5,8 @@
 //! cluster/owners/<resource>          owner, incarnation, epoch, state of one resource (CAS)
 //! cluster/placement/<resource>       an operator's explicit placement (move / reassignment)
 //! cluster/placement-changes          rewritten after every override change (brokers poll it)
+//! cluster/owners-changes             rewritten after every owner record change, on stores
+//!                                    whose listings carry no change tags (RADOS)
 //! wal/<stream:08x>/<seq:020>         the log's group-commit objects; we only add seals
 //! meta/streams/<stream:08x>          the log's stream registrations; we only read them
 //! ```
@@ -19,6 +21,8 @@ pub const OWNERS_PREFIX: &str = "cluster/owners/";
 pub const PLACEMENT_PREFIX: &str = "cluster/placement/";
 /// Outside `PLACEMENT_PREFIX` (`-`, not `/`), so listing the overrides never returns it.
 pub const PLACEMENT_CHANGES_KEY: &str = "cluster/placement-changes";
+/// Outside `OWNERS_PREFIX` (`-`, not `/`), so listing the records never returns it.
+pub const OWNERS_CHANGES_KEY: &str = "cluster/owners-changes";
 pub const WAL_PREFIX: &str = "wal/";
 pub const STREAMS_PREFIX: &str = "meta/streams/";
 
@@ -49,6 +53,10 @@ pub fn placement_key(resource: &str) -> ClusterResult<ObjectKey> {
 
 pub fn placement_changes_key() -> ClusterResult<ObjectKey> {
     Ok(ObjectKey::new(PLACEMENT_CHANGES_KEY)?)
+}
+
+pub fn owners_changes_key() -> ClusterResult<ObjectKey> {
+    Ok(ObjectKey::new(OWNERS_CHANGES_KEY)?)
 }
 
 pub fn wal_stream_prefix(stream: u32) -> String {

@@ -497,7 +497,7 @@ impl Membership {
 
     /// One listing round: reads every registration, updates liveness, publishes the view.
     pub async fn refresh(&mut self) -> ClusterResult<ClusterView> {
-        let listed = self.store.list(BROKERS_PREFIX).await?;
+        let listed = self.store.list_keys(BROKERS_PREFIX).await?;
         let mut registrations = BTreeMap::new();
         for meta in listed {
             let Some(id) = parse_broker_key(meta.key.as_str()) else {

@@ -83,7 +83,7 @@ impl Registered {
 
 async fn list_registrations(store: &dyn ObjectStore) -> ClusterResult<Registered> {
     let mut registered = Registered::default();
-    for meta in store.list(BROKERS_PREFIX).await? {
+    for meta in store.list_keys(BROKERS_PREFIX).await? {
         let Some(id) = parse_broker_key(meta.key.as_str()) else {
             continue;
         };

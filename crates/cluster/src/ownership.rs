@@ -21,8 +21,21 @@
 //! of the listing that preceded the read; a later listing showing the same tag means nobody
 //! wrote the object since, so the cached record (and the version it was read at, which is what
 //! a compare-and-swap needs) is still current and is not read again. An object whose tag is
-//! unknown (a backend without tags) is always read. So while nothing changes, polling costs one
-//! listing, whatever the number of partitions.
+//! unknown is read. So while nothing changes, polling costs one listing, whatever the number
+//! of partitions.
+//!
+//! A backend whose listings carry no tags (RADOS lists names only) gets one from a marker:
+//! every successful write of a record is followed by a rewrite of `cluster/owners-changes`,
+//! and a listing that finds untagged records reads the marker once and tags each of them
+//! with its version. A record read after the marker was seen at version v and listed again
+//! while the marker is still at v cannot have been written since — its writer would have
+//! rewritten the marker after the record — so the cached copy stands. A writer that dies
+//! between its record and the marker leaves a change the marker does not announce; so the
+//! synthetic tag also carries a counter of listings that changes every
+//! [`UNTAGGED_FULL_READ_EVERY`] listings, forcing a full re-read then (about five seconds at
+//! the default intervals). That only delays seeing a change, never makes a write unsafe:
+//! every write is still a compare-and-swap on the version actually stored, and a failed one
+//! drops the cached record so the next listing reads it.
 //!
 //! The cache lives inside `Ownership` behind a mutex shared by its clones, so every copy a
 //! broker hands around benefits, and holds only decoded records (a few dozen bytes each) of
@@ -37,7 +50,8 @@ use strata_core::{BrokerId, Epoch};
 use strata_storage::{ChangeTag, ObjectKey, ObjectStore, PutMode, StorageError, Version};
 
 use crate::keys::{
-    owner_key, placement_changes_key, placement_key, OWNERS_PREFIX, PLACEMENT_PREFIX,
+    owner_key, owners_changes_key, placement_changes_key, placement_key, OWNERS_PREFIX,
+    PLACEMENT_PREFIX,
 };
 use crate::membership::Incarnation;
 use crate::{ClusterError, ClusterResult};
@@ -110,10 +124,11 @@ struct PlacementOverride {
     broker: BrokerId,
 }
 
-/// The content of `cluster/placement-changes`. Only that it changes matters; a counter (not a
-/// constant) so that even a backend whose version is a hash of the bytes sees a new version.
+/// The content of the changes markers (`cluster/placement-changes`, `cluster/owners-changes`).
+/// Only that it changes matters; a counter (not a constant) so that even a backend whose
+/// version is a hash of the bytes sees a new version.
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct PlacementChanges {
+struct ChangesMarker {
     changes: u64,
 }
 
@@ -143,11 +158,21 @@ impl OwnerListing {
     }
 }
 
+/// How many listings of untagged records may trust the `cluster/owners-changes` marker before
+/// every record is read again (see the module doc). The runner and the owner cache each list
+/// once per `ownership_interval` (250 ms by default), so forty is about five seconds.
+pub const UNTAGGED_FULL_READ_EVERY: u64 = 40;
+
 /// What the listings' reads decoded, by resource, with the tag of the listing before the read
 /// (see the module doc).
 #[derive(Default)]
 struct ReadCache {
     owners: HashMap<String, (ChangeTag, VersionedRecord)>,
+    /// Whether listings of records came without change tags: None until the first listing.
+    /// Writers rewrite the owners-changes marker unless this is known to be `Some(false)`.
+    untagged: Option<bool>,
+    /// Listings of untagged records so far (the full re-read counter).
+    untagged_listings: u64,
     /// None: the override was unreadable (warned about once, not re-read until it changes).
     placements: HashMap<String, (ChangeTag, Option<BrokerId>)>,
 }
@@ -203,18 +228,48 @@ impl Ownership {
     /// One listing of the records whose resource name starts with `prefix` (one request, no
     /// reads). Forgets cached records of that prefix that are no longer listed.
     pub async fn list_owners(&self, prefix: &str) -> ClusterResult<OwnerListing> {
-        let listed = self.store.list(&format!("{OWNERS_PREFIX}{prefix}")).await?;
+        let listed = self
+            .store
+            .list_keys(&format!("{OWNERS_PREFIX}{prefix}"))
+            .await?;
+        let untagged = listed.iter().any(|m| m.tag.is_none());
+        if !listed.is_empty() {
+            self.cache().untagged = Some(untagged);
+        }
+        // Read after the listing, before any record: see the module doc.
+        let synthetic = if untagged {
+            Some(self.owners_changes_tag().await?)
+        } else {
+            None
+        };
         let tags: BTreeMap<String, Option<ChangeTag>> = listed
             .into_iter()
             .filter_map(|m| {
                 let resource = m.key.as_str().strip_prefix(OWNERS_PREFIX)?;
-                Some((resource.to_string(), m.tag))
+                Some((resource.to_string(), m.tag.or_else(|| synthetic.clone())))
             })
             .collect();
         self.cache()
             .owners
             .retain(|resource, _| !resource.starts_with(prefix) || tags.contains_key(resource));
         Ok(OwnerListing { tags })
+    }
+
+    /// The change tag standing in for a listing's missing ones: the version of the
+    /// owners-changes marker, plus which stretch of [`UNTAGGED_FULL_READ_EVERY`] listings this
+    /// is (so that every record is read again at the start of each).
+    async fn owners_changes_tag(&self) -> ClusterResult<ChangeTag> {
+        let marker = match self.store.get(&owners_changes_key()?).await {
+            Ok((_, version)) => Some(version),
+            Err(StorageError::NotFound(_)) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let stretch = {
+            let mut cache = self.cache();
+            cache.untagged_listings += 1;
+            cache.untagged_listings / UNTAGGED_FULL_READ_EVERY
+        };
+        Ok(ChangeTag(format!("owners-changes {marker:?} #{stretch}")))
     }
 
     /// The record of `resource` as of `listing`: None without a read if the listing did not
@@ -330,6 +385,29 @@ impl Ownership {
         record: &OwnerRecord,
         mode: PutMode,
     ) -> ClusterResult<Version> {
+        let written = self.write_record(resource, record, mode).await;
+        match &written {
+            Ok(_) => {
+                let announce = self.cache().untagged != Some(false);
+                if announce {
+                    self.bump_marker(&owners_changes_key()?, "an owner record change")
+                        .await;
+                }
+            }
+            // What we cached is stale (or at best unproven): read it at the next listing.
+            Err(_) => {
+                self.cache().owners.remove(resource);
+            }
+        }
+        written
+    }
+
+    async fn write_record(
+        &self,
+        resource: &str,
+        record: &OwnerRecord,
+        mode: PutMode,
+    ) -> ClusterResult<Version> {
         let key = owner_key(resource)?;
         match self.store.put(&key, record.encode()?, mode.clone()).await {
             Ok(version) => Ok(version),
@@ -416,18 +494,26 @@ impl Ownership {
     /// logged, not returned: the override is in place and full rounds list every override (a
     /// mover that crashes between the two writes is covered the same way).
     async fn bump_placement_changes(&self) {
-        if let Err(e) = self.try_bump_placement_changes().await {
-            tracing::warn!(error = %e,
-                "could not signal a placement change; brokers see it at their next full round");
+        match placement_changes_key() {
+            Ok(key) => self.bump_marker(&key, "a placement change").await,
+            Err(e) => tracing::warn!(error = %e, "placement-changes key"),
         }
     }
 
-    async fn try_bump_placement_changes(&self) -> ClusterResult<()> {
-        let key = placement_changes_key()?;
-        let (mode, changes) = match self.store.get(&key).await {
+    /// Rewrites a changes marker (a counter, so every rewrite changes its version). Only an
+    /// accelerator: a failure is logged and pollers find the change at their next full read.
+    async fn bump_marker(&self, key: &ObjectKey, what: &str) {
+        if let Err(e) = self.try_bump_marker(key).await {
+            tracing::warn!(error = %e, marker = %key,
+                "could not signal {what}; brokers see it at their next full read");
+        }
+    }
+
+    async fn try_bump_marker(&self, key: &ObjectKey) -> ClusterResult<()> {
+        let (mode, changes) = match self.store.get(key).await {
             Ok((bytes, version)) => {
                 // An unreadable marker is simply replaced: its content means nothing.
-                let seen = serde_json::from_slice::<PlacementChanges>(&bytes)
+                let seen = serde_json::from_slice::<ChangesMarker>(&bytes)
                     .unwrap_or_default()
                     .changes;
                 (PutMode::Update(version), seen.wrapping_add(1))
@@ -435,11 +521,12 @@ impl Ownership {
             Err(StorageError::NotFound(_)) => (PutMode::Create, 1),
             Err(e) => return Err(e.into()),
         };
-        let body = serde_json::to_vec(&PlacementChanges { changes })
+        let body = serde_json::to_vec(&ChangesMarker { changes })
             .map_err(|e| ClusterError::Invalid(e.to_string()))?;
-        match self.store.put(&key, Bytes::from(body), mode).await {
-            // Losing the race is as good as winning it: the other mover's write came after our
-            // read of the marker, hence after our override, so whoever sees it finds ours too.
+        match self.store.put(key, Bytes::from(body), mode).await {
+            // Losing the race is as good as winning it: the other writer's rewrite came after
+            // our read of the marker, hence after our own change, so whoever sees it finds
+            // ours too.
             Ok(_) | Err(StorageError::AlreadyExists(_) | StorageError::Precondition(_)) => Ok(()),
             Err(e) => Err(e.into()),
         }
@@ -460,7 +547,7 @@ impl Ownership {
     /// Every placement override, by resource: one listing, plus a read of each override that
     /// changed since the last call (see the module doc).
     pub async fn placement_overrides(&self) -> ClusterResult<BTreeMap<String, BrokerId>> {
-        let listed = self.store.list(PLACEMENT_PREFIX).await?;
+        let listed = self.store.list_keys(PLACEMENT_PREFIX).await?;
         let mut overrides = BTreeMap::new();
         let mut seen = Vec::with_capacity(listed.len());
         for meta in listed {
@@ -765,27 +852,94 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn without_change_tags_everything_listed_is_read_every_time() {
+    async fn without_change_tags_the_owners_changes_marker_stands_in_for_them() {
         let (counted, metrics) = counted();
         let store: Arc<dyn ObjectStore> = Arc::new(crate::testkit::Untagged(counted));
         let poller = Ownership::new(store.clone());
+        let writer = Ownership::new(store.clone());
         let me = claimant(1, 1);
-        let held = poller.claim("t/0", &me, None).await.unwrap();
-        poller.claim("t/1", &me, None).await.unwrap();
-        poller
+        let held = writer.claim("t/0", &me, None).await.unwrap();
+        writer.claim("t/1", &me, None).await.unwrap();
+        writer
             .set_placement_override("t/0", BrokerId(2))
             .await
             .unwrap();
-        for _ in 0..2 {
-            let (_, spent) = cost(&metrics, poller.list("")).await;
-            assert_eq!(spent, (1, 2));
-            let (_, spent) = cost(&metrics, poller.placement_overrides()).await;
-            assert_eq!(spent, (1, 1));
+        // The first listing reads the marker and every record; the next ones only the marker.
+        let (_, spent) = cost(&metrics, poller.list("")).await;
+        assert_eq!(spent, (1, 3));
+        let (_, spent) = cost(&metrics, poller.list("")).await;
+        assert_eq!(spent, (1, 1));
+        // Overrides are still read whenever listed (their own marker tells when to list).
+        let (_, spent) = cost(&metrics, poller.placement_overrides()).await;
+        assert_eq!(spent, (1, 1));
+
+        // Another broker's write moves the marker: the next listing reads everything again.
+        writer.release("t/0", &me, &held).await.unwrap();
+        let (records, spent) = cost(&metrics, poller.list("")).await;
+        assert_eq!(spent, (1, 3));
+        let records: BTreeMap<String, VersionedRecord> = records.unwrap().into_iter().collect();
+        assert_eq!(records["t/0"].1.state, OwnerState::Released);
+
+        // A compare-and-swap that fails drops the cached record: the next listing reads it.
+        let sneaky = OwnerRecord {
+            epoch: Epoch(9),
+            ..records["t/1"].1.clone()
+        };
+        store
+            .put(
+                &owner_key("t/1").unwrap(),
+                sneaky.encode().unwrap(),
+                PutMode::Update(records["t/1"].0.clone()),
+            )
+            .await
+            .unwrap();
+        let lost = poller
+            .claim("t/1", &claimant(2, 2), Some(&records["t/1"]))
+            .await;
+        assert!(matches!(lost, Err(ClusterError::Lost { .. })));
+        let (records, spent) = cost(&metrics, poller.list("")).await;
+        assert_eq!(spent, (1, 2), "the marker and the record that failed");
+        assert_eq!(records.unwrap()[1].1 .1.epoch, Epoch(9));
+    }
+
+    /// A writer that dies between its record and the marker: the change is seen at the next
+    /// full re-read, within [`UNTAGGED_FULL_READ_EVERY`] listings, and not before.
+    #[tokio::test]
+    async fn without_change_tags_an_unannounced_change_is_seen_at_the_next_full_read() {
+        let (counted, _) = counted();
+        let store: Arc<dyn ObjectStore> = Arc::new(crate::testkit::Untagged(counted));
+        let poller = Ownership::new(store.clone());
+        let me = claimant(1, 1);
+        let (version, record) = Ownership::new(store.clone())
+            .claim("t/0", &me, None)
+            .await
+            .unwrap();
+        assert_eq!(poller.list("").await.unwrap()[0].1 .1.epoch, Epoch(1));
+        let unannounced = OwnerRecord {
+            epoch: Epoch(2),
+            ..record
+        };
+        store
+            .put(
+                &owner_key("t/0").unwrap(),
+                unannounced.encode().unwrap(),
+                PutMode::Update(version),
+            )
+            .await
+            .unwrap();
+        let mut listings = 0;
+        loop {
+            listings += 1;
+            let seen = poller.list("").await.unwrap()[0].1 .1.epoch;
+            if seen == Epoch(2) {
+                break;
+            }
+            assert!(listings <= UNTAGGED_FULL_READ_EVERY, "never re-read");
         }
-        poller.release("t/0", &me, &held).await.unwrap();
-        let records = poller.list("").await.unwrap();
-        assert_eq!(records[0].1 .1.state, OwnerState::Released);
-        assert!(poller.cache().owners.is_empty() && poller.cache().placements.is_empty());
+        assert!(
+            listings > 1,
+            "the cached record was trusted while the marker stood still"
+        );
     }
 
     #[tokio::test]
