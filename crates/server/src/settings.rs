@@ -987,6 +987,41 @@ mod tests {
     }
 
     #[test]
+    fn hand_set_node_ids_stay_below_the_allocated_range_in_cluster_mode() {
+        let (s, _) = load(
+            None,
+            env(&[("STRATA_NODE_ID", "1000")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap();
+        assert_eq!(s.node_id, Some(1000));
+        let e = load(
+            None,
+            env(&[("STRATA_NODE_ID", "1001")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("node_id") && e.contains("1000"), "{e}");
+        // Standalone, there is nothing to allocate and any id goes.
+        let (s, _) = load(
+            None,
+            env(&[("STRATA_NODE_ID", "5000"), ("STRATA_CLUSTER", "false")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap();
+        assert_eq!(s.node_id, Some(5000));
+        let e = load(
+            None,
+            env(&[("STRATA_NODE_ID", "-1")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("node_id"), "{e}");
+    }
+
+    #[test]
     fn unknown_strata_variables_are_reported_not_fatal() {
         let (_, unknown) = load(
             None,
