@@ -125,9 +125,10 @@ struct ServeArgs {
     /// [default: none, no endpoint].
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<String>,
-    /// Cluster mode: share the storage with other brokers (each with its own node id, set by hand or allocated);
-    /// partitions are spread over the live brokers and taken over when one dies. A broker
-    /// whose stream is fenced by the others exits with status 1 (restart it). `false`
+    /// Cluster mode: share the storage with other brokers (each with its own node id, set by
+    /// hand or allocated); partitions are spread over the live brokers and taken over when one
+    /// dies. A broker whose stream is fenced by the others exits with status 1 (restart it).
+    /// `false`
     /// (standalone) takes every partition at start and fences any other broker's stream on
     /// the storage [default: true].
     #[arg(long, value_name = "BOOL")]
