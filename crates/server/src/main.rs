@@ -128,9 +128,8 @@ struct ServeArgs {
     /// Cluster mode: share the storage with other brokers (each with its own node id, set by
     /// hand or allocated); partitions are spread over the live brokers and taken over when one
     /// dies. A broker whose stream is fenced by the others exits with status 1 (restart it).
-    /// `false`
-    /// (standalone) takes every partition at start and fences any other broker's stream on
-    /// the storage [default: true].
+    /// `false` (standalone) takes every partition at start and fences any other broker's
+    /// stream on the storage [default: true].
     #[arg(long, value_name = "BOOL")]
     cluster: Option<bool>,
     /// Cluster mode: how long a silent broker stays owner before the others take over its
