@@ -217,6 +217,37 @@ impl ClusterView {
     }
 }
 
+/// Every registration in storage, by node id, with the version it was read at: decoded, or
+/// why not (unreadable, or naming another node id than its key). One listing and a read per
+/// registration; a registration deleted between the two is simply absent.
+pub(crate) async fn read_registrations(
+    store: &dyn ObjectStore,
+) -> ClusterResult<BTreeMap<BrokerId, (ClusterResult<BrokerRegistration>, Version)>> {
+    let mut registrations = BTreeMap::new();
+    for listed in store.list_keys(BROKERS_PREFIX).await? {
+        let Some(id) = parse_broker_key(listed.key.as_str()) else {
+            continue;
+        };
+        let (bytes, version) = match store.get(&listed.key).await {
+            Ok(found) => found,
+            Err(StorageError::NotFound(_)) => continue, // left between list and get
+            Err(e) => return Err(e.into()),
+        };
+        let read = BrokerRegistration::decode(&listed.key, &bytes).and_then(|registration| {
+            if registration.node_id == id {
+                Ok(registration)
+            } else {
+                Err(ClusterError::corrupt(
+                    &listed.key,
+                    format!("names node id {}", registration.node_id),
+                ))
+            }
+        });
+        registrations.insert(id, (read, version));
+    }
+    Ok(registrations)
+}
+
 /// How far `try_register` got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JoinProgress {
@@ -497,24 +528,11 @@ impl Membership {
 
     /// One listing round: reads every registration, updates liveness, publishes the view.
     pub async fn refresh(&mut self) -> ClusterResult<ClusterView> {
-        let listed = self.store.list_keys(BROKERS_PREFIX).await?;
         let mut registrations = BTreeMap::new();
-        for meta in listed {
-            let Some(id) = parse_broker_key(meta.key.as_str()) else {
-                continue;
-            };
-            let (bytes, version) = match self.store.get(&meta.key).await {
-                Ok(found) => found,
-                Err(StorageError::NotFound(_)) => continue, // left between list and get
-                Err(e) => return Err(e.into()),
-            };
-            match BrokerRegistration::decode(&meta.key, &bytes) {
-                Ok(registration) if registration.node_id == id => {
-                    registrations.insert(id, (registration, version));
-                }
+        for (id, (read, version)) in read_registrations(self.store.as_ref()).await? {
+            match read {
                 Ok(registration) => {
-                    tracing::warn!(key = %meta.key, node_id = %registration.node_id,
-                        "registration names another node id; ignored");
+                    registrations.insert(id, (registration, version));
                 }
                 Err(e) => tracing::warn!(error = %e, "unreadable registration ignored"),
             }

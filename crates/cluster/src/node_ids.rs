@@ -21,11 +21,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use strata_core::{BrokerId, Clock};
-use strata_storage::{ObjectStore, StorageError};
+use strata_storage::ObjectStore;
 
-use crate::keys::{parse_broker_key, BROKERS_PREFIX};
 use crate::membership::{
-    BrokerRegistration, Incarnation, JoinProgress, LocalBroker, Membership, MembershipConfig,
+    read_registrations, BrokerRegistration, Incarnation, JoinProgress, LocalBroker, Membership,
+    MembershipConfig,
 };
 use crate::process::ProcessTable;
 use crate::{ClusterError, ClusterResult};
@@ -82,21 +82,13 @@ impl Registered {
 }
 
 async fn list_registrations(store: &dyn ObjectStore) -> ClusterResult<Registered> {
-    let mut registered = Registered::default();
-    for meta in store.list_keys(BROKERS_PREFIX).await? {
-        let Some(id) = parse_broker_key(meta.key.as_str()) else {
-            continue;
-        };
-        let registration = match store.get(&meta.key).await {
-            Ok((bytes, _)) => serde_json::from_slice::<BrokerRegistration>(&bytes)
-                .ok()
-                .filter(|r| r.node_id == id),
-            Err(StorageError::NotFound(_)) => continue, // left between list and get
-            Err(e) => return Err(e.into()),
-        };
-        registered.ids.insert(id, registration);
-    }
-    Ok(registered)
+    // An unreadable registration still holds its id.
+    let ids = read_registrations(store)
+        .await?
+        .into_iter()
+        .map(|(id, (read, _))| (id, read.ok()))
+        .collect();
+    Ok(Registered { ids })
 }
 
 /// Registers under an allocated node id and returns the membership, registered and with a
@@ -183,6 +175,7 @@ async fn try_allocate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keys::BROKERS_PREFIX;
     use crate::testkit::FakeProcesses;
     use async_trait::async_trait;
     use bytes::Bytes;
