@@ -2,17 +2,37 @@
 //! each cover a fixed offset range. Finding any offset costs one chunk lookup (cached) and a
 //! binary search over at most `span` entries, whatever the partition's size.
 //!
-//! Entry layout (40 bytes, big-endian):
+//! Chunk layout: a 16-byte header `magic "SXI1" | writer stream u32 | owner epoch u64`, then
+//! entries of 40 bytes each (big-endian):
 //! `base_offset i64 | last_offset_delta u32 | length u32 | position u32 | segment_stream u32 |
 //!  segment_base i64 | max_timestamp i64`.
 //! Entries only ever point into compacted segments; the uncompacted tail lives in memory and
 //! in the write-ahead objects until compaction writes its segment.
+//!
+//! The header's epoch is the fence for chunk writes: a chunk is a shared, rewritten object
+//! (several compactions add to the same chunk), so unlike segments it cannot be made harmless
+//! by a unique name. A writer refuses to replace a chunk stamped with a newer epoch than its
+//! own, and every replacement is a compare-and-swap on the version it read, so a deposed owner
+//! can never overwrite what its successor wrote (docs/ARCHITECTURE.md, "Fencing").
+//! Chunks written before the header existed (a multiple of 40 bytes, no magic) read as epoch 0.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::{LogError, LogResult};
 
 pub const ENTRY_SIZE: usize = 40;
+/// Size of the chunk header (magic, writer stream, epoch).
+pub const HEADER_SIZE: usize = 16;
+const MAGIC: &[u8; 4] = b"SXI1";
+
+/// Who last wrote a chunk: the fence a later writer checks before replacing it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChunkStamp {
+    /// Ownership epoch of the writer (the Kafka leader epoch); 0 for legacy chunks.
+    pub epoch: u64,
+    /// The writer's write-ahead stream (broker incarnation), for diagnosis.
+    pub stream: u32,
+}
 
 /// Where one stored record batch is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,22 +93,32 @@ pub fn chunk_of(offset: i64, span: i64) -> i64 {
     offset.div_euclid(span)
 }
 
-pub fn encode_chunk(entries: &[IndexEntry]) -> Bytes {
-    let mut buf = BytesMut::with_capacity(entries.len() * ENTRY_SIZE);
+pub fn encode_chunk(stamp: ChunkStamp, entries: &[IndexEntry]) -> Bytes {
+    let mut buf = BytesMut::with_capacity(HEADER_SIZE + entries.len() * ENTRY_SIZE);
+    buf.put_slice(MAGIC);
+    buf.put_u32(stamp.stream);
+    buf.put_u64(stamp.epoch);
     for e in entries {
         e.encode(&mut buf);
     }
     buf.freeze()
 }
 
-pub fn decode_chunk(bytes: &[u8]) -> LogResult<Vec<IndexEntry>> {
-    if !bytes.len().is_multiple_of(ENTRY_SIZE) {
+pub fn decode_chunk(bytes: &[u8]) -> LogResult<(ChunkStamp, Vec<IndexEntry>)> {
+    let (stamp, body) = if bytes.len() % ENTRY_SIZE == HEADER_SIZE && bytes.starts_with(MAGIC) {
+        let mut header = &bytes[MAGIC.len()..HEADER_SIZE];
+        let stream = header.get_u32();
+        let epoch = header.get_u64();
+        (ChunkStamp { epoch, stream }, &bytes[HEADER_SIZE..])
+    } else if bytes.len().is_multiple_of(ENTRY_SIZE) {
+        (ChunkStamp::default(), bytes)
+    } else {
         return Err(LogError::CorruptStorage(format!(
-            "index chunk of {} bytes is not a multiple of {ENTRY_SIZE}",
+            "index chunk of {} bytes is neither a stamped chunk nor a multiple of {ENTRY_SIZE}",
             bytes.len()
         )));
-    }
-    let entries: Vec<IndexEntry> = bytes
+    };
+    let entries: Vec<IndexEntry> = body
         .chunks_exact(ENTRY_SIZE)
         .map(IndexEntry::decode)
         .collect();
@@ -100,7 +130,7 @@ pub fn decode_chunk(bytes: &[u8]) -> LogResult<Vec<IndexEntry>> {
             "index chunk entries out of order".into(),
         ));
     }
-    Ok(entries)
+    Ok((stamp, entries))
 }
 
 /// Position of the entry containing `offset` in a sorted chunk, if any.
@@ -138,9 +168,26 @@ mod tests {
     #[test]
     fn entries_round_trip_at_fixed_size() {
         let entries = vec![entry(0, 3), entry(3, 1), entry(4, 10)];
-        let bytes = encode_chunk(&entries);
-        assert_eq!(bytes.len(), 3 * ENTRY_SIZE);
-        assert_eq!(decode_chunk(&bytes).unwrap(), entries);
+        let stamp = ChunkStamp {
+            epoch: 7,
+            stream: 0x2a,
+        };
+        let bytes = encode_chunk(stamp, &entries);
+        assert_eq!(bytes.len(), HEADER_SIZE + 3 * ENTRY_SIZE);
+        assert_eq!(decode_chunk(&bytes).unwrap(), (stamp, entries));
+    }
+
+    #[test]
+    fn unstamped_chunks_of_earlier_versions_read_as_epoch_zero() {
+        let entries = vec![entry(0, 3), entry(3, 1)];
+        let mut legacy = BytesMut::new();
+        for e in &entries {
+            e.encode(&mut legacy);
+        }
+        assert_eq!(
+            decode_chunk(&legacy).unwrap(),
+            (ChunkStamp::default(), entries)
+        );
     }
 
     #[test]
@@ -156,7 +203,10 @@ mod tests {
     #[test]
     fn rejects_corrupt_chunks() {
         assert!(decode_chunk(&[0u8; 39]).is_err());
-        let bytes = encode_chunk(&[entry(5, 3), entry(6, 1)]);
+        let bytes = encode_chunk(ChunkStamp::default(), &[entry(5, 3), entry(6, 1)]);
         assert!(decode_chunk(&bytes).is_err());
+        // A stamped chunk cut mid-entry.
+        let bytes = encode_chunk(ChunkStamp::default(), &[entry(5, 1)]);
+        assert!(decode_chunk(&bytes[..bytes.len() - 1]).is_err());
     }
 }

@@ -14,8 +14,11 @@ use futures::{StreamExt, TryStreamExt};
 use strata_storage::{ObjectKey, PutMode, StorageError, Version};
 use tokio::sync::watch;
 
-use crate::index::{self, IndexEntry, SegmentRef};
-use crate::manager::{concat, index_entry_for, load_chunk, read_range, release_wal, Shared};
+use crate::index::{self, ChunkStamp, IndexEntry, SegmentRef};
+use crate::manager::{
+    concat, index_entry_for, load_chunk, load_chunk_from_storage, read_manifest, read_range,
+    release_wal, Shared,
+};
 use crate::manifest::{self, Manifest, SegmentMeta};
 use crate::partition::{LoadedChunk, Partition, TailEntry};
 use crate::wal;
@@ -47,7 +50,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             };
             if due {
                 if let Err(e) = compact(&shared, part).await {
-                    tracing::warn!(partition = %part.tp, error = %e, "compaction failed; will retry");
+                    on_failure(&shared, part, "compaction", &e).await;
                 }
             }
         }
@@ -55,7 +58,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             last_retention = now;
             for part in &parts {
                 if let Err(e) = enforce_retention(&shared, part).await {
-                    tracing::warn!(partition = %part.tp, error = %e, "retention failed; will retry");
+                    on_failure(&shared, part, "retention", &e).await;
                 }
             }
             if let Err(e) = collect_garbage(&shared).await {
@@ -63,6 +66,39 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             }
         }
     }
+}
+
+/// A failed compaction or retention pass. Most failures are retried at the next tick; a
+/// `Fenced` one is checked against the stored manifest, and if a newer owner wrote it this
+/// broker was deposed: a takeover seals the deposed owner's stream before it claims the
+/// manifest, so nothing more can be acknowledged here. The partition stops serving at once and
+/// the broker is told it is fenced (it exits and restarts as a new incarnation), instead of
+/// answering as leader until a produce runs into the seal.
+async fn on_failure(shared: &Shared, part: &Arc<Partition>, what: &str, error: &LogError) {
+    let deposed = match error {
+        LogError::Fenced => matches!(resync_manifest(shared, part).await, Err(LogError::Fenced)),
+        _ => false,
+    };
+    if deposed {
+        part.lock().suspended = true;
+        let hw = part.lock().high_watermark;
+        part.hw.send_replace(strata_core::Offset(hw));
+        tracing::error!(partition = %part.tp, epoch = part.epoch, "{what}: a newer owner took this partition over; this broker is fenced");
+        shared.fenced.send_replace(true);
+    } else {
+        tracing::warn!(partition = %part.tp, error = %error, "{what} failed; will retry");
+    }
+}
+
+/// One compaction run with the maintenance task's failure handling (for tests that play a
+/// paused owner whose pass runs late).
+#[cfg(test)]
+pub(crate) async fn compact_now(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
+    let result = compact(shared, part).await;
+    if let Err(e) = &result {
+        on_failure(shared, part, "compaction", e).await;
+    }
+    result
 }
 
 /// Write-ahead ranges read at once when compacting batches the cache no longer holds.
@@ -166,18 +202,44 @@ async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
         .await
     {
         Ok(_) => {}
-        // Our own earlier attempt (a crash or failure after this put) left the same object.
         Err(StorageError::AlreadyExists(_)) => {
-            let (existing, _) = shared.store.get(&seg_key).await?;
+            let (existing, existing_version) = shared.store.get(&seg_key).await?;
             if existing != body {
-                return Err(LogError::Fenced);
+                // Our own stream wrote this key before: an earlier pass whose manifest update
+                // failed, with a different run of batches. Either that update landed after all
+                // (ambiguously) and the segment is now referenced, or it is an orphan only we
+                // can have written; never overwrite the first.
+                if resync_manifest(shared, part).await? {
+                    return Ok(());
+                }
+                if part
+                    .lock()
+                    .manifest
+                    .segments
+                    .iter()
+                    .any(|s| s.segment == segment)
+                {
+                    return Ok(());
+                }
+                // Unreferenced, and no manifest can come to reference it: ours names only what
+                // this pass writes next, and a successor's copies ours. Replace it in place.
+                match shared
+                    .store
+                    .put(&seg_key, body.clone(), PutMode::Update(existing_version))
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(StorageError::Precondition(_)) => return Err(LogError::Fenced),
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
         Err(e) => return Err(e.into()),
     }
 
     // Index chunks: keep entries before this segment, replace anything at or after it (left
-    // by an attempt whose manifest update never landed), append the new entries.
+    // by an attempt whose manifest update never landed, or by a deposed owner), append the new
+    // entries. Each write is fenced by the chunk's epoch stamp (see `write_chunk`).
     let span = shared.config.index_chunk_span;
     let mut by_chunk: BTreeMap<i64, Vec<IndexEntry>> = BTreeMap::new();
     for e in &new_entries {
@@ -186,30 +248,14 @@ async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
             .or_default()
             .push(*e);
     }
+    let stamp = ChunkStamp {
+        epoch: part.epoch,
+        stream: shared.stream,
+    };
     let mut written = Vec::new();
     for (k, fresh) in by_chunk {
-        let current = load_chunk(shared, part, k).await?;
-        let mut merged: Vec<IndexEntry> = current
-            .entries
-            .iter()
-            .filter(|e| e.last_offset() < segment.base_offset)
-            .copied()
-            .collect();
-        merged.extend(fresh);
-        let version = put_versioned(
-            shared,
-            &manifest::chunk_key(part.topic_id, part.tp.partition, k),
-            index::encode_chunk(&merged),
-            current.version.clone(),
-        )
-        .await?;
-        written.push((
-            k,
-            LoadedChunk {
-                entries: Arc::new(merged),
-                version: Some(version),
-            },
-        ));
+        let chunk = write_chunk(shared, part, k, segment.base_offset, &fresh, stamp).await?;
+        written.push((k, chunk));
     }
 
     let last = entries[entries.len() - 1];
@@ -236,7 +282,16 @@ async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
             );
         }
     }
-    let version = put_manifest(shared, part, &next, manifest_version).await?;
+    let version = match put_manifest(shared, part, &next, manifest_version).await {
+        Ok(v) => v,
+        Err(LogError::Fenced) => {
+            // Someone changed the manifest since we read it: a successor (we are deposed), or
+            // our own earlier update that landed although it reported a failure.
+            resync_manifest(shared, part).await?;
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
 
     {
         let mut st = part.lock();
@@ -262,6 +317,123 @@ async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
     }
     tracing::debug!(partition = %part.tp, base = segment.base_offset, last = last.last_offset, size, "compacted");
     Ok(())
+}
+
+/// How often one chunk write re-reads the chunk after losing a compare-and-swap before the
+/// pass gives up (and is retried later): only a deposed owner racing us can make it lose.
+const CHUNK_WRITE_ATTEMPTS: usize = 4;
+
+/// Merges `fresh` (the entries of a new segment starting at `from`) into index chunk `k` and
+/// writes it back stamped with our epoch.
+///
+/// The fence: a chunk stamped with a newer epoch than ours was written by a successor, so we
+/// are deposed and write nothing (`Fenced`). Otherwise the write is a compare-and-swap on the
+/// version read, so nobody's write can land between our read and our write; on a conflict the
+/// chunk is re-read and the check made again. What a deposed owner can still write is a chunk
+/// no successor has written yet, and then only entries at or after its own checkpoint — which
+/// is where its successor's claim starts, so the successor never reads them (reads through the
+/// index stop at the manifest's checkpoint) and its own first write of that chunk drops them.
+async fn write_chunk(
+    shared: &Shared,
+    part: &Partition,
+    k: i64,
+    from: i64,
+    fresh: &[IndexEntry],
+    stamp: ChunkStamp,
+) -> LogResult<LoadedChunk> {
+    let key = ObjectKey::new(manifest::chunk_key(part.topic_id, part.tp.partition, k))?;
+    let mut current = load_chunk(shared, part, k).await?;
+    for _ in 0..CHUNK_WRITE_ATTEMPTS {
+        if current.stamp.epoch > stamp.epoch {
+            tracing::warn!(
+                partition = %part.tp,
+                chunk = k,
+                ours = stamp.epoch,
+                theirs = current.stamp.epoch,
+                "index chunk written by a newer owner; this broker was deposed"
+            );
+            return Err(LogError::Fenced);
+        }
+        let mut merged: Vec<IndexEntry> = current
+            .entries
+            .iter()
+            .filter(|e| e.last_offset() < from)
+            .copied()
+            .collect();
+        merged.extend_from_slice(fresh);
+        let mode = match current.version.clone() {
+            Some(v) => PutMode::Update(v),
+            None => PutMode::Create,
+        };
+        match shared
+            .store
+            .put(&key, index::encode_chunk(stamp, &merged), mode)
+            .await
+        {
+            Ok(version) => {
+                return Ok(LoadedChunk {
+                    entries: Arc::new(merged),
+                    stamp,
+                    version: Some(version),
+                })
+            }
+            Err(StorageError::Precondition(_)) | Err(StorageError::AlreadyExists(_)) => {
+                current = load_chunk_from_storage(shared, part, k).await?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(LogError::Storage(StorageError::Unavailable(format!(
+        "index chunk {key} kept changing under {CHUNK_WRITE_ATTEMPTS} writes"
+    ))))
+}
+
+/// Re-reads the partition's manifest after our view of it turned out stale. If it is still
+/// ours (same epoch and stream: an update of ours landed although it reported a failure), our
+/// state adopts it and `true` is returned; if a successor wrote it, we are deposed: `Fenced`.
+async fn resync_manifest(shared: &Shared, part: &Partition) -> LogResult<bool> {
+    let (stored, version) = read_manifest(shared, part.topic_id, part.tp.partition).await?;
+    let passed = {
+        let mut st = part.lock();
+        if version == st.manifest_version {
+            return Ok(false);
+        }
+        if stored.epoch != part.epoch || stored.writer_stream != shared.stream || stored.released {
+            tracing::warn!(
+                partition = %part.tp,
+                ours = part.epoch,
+                theirs = stored.epoch,
+                "manifest written by a newer owner; this broker was deposed"
+            );
+            return Err(LogError::Fenced);
+        }
+        if stored.checkpoint < st.manifest.checkpoint || stored.log_start < st.manifest.log_start {
+            return Err(LogError::CorruptStorage(format!(
+                "{}: the stored manifest went backwards (checkpoint {} < {})",
+                part.tp, stored.checkpoint, st.manifest.checkpoint
+            )));
+        }
+        let mut passed = Vec::new();
+        while let Some(front) = st.tail.front().copied() {
+            if front.last_offset >= stored.checkpoint {
+                break;
+            }
+            st.tail.pop_front();
+            st.tail_bytes = st.tail_bytes.saturating_sub(front.length as usize);
+            passed.push(front);
+        }
+        st.log_start = st.log_start.max(stored.log_start);
+        st.manifest = stored;
+        st.manifest_version = version;
+        // Cached chunks may predate what that update wrote.
+        st.chunks.clear();
+        tracing::info!(partition = %part.tp, checkpoint = st.manifest.checkpoint, "adopted our own manifest update that had reported a failure");
+        passed
+    };
+    for key in release_wal(shared, &passed) {
+        delete_quietly(shared, &key).await;
+    }
+    Ok(true)
 }
 
 async fn put_versioned(

@@ -955,6 +955,14 @@ impl LogManager {
         crate::maintenance::collect_garbage(&self.shared).await
     }
 
+    /// Runs one compaction of `tp` now, as the maintenance task would (including what it does
+    /// when the pass finds this broker deposed), whether or not it is due.
+    #[cfg(test)]
+    pub(crate) async fn compact_now(&self, tp: &TopicPartition) -> LogResult<()> {
+        let part = self.partition(tp)?;
+        crate::maintenance::compact_now(&self.shared, &part).await
+    }
+
     /// Simulates a crash: stops every task at once without flushing or compacting.
     #[cfg(test)]
     pub(crate) fn abort_for_test(&self) {
@@ -1230,14 +1238,29 @@ pub(crate) async fn load_chunk(
     if let Some(c) = part.lock().chunks.get(&k) {
         return Ok(c.clone());
     }
+    load_chunk_from_storage(shared, part, k).await
+}
+
+/// Loads index chunk `k` from storage, bypassing (and refreshing) the in-memory copy: for a
+/// writer whose compare-and-swap found the cached version stale.
+pub(crate) async fn load_chunk_from_storage(
+    shared: &Shared,
+    part: &Partition,
+    k: i64,
+) -> LogResult<LoadedChunk> {
     let key = ObjectKey::new(manifest::chunk_key(part.topic_id, part.tp.partition, k))?;
     let chunk = match shared.store.get(&key).await {
-        Ok((bytes, version)) => LoadedChunk {
-            entries: Arc::new(index::decode_chunk(&bytes)?),
-            version: Some(version),
-        },
+        Ok((bytes, version)) => {
+            let (stamp, entries) = index::decode_chunk(&bytes)?;
+            LoadedChunk {
+                entries: Arc::new(entries),
+                stamp,
+                version: Some(version),
+            }
+        }
         Err(StorageError::NotFound(_)) => LoadedChunk {
             entries: Arc::new(Vec::new()),
+            stamp: index::ChunkStamp::default(),
             version: None,
         },
         Err(e) => return Err(e.into()),

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 use crate::cache::CachedBatch;
 use crate::catalog::TopicId;
-use crate::index::IndexEntry;
+use crate::index::{ChunkStamp, IndexEntry};
 use crate::manifest::Manifest;
 use crate::producer::ProducerStates;
 
@@ -33,10 +33,11 @@ pub struct TailEntry {
     pub record_count: i32,
 }
 
-/// A loaded index chunk and the version to compare-and-swap it against.
+/// A loaded index chunk, who wrote it, and the version to compare-and-swap it against.
 #[derive(Debug, Clone)]
 pub struct LoadedChunk {
     pub entries: Arc<Vec<IndexEntry>>,
+    pub stamp: ChunkStamp,
     pub version: Option<Version>,
 }
 

@@ -162,7 +162,11 @@ async fn read_indexed(
     let last_chunk = index::chunk_of(checkpoint.max(1) - 1, span);
     while k <= last_chunk {
         let chunk = load_chunk(shared, part, k).await?;
-        if let Some(i) = index::find_at_or_after(&chunk.entries, offset) {
+        // Entries at or past the checkpoint are not the manifest's: a compaction whose
+        // manifest update never landed, or a deposed owner, wrote them. Never read those.
+        let found = index::find_at_or_after(&chunk.entries, offset)
+            .filter(|&i| chunk.entries[i].base_offset < checkpoint);
+        if let Some(i) = found {
             let first = chunk.entries[i];
             let mut j = i + 1;
             let mut end = first.position + first.length;
@@ -172,6 +176,7 @@ async fn read_indexed(
             budget.take(first.length as usize);
             while let Some(e) = chunk.entries.get(j) {
                 if e.segment != first.segment
+                    || e.base_offset >= checkpoint
                     || e.position != end
                     || !budget.admits(e.length as usize)
                 {

@@ -764,3 +764,5 @@ async fn serving_again_under_the_same_epoch_resumes_with_the_uncompacted_tail() 
     let results = a.acquire(vec![("t".into(), 0, 4)]).await.unwrap();
     assert!(matches!(results[0].1, Err(LogError::Fenced)));
 }
+
+mod deposed;
