@@ -619,6 +619,19 @@ impl LogManager {
         &self,
         wanted: Vec<(String, i32, u64)>,
     ) -> LogResult<Vec<(TopicPartition, LogResult<()>)>> {
+        // A broker paused past its lease can come back, see itself alive (its next heartbeat
+        // succeeds) and be given partitions again before anything tells it that a successor
+        // sealed its stream. Claiming then would seal the successor in turn and advertise us as
+        // leader of partitions we can no longer write. So look first; a takeover is rare
+        // enough for one listing of our own stream.
+        if !wanted.is_empty() && self.is_sealed().await? {
+            tracing::error!(
+                stream = self.shared.stream,
+                "refusing to take partitions over: a successor sealed our write-ahead stream"
+            );
+            self.shared.fenced.send_replace(true);
+            return Err(LogError::Fenced);
+        }
         let mut list = Vec::new();
         let mut results = Vec::new();
         for (topic, partition, epoch) in wanted {

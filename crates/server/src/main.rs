@@ -370,7 +370,20 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     info!("listening on {bound}");
 
     match broker.cluster().cloned() {
-        None => broker.serve(listener, shutdown_signal()).await,
+        None => {
+            // Standalone, nothing heartbeats: another standalone broker started on the same
+            // storage seals our stream, and we would learn it only from our next write — while
+            // answering Metadata as leader and serving stale reads. Watch for the seal instead,
+            // and exit like a fenced cluster broker.
+            let sealed = watch_for_seal(Arc::clone(&log), settings.standalone_seal_check);
+            tokio::select! {
+                () = broker.serve(listener, shutdown_signal()) => {}
+                () = sealed => anyhow::bail!(
+                    "another broker took this storage over (it sealed our write-ahead stream); \
+                     exiting: run one standalone broker per storage, or use cluster mode"
+                ),
+            }
+        }
         Some(node) => {
             // On a signal, hand partitions over while clients can still be told where they
             // went; if this broker is fenced, exit non-zero at once: it can acknowledge
@@ -402,6 +415,30 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     health_watch.abort();
     info!("stopped");
     Ok(())
+}
+
+/// Resolves once the log learns it is fenced: from a write that hit a seal, or from a look at
+/// our own stream every `every` (a listing of our stream and a few small reads).
+async fn watch_for_seal(log: Arc<LogManager>, every: Duration) {
+    let mut fenced = log.fenced();
+    loop {
+        if *fenced.borrow_and_update() {
+            return;
+        }
+        tokio::select! {
+            changed = fenced.changed() => {
+                if changed.is_err() {
+                    // The log is gone (shutting down): nothing more to watch.
+                    std::future::pending::<()>().await;
+                }
+            }
+            () = tokio::time::sleep(every) => match log.is_sealed().await {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "could not check whether our stream was sealed"),
+            },
+        }
+    }
 }
 
 /// Opens the storage URL with every backend this binary has: memory and local directories

@@ -86,6 +86,11 @@ pub struct Settings {
     /// broker that joins (as few as possible: rendezvous hashing). Off, partitions stay with
     /// their live owner; explicit moves, draining and failover still move them.
     pub auto_rebalance: bool,
+    /// Standalone mode (`cluster = false`): how often the broker checks whether another broker
+    /// started on the same storage sealed its write-ahead stream, so that it exits instead of
+    /// answering as leader with stale data. Each check lists this broker's stream.
+    #[serde(with = "humantime_serde")]
+    pub standalone_seal_check: Duration,
     /// The partition log.
     pub log: LogSettings,
 }
@@ -149,6 +154,7 @@ impl Default for Settings {
             ownership_interval: None,
             move_watch_interval: None,
             auto_rebalance: true,
+            standalone_seal_check: Duration::from_secs(2),
             log: LogSettings::default(),
         }
     }
@@ -436,6 +442,11 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         Kind::Text,
     ),
     ("STRATA_AUTO_REBALANCE", &["auto_rebalance"], Kind::Boolean),
+    (
+        "STRATA_STANDALONE_SEAL_CHECK",
+        &["standalone_seal_check"],
+        Kind::Text,
+    ),
     (
         "STRATA_LOG_FLUSH_INTERVAL",
         &["log", "flush_interval"],
@@ -808,6 +819,10 @@ impl Settings {
         // Both binds would race for the port and the loser's error would not say why.
         if self.metrics_listen == Some(self.listen) && self.listen.port() != 0 {
             return bad("metrics_listen", "must differ from listen");
+        }
+        // Zero would list our stream in a tight loop.
+        if self.standalone_seal_check.is_zero() {
+            return bad("standalone_seal_check", "must be more than 0");
         }
         // A lease must survive a few lost heartbeats, or a busy broker is declared dead.
         if self.heartbeat_interval.is_zero() || self.heartbeat_interval * 2 > self.lease_period {

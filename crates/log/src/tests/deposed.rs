@@ -290,3 +290,29 @@ async fn simulate(seed: u64) {
     }
     owner.abort_for_test();
 }
+
+/// Issue 10, case 1 (second finding): a broker paused past its lease came back, was given
+/// partitions again and claimed them although a successor had sealed its stream — sealing the
+/// successor in turn and advertising itself as leader until a produce hit the seal.
+#[tokio::test]
+async fn a_sealed_broker_refuses_to_take_partitions_over() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let a = open_managed(&store, 1).await;
+    a.create_topic("t", Some(2), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    acquire(&a, 1).await;
+    append(&a, "a0").await;
+    let b = open_managed(&store, 2).await;
+    b.refresh_catalog().await.unwrap();
+    acquire(&b, 2).await;
+    // A resumes and is offered partition 1, which nobody else holds.
+    assert!(matches!(
+        a.acquire(vec![("t".into(), 1, 1)]).await,
+        Err(LogError::Fenced)
+    ));
+    assert!(*a.fenced().borrow());
+    assert!(a.served_epoch(&tp("t", 1)).is_none());
+    // B was not sealed by A: it still appends.
+    assert_eq!(append(&b, "b0").await, 1);
+}
