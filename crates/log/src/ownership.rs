@@ -82,7 +82,14 @@ pub(crate) async fn acquire(
             write_partitions(shared).remove(&tp);
         }
         let (manifest, version) = read_manifest(shared, want.topic.id, want.partition).await?;
-        if manifest.writer_stream == shared.stream && !manifest.released {
+        // Our own claim at this very epoch landed in an earlier attempt that then failed (an
+        // ambiguous storage error, a failure right after the claim) before the partition was
+        // served: nothing can be in our stream for it, since appends need it served. Replaying
+        // the streams the claim inherited and claiming again is exactly the first attempt.
+        let own_unserved_claim = manifest.writer_stream == shared.stream
+            && !manifest.released
+            && want.epoch == Some(manifest.epoch);
+        if manifest.writer_stream == shared.stream && !manifest.released && !own_unserved_claim {
             // Our own unreleased tail is not in memory (dropped above): a fresh load would not
             // replay it and would hand its offsets out again. Refuse; only a new incarnation
             // (a restart) may serve this partition now.

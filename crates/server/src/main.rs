@@ -249,10 +249,19 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
 
     let clock: Arc<dyn Clock> = SystemClock::shared();
+    // The process's one source of randomness, drawn here and handed down (retry jitter, group
+    // member ids), so that brokers started together do not retry in lockstep and a run can be
+    // told apart from another in the log.
+    let seed: u64 = rand::random();
+    info!(seed, "randomness seed for retry jitter and member ids");
     let backend = open_backend(settings.storage.clone())
         .await
         .with_context(|| format!("opening storage {:?}", settings.storage))?;
-    let storage = StorageStack::build(backend, &StackConfig::default(), Arc::clone(&clock));
+    let stack_config = StackConfig {
+        seed,
+        ..StackConfig::default()
+    };
+    let storage = StorageStack::build(backend, &stack_config, Arc::clone(&clock));
     let backend_name = storage.store.backend_name();
     let health_watch = tokio::spawn(health::watch(
         backend_name,
@@ -346,7 +355,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             cluster: cluster_settings,
             ..BrokerSettings::default()
         },
-        member_id_seed: rand::random(),
+        // Not the jitter seed itself: the two streams of numbers stay independent.
+        member_id_seed: seed.rotate_left(32) ^ 0x9e37_79b9_7f4a_7c15,
     };
     let broker = match joined {
         Some(joined) => Broker::open_joined(parts, Arc::clone(&storage.store), joined)
