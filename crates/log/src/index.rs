@@ -2,19 +2,20 @@
 //! each cover a fixed offset range. Finding any offset costs one chunk lookup (cached) and a
 //! binary search over at most `span` entries, whatever the partition's size.
 //!
-//! Chunk layout: a 16-byte header `magic "SXI1" | writer stream u32 | owner epoch u64`, then
+//! Chunk layout: a 16-byte header `magic "SXI1" | writer stream u32 | owner claim u64`, then
 //! entries of 40 bytes each (big-endian):
 //! `base_offset i64 | last_offset_delta u32 | length u32 | position u32 | segment_stream u32 |
 //!  segment_base i64 | max_timestamp i64`.
 //! Entries only ever point into compacted segments; the uncompacted tail lives in memory and
 //! in the write-ahead objects until compaction writes its segment.
 //!
-//! The header's epoch is the fence for chunk writes: a chunk is a shared, rewritten object
-//! (several compactions add to the same chunk), so unlike segments it cannot be made harmless
-//! by a unique name. A writer refuses to replace a chunk stamped with a newer epoch than its
-//! own, and every replacement is a compare-and-swap on the version it read, so a deposed owner
-//! can never overwrite what its successor wrote (docs/ARCHITECTURE.md, "Fencing").
-//! Chunks written before the header existed (a multiple of 40 bytes, no magic) read as epoch 0.
+//! The header's claim number (the manifest's `claim`: unique per owner, larger for every later
+//! owner) is the fence for chunk writes: a chunk is a shared, rewritten object (several
+//! compactions add to the same chunk), so unlike segments it cannot be made harmless by a
+//! unique name. A writer refuses to replace a chunk stamped with a later claim than its own,
+//! and every replacement is a compare-and-swap on the version it read, so a deposed owner can
+//! never overwrite what its successor wrote (docs/ARCHITECTURE.md, "Fencing").
+//! Chunks written before the header existed (a multiple of 40 bytes, no magic) read as claim 0.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
@@ -28,8 +29,8 @@ const MAGIC: &[u8; 4] = b"SXI1";
 /// Who last wrote a chunk: the fence a later writer checks before replacing it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChunkStamp {
-    /// Ownership epoch of the writer (the Kafka leader epoch); 0 for legacy chunks.
-    pub epoch: u64,
+    /// The writer's claim number (`Manifest::claim`); 0 for legacy chunks.
+    pub claim: u64,
     /// The writer's write-ahead stream (broker incarnation), for diagnosis.
     pub stream: u32,
 }
@@ -97,7 +98,7 @@ pub fn encode_chunk(stamp: ChunkStamp, entries: &[IndexEntry]) -> Bytes {
     let mut buf = BytesMut::with_capacity(HEADER_SIZE + entries.len() * ENTRY_SIZE);
     buf.put_slice(MAGIC);
     buf.put_u32(stamp.stream);
-    buf.put_u64(stamp.epoch);
+    buf.put_u64(stamp.claim);
     for e in entries {
         e.encode(&mut buf);
     }
@@ -108,8 +109,8 @@ pub fn decode_chunk(bytes: &[u8]) -> LogResult<(ChunkStamp, Vec<IndexEntry>)> {
     let (stamp, body) = if bytes.len() % ENTRY_SIZE == HEADER_SIZE && bytes.starts_with(MAGIC) {
         let mut header = &bytes[MAGIC.len()..HEADER_SIZE];
         let stream = header.get_u32();
-        let epoch = header.get_u64();
-        (ChunkStamp { epoch, stream }, &bytes[HEADER_SIZE..])
+        let claim = header.get_u64();
+        (ChunkStamp { claim, stream }, &bytes[HEADER_SIZE..])
     } else if bytes.len().is_multiple_of(ENTRY_SIZE) {
         (ChunkStamp::default(), bytes)
     } else {
@@ -169,7 +170,7 @@ mod tests {
     fn entries_round_trip_at_fixed_size() {
         let entries = vec![entry(0, 3), entry(3, 1), entry(4, 10)];
         let stamp = ChunkStamp {
-            epoch: 7,
+            claim: 7,
             stream: 0x2a,
         };
         let bytes = encode_chunk(stamp, &entries);
@@ -178,7 +179,7 @@ mod tests {
     }
 
     #[test]
-    fn unstamped_chunks_of_earlier_versions_read_as_epoch_zero() {
+    fn unstamped_chunks_of_earlier_versions_read_as_claim_zero() {
         let entries = vec![entry(0, 3), entry(3, 1)];
         let mut legacy = BytesMut::new();
         for e in &entries {

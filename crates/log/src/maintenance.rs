@@ -239,7 +239,7 @@ async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
 
     // Index chunks: keep entries before this segment, replace anything at or after it (left
     // by an attempt whose manifest update never landed, or by a deposed owner), append the new
-    // entries. Each write is fenced by the chunk's epoch stamp (see `write_chunk`).
+    // entries. Each write is fenced by the chunk's claim stamp (see `write_chunk`).
     let span = shared.config.index_chunk_span;
     let mut by_chunk: BTreeMap<i64, Vec<IndexEntry>> = BTreeMap::new();
     for e in &new_entries {
@@ -249,7 +249,7 @@ async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
             .push(*e);
     }
     let stamp = ChunkStamp {
-        epoch: part.epoch,
+        claim: manifest.claim,
         stream: shared.stream,
     };
     let mut written = Vec::new();
@@ -324,9 +324,9 @@ async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
 const CHUNK_WRITE_ATTEMPTS: usize = 4;
 
 /// Merges `fresh` (the entries of a new segment starting at `from`) into index chunk `k` and
-/// writes it back stamped with our epoch.
+/// writes it back stamped with our claim number.
 ///
-/// The fence: a chunk stamped with a newer epoch than ours was written by a successor, so we
+/// The fence: a chunk stamped with a later claim than ours was written by a successor, so we
 /// are deposed and write nothing (`Fenced`). Otherwise the write is a compare-and-swap on the
 /// version read, so nobody's write can land between our read and our write; on a conflict the
 /// chunk is re-read and the check made again. What a deposed owner can still write is a chunk
@@ -344,12 +344,12 @@ async fn write_chunk(
     let key = ObjectKey::new(manifest::chunk_key(part.topic_id, part.tp.partition, k))?;
     let mut current = load_chunk(shared, part, k).await?;
     for _ in 0..CHUNK_WRITE_ATTEMPTS {
-        if current.stamp.epoch > stamp.epoch {
+        if current.stamp.claim > stamp.claim {
             tracing::warn!(
                 partition = %part.tp,
                 chunk = k,
-                ours = stamp.epoch,
-                theirs = current.stamp.epoch,
+                ours = stamp.claim,
+                theirs = current.stamp.claim,
                 "index chunk written by a newer owner; this broker was deposed"
             );
             return Err(LogError::Fenced);
@@ -389,7 +389,7 @@ async fn write_chunk(
 }
 
 /// Re-reads the partition's manifest after our view of it turned out stale. If it is still
-/// ours (same epoch and stream: an update of ours landed although it reported a failure), our
+/// ours (same claim and stream: an update of ours landed although it reported a failure), our
 /// state adopts it and `true` is returned; if a successor wrote it, we are deposed: `Fenced`.
 async fn resync_manifest(shared: &Shared, part: &Partition) -> LogResult<bool> {
     let (stored, version) = read_manifest(shared, part.topic_id, part.tp.partition).await?;
@@ -398,11 +398,14 @@ async fn resync_manifest(shared: &Shared, part: &Partition) -> LogResult<bool> {
         if version == st.manifest_version {
             return Ok(false);
         }
-        if stored.epoch != part.epoch || stored.writer_stream != shared.stream || stored.released {
+        if stored.claim != st.manifest.claim
+            || stored.writer_stream != shared.stream
+            || stored.released
+        {
             tracing::warn!(
                 partition = %part.tp,
-                ours = part.epoch,
-                theirs = stored.epoch,
+                ours = st.manifest.claim,
+                theirs = stored.claim,
                 "manifest written by a newer owner; this broker was deposed"
             );
             return Err(LogError::Fenced);

@@ -24,6 +24,12 @@ pub struct Manifest {
     /// Ownership epoch of that owner (the Kafka leader epoch).
     #[serde(default)]
     pub epoch: u64,
+    /// How many times the partition has been claimed: every takeover, handover and standalone
+    /// start adds one by compare-and-swap, so each owner's number is unique and larger than
+    /// every earlier owner's, whoever assigned its Kafka epoch (a standalone broker and a
+    /// cluster could both arrive at epoch 1). It is the fencing token of index-chunk writes.
+    #[serde(default)]
+    pub claim: u64,
     /// Set by a graceful handover once the tail is compacted: the next owner has nothing to
     /// replay and must not fence the previous owner (which is alive and serving others).
     #[serde(default)]

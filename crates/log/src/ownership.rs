@@ -164,6 +164,7 @@ pub(crate) async fn acquire(
         let mut claimed = l.manifest.clone();
         claimed.writer_stream = shared.stream;
         claimed.epoch = epoch;
+        claimed.claim = l.manifest.claim + 1;
         claimed.released = false;
         claimed.inherited_streams = l.contributed.clone();
         match crate::maintenance::put_manifest_raw(

@@ -473,3 +473,37 @@ async fn a_claim_that_landed_but_reported_failure_is_claimed_again() {
     assert_eq!(records(&b, "t").await, expected(values.clone()));
     assert_eq!(append(&b, "b0").await, 5);
 }
+
+/// Issue 10, case 1 as seen with a standalone broker beside a cluster broker on one storage:
+/// each assigns Kafka epochs its own way, so both owners can hold epoch 1. The fence of index
+/// chunks is the manifest's claim counter, which every claim raises by compare-and-swap, so
+/// the deposed owner is refused even at an equal epoch.
+#[tokio::test]
+async fn owners_at_equal_epochs_are_still_ordered_by_their_claims() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let a = open_managed(&store, 1).await;
+    a.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    acquire(&a, 1).await;
+    let mut values = Vec::new();
+    for i in 0..10 {
+        values.push(format!("a{i}"));
+        append(&a, &values[i]).await;
+    }
+    let b = open_managed(&store, 2).await;
+    b.refresh_catalog().await.unwrap();
+    acquire(&b, 1).await;
+    for i in 0..10 {
+        values.push(format!("b{i}"));
+        append(&b, &values[10 + i]).await;
+    }
+    b.compact_now(&tp("t", 0)).await.unwrap();
+    assert!(a.compact_now(&tp("t", 0)).await.is_err());
+    assert!(*a.fenced().borrow());
+
+    let c = open_managed(&store, 3).await;
+    c.refresh_catalog().await.unwrap();
+    acquire(&c, 2).await;
+    assert_eq!(records(&c, "t").await, expected(values));
+}
