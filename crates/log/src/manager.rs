@@ -849,7 +849,8 @@ impl LogManager {
         let mut durable_at: Option<(watch::Receiver<Offset>, i64)> = None;
         let (first_base, log_start) = {
             let mut st = part.lock();
-            if st.deleted || st.releasing {
+            // Suspended since the check above: refused like a handover racing the append.
+            if st.deleted || st.releasing || st.suspended {
                 return Err(LogError::NotOwner);
             }
             let decisions = check_producers(&st.producers, &batches)?;

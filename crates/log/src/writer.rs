@@ -69,6 +69,10 @@ impl Stall {
                 full: true,
                 message: message.clone(),
             },
+            StorageError::Unavailable(message) => Self {
+                full: false,
+                message: message.clone(),
+            },
             other => Self {
                 full: false,
                 message: other.to_string(),
