@@ -370,7 +370,9 @@ impl ClusterNode {
                 r.state == OwnerState::Active && view.is_live_incarnation(r.owner, r.incarnation)
             })
             .map(|r| (r.owner, r.epoch));
-        match (self.log.served_epoch(tp), cached) {
+        // Readable counts as served: a partition whose appends are suspended while our lease is
+        // in doubt still serves fetches, and its produce errors are retriable storage errors.
+        match (self.log.readable_epoch(tp), cached) {
             (Some(mine), Some((_, epoch))) if mine >= epoch.0 => Some((self.me, Epoch(mine))),
             (Some(mine), None) => Some((self.me, Epoch(mine))),
             (None, Some((owner, _))) if owner == self.me => None,
@@ -941,6 +943,13 @@ impl ResourceHost for LogHost {
                     Err(self.cluster_error(resource, e))
                 }
             }
+        } else if reason == StopReason::SelfLeaseExpired {
+            // Nobody is known to hold it instead: only our heartbeats are failing (usually a
+            // storage refusing writes). Stop appending, keep serving what is durable.
+            warn!(partition = %tp, ?reason, "stopped accepting appends; reads still served");
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            self.log.suspend_writes(&tp);
+            Ok(())
         } else {
             warn!(partition = %tp, ?reason, "stopped serving");
             self.stats.dropped.fetch_add(1, Ordering::Relaxed);

@@ -11,7 +11,8 @@ use crate::{LogError, LogResult};
 /// a local directory or RADOS (millisecond group commit).
 #[derive(Debug, Clone)]
 pub struct LogConfig {
-    /// A group-commit write starts when this much data is queued…
+    /// A group-commit write starts when this much data is queued… It is also the most one write
+    /// takes (at least one batch), so a backlog leaves in writes of about this size.
     pub flush_bytes: usize,
     /// …or when the oldest queued batch has waited this long.
     pub flush_interval: Duration,

@@ -48,6 +48,9 @@ pub struct AppendOutcome {
 #[derive(Debug)]
 pub struct AppendTicket {
     waits: Vec<oneshot::Receiver<LogResult<()>>>,
+    /// A retried batch found queued but not yet durable: answer only once the high watermark
+    /// passes this offset (one past its last), or a retry would acknowledge undurable data.
+    durable_at: Option<(watch::Receiver<Offset>, i64)>,
     deadline: tokio::time::Instant,
     outcome: AppendOutcome,
 }
@@ -61,6 +64,13 @@ impl AppendTicket {
                 Err(_) => return Err(LogError::Timeout),
                 Ok(Err(_)) => return Err(LogError::ShuttingDown),
                 Ok(Ok(result)) => result?,
+            }
+        }
+        if let Some((mut hw, end)) = self.durable_at {
+            match tokio::time::timeout_at(self.deadline, hw.wait_for(|hw| hw.0 >= end)).await {
+                Err(_) => return Err(LogError::Timeout),
+                Ok(Err(_)) => return Err(LogError::ShuttingDown),
+                Ok(Ok(_)) => {}
             }
         }
         Ok(self.outcome)
@@ -572,16 +582,40 @@ impl LogManager {
     }
 
     fn partition(&self, tp: &TopicPartition) -> LogResult<Arc<Partition>> {
+        let p = self.partition_readable(tp)?;
+        if p.lock().suspended {
+            return Err(LogError::NotOwner);
+        }
+        Ok(p)
+    }
+
+    /// [`Self::partition`], but also a partition suspended by [`Self::suspend_writes`]: its
+    /// data below the high watermark is durable and never rewritten, so it can still be read.
+    fn partition_readable(&self, tp: &TopicPartition) -> LogResult<Arc<Partition>> {
         if let Some(p) = self.shared.partition(tp) {
-            if p.lock().suspended {
+            let st = p.lock();
+            if st.suspended && !st.readable_while_suspended {
                 return Err(LogError::NotOwner);
             }
+            drop(st);
             return Ok(p);
         }
         match self.topic(&tp.topic) {
             Some(t) if tp.partition >= 0 && tp.partition < t.partitions => Err(LogError::NotOwner),
             _ => Err(LogError::UnknownTopicOrPartition),
         }
+    }
+
+    /// Whether this broker serves reads of the partition now (also while appends are suspended
+    /// by [`Self::suspend_writes`]), and under which epoch.
+    pub fn readable_epoch(&self, tp: &TopicPartition) -> Option<u64> {
+        self.shared
+            .partition(tp)
+            .filter(|p| {
+                let st = p.lock();
+                !st.suspended || st.readable_while_suspended
+            })
+            .map(|p| p.epoch)
     }
 
     /// Whether this broker serves the partition now, and under which epoch.
@@ -668,10 +702,32 @@ impl LogManager {
             let hw = {
                 let mut st = part.lock();
                 st.suspended = true;
+                st.readable_while_suspended = false;
                 st.high_watermark
             };
             part.hw.send_replace(Offset(hw));
             tracing::warn!(partition = %tp, "stopped serving partition (ownership in doubt)");
+        }
+    }
+
+    /// Stops accepting appends to a partition at once but keeps serving reads: our own lease
+    /// is in doubt (our heartbeats stopped landing, typically because the storage refuses
+    /// writes), while nobody is known to hold the partition instead. Appends already queued
+    /// still become durable. Data below the high watermark is durable, immutable and exactly
+    /// what a successor replays at the same offsets, so reading it is safe (docs/ARCHITECTURE.md,
+    /// "Storage full or failing"). `acquire` under the same epoch resumes appends; `abandon`
+    /// stops the reads too.
+    pub fn suspend_writes(&self, tp: &TopicPartition) {
+        if let Some(part) = self.shared.partition(tp) {
+            {
+                let mut st = part.lock();
+                if st.suspended && !st.readable_while_suspended {
+                    return;
+                }
+                st.suspended = true;
+                st.readable_while_suspended = true;
+            }
+            tracing::warn!(partition = %tp, "refusing appends to partition (our lease is in doubt); reads still served");
         }
     }
 
@@ -738,7 +794,15 @@ impl LogManager {
         acks: Acks,
     ) -> LogResult<AppendTicket> {
         let shared = &self.shared;
-        let part = self.partition(tp)?;
+        let part = self.partition_readable(tp)?;
+        if part.lock().suspended {
+            // Kept readable while our lease is in doubt: say why appends are refused. The
+            // storage refusing our heartbeats is the usual cause, and the client retries.
+            shared.queue.check_accepting()?;
+            return Err(LogError::Storage(StorageError::Unavailable(
+                "ownership in doubt: this broker's heartbeats are not landing in storage".into(),
+            )));
+        }
         let topic = self
             .topic(&tp.topic)
             .ok_or(LogError::UnknownTopicOrPartition)?;
@@ -795,12 +859,23 @@ impl LogManager {
         };
         let now = shared.clock.monotonic();
         let mut waits = Vec::new();
+        let mut durable_at: Option<(watch::Receiver<Offset>, i64)> = None;
         let (first_base, log_start) = {
             let mut st = part.lock();
-            if st.deleted || st.releasing {
+            // Suspended since the check above: refused like a handover racing the append.
+            if st.deleted || st.releasing || st.suspended {
                 return Err(LogError::NotOwner);
             }
             let decisions = check_producers(&st.producers, &batches)?;
+            for (b, decision) in batches.iter().zip(&decisions) {
+                if let SeqCheck::Duplicate { base_offset } = decision {
+                    let end = base_offset + b.last_offset_delta() as i64 + 1;
+                    if end > st.high_watermark {
+                        let later = durable_at.as_ref().map_or(0, |(_, e)| *e).max(end);
+                        durable_at = Some((part.hw.subscribe(), later));
+                    }
+                }
+            }
             let mut first_base = None;
             let mut permit = Some(permit);
             let appended = decisions.iter().filter(|d| **d == SeqCheck::Append).count();
@@ -872,6 +947,7 @@ impl LogManager {
 
         Ok(AppendTicket {
             waits,
+            durable_at,
             deadline: tokio::time::Instant::now() + timeout,
             outcome: AppendOutcome {
                 base_offset: Offset(first_base),
@@ -891,12 +967,12 @@ impl LogManager {
         max_bytes: usize,
         min_one_batch: bool,
     ) -> LogResult<ReadOutcome> {
-        let part = self.partition(tp)?;
+        let part = self.partition_readable(tp)?;
         crate::read::read(&self.shared, &part, offset.0, max_bytes, min_one_batch).await
     }
 
     pub fn watermarks(&self, tp: &TopicPartition) -> LogResult<Watermarks> {
-        let part = self.partition(tp)?;
+        let part = self.partition_readable(tp)?;
         let st = part.lock();
         Ok(Watermarks {
             log_start: Offset(st.log_start),
@@ -906,7 +982,7 @@ impl LogManager {
 
     /// A channel whose value is the partition's high watermark; long-poll fetches wait on it.
     pub fn subscribe(&self, tp: &TopicPartition) -> LogResult<watch::Receiver<Offset>> {
-        Ok(self.partition(tp)?.hw.subscribe())
+        Ok(self.partition_readable(tp)?.hw.subscribe())
     }
 
     /// The earliest offset whose record timestamp is >= `timestamp`, with that timestamp;
@@ -916,13 +992,13 @@ impl LogManager {
         tp: &TopicPartition,
         timestamp: i64,
     ) -> LogResult<Option<(Offset, i64)>> {
-        let part = self.partition(tp)?;
+        let part = self.partition_readable(tp)?;
         crate::read::offset_for_timestamp(&self.shared, &part, timestamp).await
     }
 
     /// The largest timestamp in the partition and its offset (ListOffsets MAX_TIMESTAMP).
     pub async fn max_timestamp(&self, tp: &TopicPartition) -> LogResult<Option<(Offset, i64)>> {
-        let part = self.partition(tp)?;
+        let part = self.partition_readable(tp)?;
         crate::read::max_timestamp(&self.shared, &part).await
     }
 

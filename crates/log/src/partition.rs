@@ -71,6 +71,9 @@ pub struct PartState {
     /// serving again under the same epoch resumes exactly here — the uncompacted tail lives in
     /// our own stream, which a fresh load would not replay.
     pub suspended: bool,
+    /// While suspended, reads below the high watermark are still served: the suspension came
+    /// from our own lease being in doubt, not from someone else holding the partition.
+    pub readable_while_suspended: bool,
 }
 
 #[derive(Debug)]
@@ -142,6 +145,7 @@ impl PartState {
             deleted: false,
             releasing: false,
             suspended: false,
+            readable_while_suspended: false,
         }
     }
 

@@ -765,4 +765,190 @@ async fn serving_again_under_the_same_epoch_resumes_with_the_uncompacted_tail() 
     assert!(matches!(results[0].1, Err(LogError::Fenced)));
 }
 
+/// A log over a memory store whose puts can be made to fail like a full disk.
+async fn open_with_faults(
+    config: LogConfig,
+) -> (Arc<strata_storage::FaultInjectingStore>, Arc<LogManager>) {
+    use strata_storage::{FaultConfig, FaultInjectingStore};
+    let faults = Arc::new(FaultInjectingStore::new(
+        Arc::new(MemoryStore::new()),
+        FaultConfig::none(),
+        7,
+    ));
+    let store: Arc<dyn ObjectStore> = faults.clone();
+    (faults, open(&store, config).await)
+}
+
+/// Every put fails with ENOSPC's meaning; reads and lists still work.
+fn fill_up(faults: &strata_storage::FaultInjectingStore) {
+    use strata_storage::{FaultConfig, InjectedError, OpFaults, OpKind};
+    let full = OpFaults {
+        error_probability: 1.0,
+        error: InjectedError::Full,
+        ..OpFaults::default()
+    };
+    faults.set_config(
+        FaultConfig::none()
+            .with(OpKind::PutCreate, full)
+            .with(OpKind::PutUpdate, full),
+    );
+}
+
+async fn wait_for_high_watermark(log: &LogManager, tp: &TopicPartition, at_least: i64) {
+    let mut hw = log.subscribe(tp).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), hw.wait_for(|hw| hw.0 >= at_least))
+        .await
+        .expect("high watermark reached in time")
+        .unwrap();
+}
+
+fn is_full(result: &Result<crate::AppendOutcome, LogError>) -> bool {
+    matches!(
+        result,
+        Err(LogError::Storage(strata_storage::StorageError::Full(_)))
+    )
+}
+
+#[tokio::test]
+async fn a_full_storage_fails_appends_at_once_and_resumes_without_loss() {
+    let (faults, log) = open_with_faults(config()).await;
+    log.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    let t0 = tp("t", 0);
+    let pid = 1000;
+    let idem = |seq: i32, value: &'static str| batch(&[value], 1, Some((pid, 0, seq)));
+    for seq in 0..3 {
+        log.append(&t0, idem(seq, "before"), DURABLE).await.unwrap();
+    }
+
+    fill_up(&faults);
+    // Used to wait out the request timeout (REQUEST_TIMED_OUT) while the write was retried.
+    let first = log.append(&t0, idem(3, "during"), DURABLE).await;
+    assert!(is_full(&first), "{first:?}");
+    // While the write is stuck, nothing new is taken: no offsets handed out, no growing group.
+    let next = log.append(&t0, idem(4, "later"), DURABLE).await;
+    assert!(is_full(&next), "{next:?}");
+    let retry = log.append(&t0, idem(3, "during"), DURABLE).await;
+    assert!(
+        is_full(&retry),
+        "a retry is not acknowledged before it is durable: {retry:?}"
+    );
+    // Reads of what is durable go on.
+    assert_eq!(base_offsets(&log, &t0, 0).await, vec![0, 1, 2]);
+
+    faults.set_config(strata_storage::FaultConfig::none());
+    // The stuck write lands by itself; the client's retry then finds it as a duplicate.
+    wait_for_high_watermark(&log, &t0, 4).await;
+    let retry = log.append(&t0, idem(3, "during"), DURABLE).await.unwrap();
+    assert_eq!(retry.base_offset, Offset(3));
+    let next = log.append(&t0, idem(4, "later"), DURABLE).await.unwrap();
+    assert_eq!(next.base_offset, Offset(4));
+    assert_eq!(base_offsets(&log, &t0, 0).await, vec![0, 1, 2, 3, 4]);
+}
+
+#[tokio::test]
+async fn a_retry_of_a_batch_not_yet_durable_waits_for_it() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let log = open(&store, config()).await;
+    log.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    let t0 = tp("t", 0);
+    let first = batch(&["x"], 1, Some((77, 0, 0)));
+    // Queued, offsets assigned, not yet written: this test's runtime has one thread and the
+    // writer has not run yet.
+    let ticket = log.enqueue(&t0, first.clone(), DURABLE).await.unwrap();
+    assert_eq!(log.watermarks(&t0).unwrap().high, Offset(0));
+    // The retry is a duplicate; it used to be acknowledged right here, before anything was
+    // durable.
+    let retry = log.append(&t0, first, DURABLE).await.unwrap();
+    assert_eq!(retry.base_offset, Offset(0));
+    assert_eq!(log.watermarks(&t0).unwrap().high, Offset(1));
+    ticket.wait().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_backlog_is_written_in_groups_of_at_most_flush_bytes() {
+    let flush_bytes = 1000;
+    let store = Arc::new(MemoryStore::new());
+    let dyn_store: Arc<dyn ObjectStore> = store.clone();
+    let log = open(
+        &dyn_store,
+        LogConfig {
+            flush_bytes,
+            ..config()
+        },
+    )
+    .await;
+    log.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    let t0 = tp("t", 0);
+    let value = "v".repeat(200);
+    let one = batch(&[value.as_str()], 1, None);
+    // Forty batches queue before the writer runs (one runtime thread): one backlog of 10 KB,
+    // like the one that builds up while a write is stuck.
+    for _ in 0..40 {
+        log.append(&t0, one.clone(), Acks::None).await.unwrap();
+    }
+    wait_for_high_watermark(&log, &t0, 40).await;
+    let header_room = 4096;
+    for meta in store.list("wal/").await.unwrap() {
+        assert!(
+            meta.size as usize <= flush_bytes + one.len() + header_room,
+            "{} holds {} bytes",
+            meta.key,
+            meta.size
+        );
+    }
+    assert_eq!(
+        base_offsets(&log, &t0, 0).await,
+        (0..40).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn suspended_writes_keep_reads_and_resume_under_the_same_epoch() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let a = open_managed(&store, 1).await;
+    a.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    let t0 = tp("t", 0);
+    for (_, r) in a.acquire(vec![("t".into(), 0, 3)]).await.unwrap() {
+        r.unwrap();
+    }
+    for i in 0..3 {
+        a.append(&t0, batch(&["a"], i, None), DURABLE)
+            .await
+            .unwrap();
+    }
+    a.suspend_writes(&t0);
+    let refused = a.append(&t0, batch(&["x"], 0, None), DURABLE).await;
+    assert!(
+        matches!(&refused, Err(e @ LogError::Storage(_)) if e.is_retryable()),
+        "{refused:?}"
+    );
+    // Reads below the high watermark are still served, at the same epoch.
+    assert_eq!(base_offsets(&a, &t0, 0).await, vec![0, 1, 2]);
+    assert_eq!(a.readable_epoch(&t0), Some(3));
+    assert!(a.served().is_empty(), "not served for appends");
+    for (_, r) in a.acquire(vec![("t".into(), 0, 3)]).await.unwrap() {
+        r.unwrap();
+    }
+    let next = a
+        .append(&t0, batch(&["b"], 9, None), DURABLE)
+        .await
+        .unwrap();
+    assert_eq!(next.base_offset, Offset(3));
+    // Abandoning (someone else holds it) stops the reads too.
+    a.abandon(&t0);
+    assert!(matches!(
+        a.read(&t0, Offset(0), 1 << 20, true).await,
+        Err(LogError::NotOwner)
+    ));
+    assert_eq!(a.readable_epoch(&t0), None);
+}
+
 mod deposed;

@@ -7,6 +7,14 @@
 //!
 //! Several writes may be in flight, but results are published strictly in sequence order, so
 //! a partition's high watermark never jumps over data that is not yet durable.
+//!
+//! A write that fails (a full disk, an outage) is retried with the same key and bytes until it
+//! lands, since later offsets cannot be published before it. Meanwhile the writer is *stalled*:
+//! producers waiting on the stuck groups and on the queue are answered with the storage error
+//! at once (their batches may still land later, which an idempotent retry then finds as a
+//! duplicate), and new appends are refused before offsets are assigned. So the data waiting
+//! during an outage is what was queued when it began, in groups of at most `flush_bytes`, and
+//! the first write that lands needs no more space than one normal group commit.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,6 +49,45 @@ struct QueueInner {
     /// Set once a write failed for good (fenced or a permanent storage error): nothing more
     /// is accepted, since offsets after the failed write could no longer be made dense.
     failed: Option<String>,
+    /// Group writes currently failing and being retried.
+    stalled_groups: usize,
+    /// The last error of a stalled write, answered to appends while `stalled_groups > 0`.
+    stall: Option<Stall>,
+}
+
+/// Why the writer is stalled, kept as text: a [`StorageError`] is not `Clone`.
+#[derive(Debug, Clone)]
+struct Stall {
+    full: bool,
+    message: String,
+}
+
+impl Stall {
+    fn of(error: &StorageError) -> Self {
+        match error {
+            StorageError::Full(message) => Self {
+                full: true,
+                message: message.clone(),
+            },
+            StorageError::Unavailable(message) => Self {
+                full: false,
+                message: message.clone(),
+            },
+            other => Self {
+                full: false,
+                message: other.to_string(),
+            },
+        }
+    }
+
+    fn error(&self) -> LogError {
+        let message = format!("write-ahead writes are failing: {}", self.message);
+        LogError::Storage(if self.full {
+            StorageError::Full(message)
+        } else {
+            StorageError::Unavailable(message)
+        })
+    }
 }
 
 #[derive(Debug, Default)]
@@ -66,7 +113,42 @@ impl WriterQueue {
         if q.closed {
             return Err(LogError::ShuttingDown);
         }
+        if let Some(stall) = &q.stall {
+            return Err(stall.error());
+        }
         Ok(())
+    }
+
+    /// A group write failed for the first time: refuse new appends and answer every queued
+    /// append now rather than when its own write fails (which waits for a free write slot).
+    fn stall_begin(&self, error: &StorageError) {
+        let stall = Stall::of(error);
+        let waiting: Vec<_> = {
+            let mut q = self.lock();
+            q.stalled_groups += 1;
+            q.stall = Some(stall.clone());
+            q.items.iter_mut().filter_map(|i| i.done.take()).collect()
+        };
+        for done in waiting {
+            let _ = done.send(Err(stall.error()));
+        }
+    }
+
+    /// A stalled write failed again: keep the newest reason.
+    fn stall_update(&self, error: &StorageError) {
+        let mut q = self.lock();
+        if q.stall.is_some() {
+            q.stall = Some(Stall::of(error));
+        }
+    }
+
+    /// A stalled write ended (landed, or failed for good): accept again once none is left.
+    fn stall_end(&self) {
+        let mut q = self.lock();
+        q.stalled_groups = q.stalled_groups.saturating_sub(1);
+        if q.stalled_groups == 0 {
+            q.stall = None;
+        }
     }
 
     /// Queues one batch. Called with the partition's lock held so queue order is offset order.
@@ -93,7 +175,9 @@ impl WriterQueue {
     }
 
     /// Waits for the next group: returns when `flush_bytes` are queued, or the oldest item has
-    /// waited `interval`, or the queue is closed. None when closed and empty.
+    /// waited `interval`, or the queue is closed. None when closed and empty. A group holds at
+    /// most `flush_bytes` (or one batch, if larger): a backlog that built up while every write
+    /// slot was busy leaves in several groups, so no single write needs more space than usual.
     async fn next_group(
         &self,
         flush_bytes: usize,
@@ -115,9 +199,7 @@ impl WriterQueue {
                     let now = clock.monotonic();
                     let due = q.first_at.map_or(now, |t| t + interval);
                     if q.bytes >= flush_bytes || now >= due || q.closed {
-                        q.bytes = 0;
-                        q.first_at = None;
-                        return Some(std::mem::take(&mut q.items));
+                        return Some(take_group(&mut q, flush_bytes));
                     }
                     Some(due - now)
                 }
@@ -130,6 +212,29 @@ impl WriterQueue {
             }
         }
     }
+}
+
+/// Takes the oldest items up to `flush_bytes` (at least one) off the queue. Those left keep the
+/// oldest's arrival time, so they are due at once.
+fn take_group(q: &mut QueueInner, flush_bytes: usize) -> Vec<PendingAppend> {
+    let size = |i: &PendingAppend| i.parts[0].len() + i.parts[1].len();
+    let mut bytes = 0;
+    let mut count = 0;
+    for item in &q.items {
+        if count > 0 && bytes + size(item) > flush_bytes {
+            break;
+        }
+        bytes += size(item);
+        count += 1;
+    }
+    if count == q.items.len() {
+        q.bytes = 0;
+        q.first_at = None;
+        return std::mem::take(&mut q.items);
+    }
+    let rest = q.items.split_off(count);
+    q.bytes -= bytes;
+    std::mem::replace(&mut q.items, rest)
 }
 
 /// Publishes a durable group: (sequence, the object as written, its batches).
@@ -191,7 +296,8 @@ pub async fn run(ctx: WriterContext) {
                     Some(items) => {
                         seq += 1;
                         inflight.push_back(Box::pin(write_group(
-                            ctx.store.clone(), ctx.stream, seq, items, ctx.give_up.clone(),
+                            ctx.store.clone(), ctx.queue.clone(), ctx.stream, seq, items,
+                            ctx.give_up.clone(),
                         )));
                     }
                     None => draining = true,
@@ -223,9 +329,10 @@ fn fail_all(items: Vec<PendingAppend>, e: &LogError) {
 
 async fn write_group(
     store: Arc<dyn ObjectStore>,
+    queue: Arc<WriterQueue>,
     stream: u32,
     seq: u64,
-    items: Vec<PendingAppend>,
+    mut items: Vec<PendingAppend>,
     give_up: watch::Receiver<bool>,
 ) -> WriteResult {
     let mut batches: Vec<(WalEntry, [Bytes; 2])> = items
@@ -234,13 +341,38 @@ async fn write_group(
         .collect();
     let object = wal::encode(stream, seq, &mut batches);
     let entries: Vec<WalEntry> = batches.into_iter().map(|(e, _)| e).collect();
+    let mut stalled = false;
     let result = put_durably(
         store.as_ref(),
         &wal::key(stream, seq),
         object.clone(),
         give_up,
+        |error| {
+            if stalled {
+                queue.stall_update(error);
+                return;
+            }
+            stalled = true;
+            queue.stall_begin(error);
+            // Not acknowledged: the client retries, and finds its batch (a duplicate) once
+            // this write lands, or never if the broker stops first.
+            let answer = Stall::of(error);
+            for done in items.iter_mut().filter_map(|i| i.done.take()) {
+                let _ = done.send(Err(answer.error()));
+            }
+        },
     )
     .await;
+    if stalled {
+        queue.stall_end();
+        if result.is_ok() {
+            tracing::info!(
+                stream,
+                seq,
+                "write-ahead write landed after failing; accepting appends again"
+            );
+        }
+    }
     (seq, object, items, entries, result)
 }
 
@@ -254,6 +386,7 @@ async fn put_durably(
     key: &str,
     object: Bytes,
     mut give_up: watch::Receiver<bool>,
+    mut on_failure: impl FnMut(&StorageError),
 ) -> LogResult<()> {
     let key = ObjectKey::new(key)?;
     let mut backoff = Duration::from_millis(2);
@@ -276,6 +409,7 @@ async fn put_durably(
                 if attempts == 1 || attempts.is_multiple_of(20) {
                     tracing::warn!(%key, attempts, error = %e, "write-ahead put failed; retrying");
                 }
+                on_failure(&e);
                 if *give_up.borrow() {
                     return Err(e.into());
                 }

@@ -46,10 +46,18 @@ impl HealthTransitions {
         match (self.unhealthy_since, healthy) {
             (None, false) => {
                 self.unhealthy_since = Some(now);
+                let writes = snapshot.writes_failing(UNHEALTHY_AFTER_FAILURES);
+                let (consecutive_failures, last_error) = if writes {
+                    (
+                        snapshot.consecutive_write_failures,
+                        &snapshot.last_write_error,
+                    )
+                } else {
+                    (snapshot.consecutive_failures, &snapshot.last_error)
+                };
                 Some(Transition::Unhealthy {
-                    consecutive_failures: snapshot.consecutive_failures,
-                    last_error: snapshot
-                        .last_error
+                    consecutive_failures,
+                    last_error: last_error
                         .clone()
                         .unwrap_or_else(|| "unknown error".to_string()),
                 })
@@ -80,7 +88,7 @@ pub async fn watch(backend: &'static str, health: Arc<StorageHealth>, clock: Arc
                 backend,
                 consecutive_failures,
                 error = %last_error,
-                "storage unhealthy: {consecutive_failures} requests in a row failed"
+                "storage unhealthy: {consecutive_failures} requests (or writes) in a row failed"
             ),
             Some(Transition::Recovered { down_for }) => info!(
                 backend,

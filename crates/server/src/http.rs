@@ -5,7 +5,8 @@
 //!
 //! - `GET /metrics`: [`crate::metrics`] in the text exposition format 0.0.4.
 //! - `GET /health`: 200 `ok` while storage is healthy; 503 with the failure count and last error
-//!   once [`UNHEALTHY_AFTER_FAILURES`] storage requests in a row have failed.
+//!   once [`UNHEALTHY_AFTER_FAILURES`] storage requests in a row have failed, or as many writes
+//!   in a row (`storage unhealthy: writes failing (…; reads ok)`) even while reads succeed.
 
 use std::io;
 use std::sync::Arc;
@@ -154,6 +155,25 @@ fn respond(head: &[u8], source: &MetricsSource) -> Response {
             let health = source.health();
             if health.is_healthy(UNHEALTHY_AFTER_FAILURES) {
                 Response::text(200, "ok\n")
+            } else if health.writes_failing(UNHEALTHY_AFTER_FAILURES) {
+                // Reads may still succeed (a full disk): say so, since the broker still serves
+                // consumers while refusing producers.
+                let error = health
+                    .last_write_error
+                    .as_deref()
+                    .unwrap_or("unknown error");
+                let reads = if health.consecutive_failures < UNHEALTHY_AFTER_FAILURES {
+                    "reads ok"
+                } else {
+                    "reads failing too"
+                };
+                Response::text(
+                    503,
+                    format!(
+                        "storage unhealthy: writes failing ({} consecutive failed writes; {reads}); last write error: {error}\n",
+                        health.consecutive_write_failures
+                    ),
+                )
             } else {
                 let error = health.last_error.as_deref().unwrap_or("unknown error");
                 Response::text(
@@ -251,7 +271,7 @@ mod tests {
 
     use strata_core::{BrokerId, Clock, SystemClock};
     use strata_log::{LogConfig, LogManager};
-    use strata_storage::{MemoryStore, StackConfig, StorageError, StorageStack};
+    use strata_storage::{MemoryStore, OpKind, StackConfig, StorageError, StorageStack};
 
     use super::*;
 
@@ -386,6 +406,23 @@ mod tests {
         assert_eq!(status, 503);
         assert!(body.contains("3 consecutive"), "{body}");
         assert!(body.contains("bucket on fire"), "{body}");
+
+        // A full disk: reads succeed between the failing writes, which used to reset the run
+        // and keep /health at 200.
+        for _ in 0..UNHEALTHY_AFTER_FAILURES {
+            stack.health.record_op::<()>(
+                OpKind::PutCreate,
+                &Err(StorageError::Full("no space left on device".into())),
+            );
+            stack.health.record_op(OpKind::Get, &Ok(()));
+        }
+        let (status, _, body) = tokio::task::spawn_blocking(move || get(addr, "/health"))
+            .await
+            .unwrap();
+        assert_eq!(status, 503, "{body}");
+        assert!(body.contains("writes failing"), "{body}");
+        assert!(body.contains("reads ok"), "{body}");
+        assert!(body.contains("no space left on device"), "{body}");
 
         let (status, _, _) = tokio::task::spawn_blocking(move || get(addr, "/nope"))
             .await

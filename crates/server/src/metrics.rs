@@ -229,7 +229,7 @@ pub fn render(snapshot: &Snapshot) -> String {
     out.family(
         "strata_storage_healthy",
         "gauge",
-        "1 unless the last 3 or more storage requests in a row failed.",
+        "1 unless the last 3 or more storage requests, or the last 3 or more writes, in a row failed.",
     );
     out.sample(
         "strata_storage_healthy",
@@ -245,6 +245,16 @@ pub fn render(snapshot: &Snapshot) -> String {
         "strata_storage_consecutive_failures",
         &[("backend", backend)],
         snapshot.health.consecutive_failures,
+    );
+    out.family(
+        "strata_storage_consecutive_write_failures",
+        "gauge",
+        "Storage writes (puts) failed in a row since the last write that succeeded; reads do not reset it.",
+    );
+    out.sample(
+        "strata_storage_consecutive_write_failures",
+        &[("backend", backend)],
+        snapshot.health.consecutive_write_failures,
     );
 
     if let Some(log) = &snapshot.log {

@@ -104,7 +104,10 @@ pub struct LogSettings {
     /// every request costs money.
     #[serde(with = "humantime_serde::option")]
     pub flush_interval: Option<Duration>,
-    /// …or when this much is queued. Default by backend: 1MiB; 8MiB for S3.
+    /// …or when this much is queued. Default by backend: 1MiB; 8MiB for S3. Also the most one
+    /// write holds (a larger batch goes alone): a backlog, such as the one left when storage
+    /// refused writes, leaves in writes of this size, so storage that recovers needs only this
+    /// much free space for appends to resume.
     pub flush_bytes: Option<ByteSize>,
     /// Produce data accepted but not yet durable, broker-wide; at the limit producers wait.
     pub max_pending_bytes: ByteSize,

@@ -199,8 +199,8 @@ fn map_error(err: OpError, op: Op, key: Option<&ObjectKey>) -> StorageError {
         }
         (libc::ETIMEDOUT, _, _) => StorageError::Timeout(elapsed),
         (libc::EBUSY | libc::EAGAIN, _, _) => StorageError::Throttled(text()),
-        // A full cluster refuses writes without applying them.
-        (libc::ENOSPC | libc::EDQUOT, _, _) => StorageError::Throttled(text()),
+        // A full cluster or pool refuses writes without applying them.
+        (libc::ENOSPC | libc::EDQUOT, _, _) => StorageError::Full(text()),
         (
             libc::ENOTCONN
             | libc::ESHUTDOWN
@@ -388,6 +388,10 @@ mod tests {
         assert!(matches!(
             map(libc::ENOTCONN, Op::Create),
             StorageError::Unavailable(_)
+        ));
+        assert!(matches!(
+            map(libc::ENOSPC, Op::Create),
+            StorageError::Full(_)
         ));
         assert!(matches!(
             map(libc::EPERM, Op::Create),

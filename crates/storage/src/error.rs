@@ -23,6 +23,12 @@ pub enum StorageError {
     /// The storage is unreachable or failing; retrying later may succeed.
     #[error("storage unavailable: {0}")]
     Unavailable(String),
+    /// The storage is out of space or over a quota (ENOSPC, EDQUOT, a full RADOS pool). The
+    /// request was refused, not half-done, so it is not ambiguous. It clears only when someone
+    /// frees space, which never happens within one request's retry budget: callers see it at
+    /// once instead of after seconds of backoff, and decide themselves how to wait.
+    #[error("storage full: {0}")]
+    Full(String),
     /// A key or argument the backend cannot accept.
     #[error("invalid storage request: {0}")]
     Invalid(String),
@@ -32,12 +38,21 @@ pub enum StorageError {
 }
 
 impl StorageError {
-    /// Whether retrying the same request may succeed.
+    /// Whether retrying the same request may succeed (later: see [`Self::is_worth_retrying_now`]).
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            StorageError::Throttled(_) | StorageError::Timeout(_) | StorageError::Unavailable(_)
+            StorageError::Throttled(_)
+                | StorageError::Timeout(_)
+                | StorageError::Unavailable(_)
+                | StorageError::Full(_)
         )
+    }
+
+    /// Whether a retry within the same request, after a backoff of milliseconds to seconds, is
+    /// likely to succeed. A full storage is retryable but not this: it waits for an operator.
+    pub fn is_worth_retrying_now(&self) -> bool {
+        self.is_retryable() && !matches!(self, StorageError::Full(_))
     }
 
     /// Whether the outcome is unknown: the write may have landed even though we saw an error.

@@ -26,6 +26,8 @@ pub enum InjectedError {
     Timeout,
     #[default]
     Unavailable,
+    /// Out of space (what a local directory on a full filesystem answers).
+    Full,
     Other,
 }
 
@@ -37,6 +39,7 @@ impl InjectedError {
             InjectedError::Unavailable => {
                 StorageError::Unavailable(format!("injected fault on {op}"))
             }
+            InjectedError::Full => StorageError::Full(format!("injected fault on {op}")),
             InjectedError::Other => StorageError::Other(format!("injected fault on {op}")),
         }
     }

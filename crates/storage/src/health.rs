@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use strata_core::Clock;
 
-use crate::StorageError;
+use crate::{OpKind, StorageError};
 
 /// Last success and failure times and the current run of failures, updated by
 /// [`MetricsStore`](crate::MetricsStore) on every request. Reading it takes no lock on the
@@ -22,6 +22,11 @@ pub struct StorageHealth {
     last_failure_wall_ms: AtomicI64,
     consecutive_failures: AtomicU64,
     last_error: Mutex<Option<String>>,
+    /// Puts failed since the last put that succeeded. Counted apart because a storage that
+    /// serves reads but refuses writes (a full disk, a quota) keeps resetting the run above
+    /// with every successful read, while no producer can be acknowledged.
+    consecutive_write_failures: AtomicU64,
+    last_write_error: Mutex<Option<String>>,
 }
 
 /// A point-in-time copy of [`StorageHealth`].
@@ -35,12 +40,23 @@ pub struct StorageHealthSnapshot {
     /// Failures since the last success.
     pub consecutive_failures: u64,
     pub last_error: Option<String>,
+    /// Put failures since the last put that succeeded (other requests do not reset it).
+    pub consecutive_write_failures: u64,
+    pub last_write_error: Option<String>,
 }
 
 impl StorageHealthSnapshot {
-    /// Healthy unless the last `max_consecutive_failures` or more requests in a row all failed.
+    /// Healthy unless the last `max_consecutive_failures` or more requests in a row all failed,
+    /// or as many puts in a row did (see [`Self::writes_failing`]).
     pub fn is_healthy(&self, max_consecutive_failures: u64) -> bool {
         self.consecutive_failures < max_consecutive_failures.max(1)
+            && !self.writes_failing(max_consecutive_failures)
+    }
+
+    /// Whether the last `max_consecutive_failures` or more puts all failed, whatever the reads
+    /// did meanwhile: nothing can be made durable, so no producer can be acknowledged.
+    pub fn writes_failing(&self, max_consecutive_failures: u64) -> bool {
+        self.consecutive_write_failures >= max_consecutive_failures.max(1)
     }
 }
 
@@ -53,6 +69,7 @@ pub fn is_storage_failure(error: &StorageError) -> bool {
         StorageError::Throttled(_)
             | StorageError::Timeout(_)
             | StorageError::Unavailable(_)
+            | StorageError::Full(_)
             | StorageError::Other(_)
     )
 }
@@ -67,6 +84,30 @@ impl StorageHealth {
             last_failure_wall_ms: AtomicI64::new(0),
             consecutive_failures: AtomicU64::new(0),
             last_error: Mutex::new(None),
+            consecutive_write_failures: AtomicU64::new(0),
+            last_write_error: Mutex::new(None),
+        }
+    }
+
+    /// [`Self::record`], and for puts also the write run: a put that succeeded ends it, a
+    /// storage failure extends it, and an answer (a lost create or compare-and-swap race) says
+    /// nothing about whether data can be stored, so it leaves it alone.
+    pub fn record_op<T>(&self, op: OpKind, result: &Result<T, StorageError>) {
+        self.record(result);
+        if !op.is_put() {
+            return;
+        }
+        match result {
+            Ok(_) => self.consecutive_write_failures.store(0, Ordering::Relaxed),
+            Err(error) if is_storage_failure(error) => {
+                self.consecutive_write_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                *self
+                    .last_write_error
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(error.to_string());
+            }
+            Err(_) => {}
         }
     }
 
@@ -121,6 +162,12 @@ impl StorageHealth {
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .clone(),
+            consecutive_write_failures: self.consecutive_write_failures.load(Ordering::Relaxed),
+            last_write_error: self
+                .last_write_error
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .clone(),
         }
     }
 
@@ -165,5 +212,34 @@ mod tests {
 
         health.record::<()>(&Ok(()));
         assert_eq!(health.snapshot().consecutive_failures, 0);
+    }
+
+    /// A full disk: every put fails, every read succeeds. Reads must not hide it.
+    #[test]
+    fn failing_writes_are_unhealthy_even_while_reads_succeed() {
+        let clock = Arc::new(ManualClock::new(0));
+        let health = StorageHealth::new(clock);
+        let full = || Err::<(), _>(StorageError::Full("no space left on device".into()));
+        for _ in 0..3 {
+            health.record_op(OpKind::PutCreate, &full());
+            health.record_op(OpKind::Get, &Ok(()));
+        }
+        let snap = health.snapshot();
+        assert_eq!(snap.consecutive_failures, 0, "reads reset the overall run");
+        assert_eq!(snap.consecutive_write_failures, 3);
+        assert!(snap.writes_failing(3));
+        assert!(!snap.is_healthy(3));
+        assert!(snap.last_write_error.unwrap().contains("no space"));
+
+        // A lost compare-and-swap race is an answer: it neither ends nor extends the run.
+        health.record_op(
+            OpKind::PutUpdate,
+            &Err::<(), _>(StorageError::Precondition(
+                crate::ObjectKey::new("k").unwrap(),
+            )),
+        );
+        assert_eq!(health.snapshot().consecutive_write_failures, 3);
+        health.record_op(OpKind::PutUpdate, &Ok(()));
+        assert!(health.snapshot().is_healthy(3));
     }
 }

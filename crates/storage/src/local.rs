@@ -201,15 +201,15 @@ fn not_an_object(path: &Path) -> StorageError {
     ))
 }
 
-/// Maps an IO error to the storage vocabulary: conditions that can clear up by themselves are
-/// `Unavailable` (and so retried), everything else is `Other`.
+/// Maps an IO error to the storage vocabulary: a full filesystem is `Full`, conditions that can
+/// clear up by themselves are `Unavailable` (and so retried), everything else is `Other`.
 fn io_error(op: &str, path: &Path, error: io::Error) -> StorageError {
     let message = format!("{op} {}: {error}", path.display());
     match error.raw_os_error() {
+        // Out of space: the temp file, link or rename failed, so nothing was published.
+        Some(libc::ENOSPC | libc::EDQUOT) => StorageError::Full(message),
         Some(
-            libc::ENOSPC
-            | libc::EDQUOT
-            | libc::EMFILE
+            libc::EMFILE
             | libc::ENFILE
             | libc::ENOMEM
             | libc::EAGAIN
@@ -681,6 +681,24 @@ mod tests {
 
     fn key(k: &str) -> ObjectKey {
         ObjectKey::new(k).unwrap()
+    }
+
+    #[test]
+    fn a_full_filesystem_is_full_not_a_transient_outage() {
+        for errno in [libc::ENOSPC, libc::EDQUOT] {
+            let error = io_error(
+                "write temp file",
+                Path::new("/x"),
+                io::Error::from_raw_os_error(errno),
+            );
+            assert!(matches!(error, StorageError::Full(_)), "{error}");
+        }
+        let error = io_error(
+            "open",
+            Path::new("/x"),
+            io::Error::from_raw_os_error(libc::EMFILE),
+        );
+        assert!(matches!(error, StorageError::Unavailable(_)), "{error}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

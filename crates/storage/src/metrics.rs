@@ -259,7 +259,7 @@ impl MetricsStore {
     ) {
         let latency = self.clock.monotonic().saturating_sub(started);
         self.metrics.record(op, latency, result, bytes.0, bytes.1);
-        self.health.record(result);
+        self.health.record_op(op, result);
         if let Err(error) = result {
             if is_storage_failure(error) {
                 tracing::debug!(backend = self.inner.backend_name(), %op, %error, "storage request failed");

@@ -66,7 +66,8 @@ impl RetryPolicy {
     }
 }
 
-/// Retries retryable errors of the inner store (see [`StorageError::is_retryable`]).
+/// Retries the inner store's errors that may pass within seconds (see
+/// [`StorageError::is_worth_retrying_now`]); a full storage is answered at once.
 ///
 /// Backoff is "full jitter": a uniformly random wait between zero and the exponential ceiling,
 /// which spreads out brokers that failed together better than a fixed or ±-jittered backoff.
@@ -122,7 +123,7 @@ impl RetryStore {
         let mut attempts = 1;
         loop {
             let error = match attempt().await {
-                Err(error) if error.is_retryable() => error,
+                Err(error) if error.is_worth_retrying_now() => error,
                 done => return done,
             };
             if attempts >= self.policy.max_attempts {
@@ -275,6 +276,26 @@ mod tests {
         let (data, stored_version) = f.memory.get(&key("wal/1/1/1")).await.unwrap();
         assert_eq!(&data[..], b"ours");
         assert_eq!(version, stored_version);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_storage_is_answered_at_once() {
+        let f = fixture(RetryPolicy::default());
+        for _ in 0..3 {
+            f.faults.fail_next(OpKind::PutCreate, InjectedError::Full);
+        }
+        let err = f
+            .store
+            .put(&key("k"), Bytes::from_static(b"x"), PutMode::Create)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StorageError::Full(_)), "{err}");
+        assert!(err.is_retryable() && !err.is_ambiguous());
+        assert_eq!(
+            f.faults.injected_count(),
+            1,
+            "no retries within the request"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -40,7 +40,7 @@ pub(crate) fn leader_epoch_of(broker: &Broker, tp: &TopicPartition) -> Option<i3
         None => Some(LEADER_EPOCH),
         Some(_) => broker
             .log
-            .served_epoch(tp)
+            .readable_epoch(tp)
             .map(|e| i32::try_from(e).unwrap_or(i32::MAX)),
     }
 }
