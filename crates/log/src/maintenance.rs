@@ -80,8 +80,13 @@ async fn on_failure(shared: &Shared, part: &Arc<Partition>, what: &str, error: &
         _ => false,
     };
     if deposed {
-        part.lock().suspended = true;
-        let hw = part.lock().high_watermark;
+        let hw = {
+            let mut st = part.lock();
+            st.suspended = true;
+            // A successor owns it: even reads of old data must go there now.
+            st.readable_while_suspended = false;
+            st.high_watermark
+        };
         part.hw.send_replace(strata_core::Offset(hw));
         tracing::error!(partition = %part.tp, epoch = part.epoch, "{what}: a newer owner took this partition over; this broker is fenced");
         shared.fenced.send_replace(true);
