@@ -80,7 +80,8 @@ struct Args {
     /// Mean quiet time between two faults.
     #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
     fault_gap: Duration,
-    /// Faults to mix, comma-separated: kill, pause, restart, move, drain.
+    /// Faults to mix, comma-separated: kill, pause, restart, move, drain, and partition (opt-in:
+    /// needs root and iptables).
     #[arg(long, value_delimiter = ',', default_value = "kill,pause,restart,move,drain",
           value_parser = Fault::parse)]
     faults: Vec<Fault>,

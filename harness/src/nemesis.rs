@@ -26,15 +26,21 @@ pub enum Fault {
     Move,
     /// `strata broker drain`, then SIGTERM and restart.
     Drain,
+    /// Clients cut off from one broker (iptables DROP of packets to its port on loopback) for
+    /// 1-3 leases. The broker still reaches the storage, so it keeps its lease and partitions:
+    /// clients must wait, and nothing acknowledged may be lost. Opt-in (needs root and
+    /// iptables); only the broker's own port is touched.
+    Partition,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 5] = [
+    pub const ALL: [Fault; 6] = [
         Fault::Kill,
         Fault::Pause,
         Fault::Restart,
         Fault::Move,
         Fault::Drain,
+        Fault::Partition,
     ];
 
     pub fn name(self) -> &'static str {
@@ -44,6 +50,7 @@ impl Fault {
             Fault::Restart => "restart",
             Fault::Move => "move",
             Fault::Drain => "drain",
+            Fault::Partition => "partition",
         }
     }
 
@@ -52,7 +59,9 @@ impl Fault {
             .into_iter()
             .find(|f| f.name() == text)
             .ok_or_else(|| {
-                format!("unknown fault {text:?} (known: kill, pause, restart, move, drain)")
+                format!(
+                    "unknown fault {text:?} (known: kill, pause, restart, move, drain, partition)"
+                )
             })
     }
 
@@ -60,7 +69,7 @@ impl Fault {
     fn weight(self) -> u32 {
         match self {
             Fault::Kill | Fault::Move => 3,
-            Fault::Pause | Fault::Restart => 2,
+            Fault::Pause | Fault::Restart | Fault::Partition => 2,
             Fault::Drain => 1,
         }
     }
@@ -225,6 +234,14 @@ impl Nemesis {
                         ))
                     }
                 }
+                Fault::Partition => {
+                    let port = cluster.broker(victim).addr().port();
+                    let held = lease.mul_f64(1.0 + 2.0 * fraction);
+                    let rule = DropRule::insert(port)?;
+                    std::thread::sleep(held);
+                    rule.remove()?;
+                    Ok(format!("port {port} dropped for {} ms", held.as_millis()))
+                }
                 Fault::Drain => {
                     let id = victim.to_string();
                     let finished =
@@ -317,6 +334,54 @@ impl Nemesis {
             self.liveness
                 .push(format!("heal: {}", panic_message(&panic)));
         }
+    }
+}
+
+/// An iptables rule dropping every packet sent to `port` on loopback; removed when dropped, so
+/// a panic between insert and remove cannot leave it behind.
+struct DropRule {
+    port: u16,
+    removed: bool,
+}
+
+impl DropRule {
+    fn insert(port: u16) -> Result<Self, String> {
+        iptables("-I", port)?;
+        Ok(Self {
+            port,
+            removed: false,
+        })
+    }
+
+    fn remove(mut self) -> Result<(), String> {
+        self.removed = true;
+        iptables("-D", self.port)
+    }
+}
+
+impl Drop for DropRule {
+    fn drop(&mut self) {
+        if !self.removed {
+            let _ = iptables("-D", self.port);
+        }
+    }
+}
+
+fn iptables(action: &str, port: u16) -> Result<(), String> {
+    let port = port.to_string();
+    let output = std::process::Command::new("iptables")
+        .args([
+            "-w", action, "INPUT", "-i", "lo", "-p", "tcp", "--dport", &port, "-j", "DROP",
+        ])
+        .output()
+        .map_err(|e| format!("cannot run iptables: {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "iptables {action} INPUT --dport {port}: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
     }
 }
 
