@@ -263,7 +263,9 @@ fn run(args: &Args, seed: u64) -> i32 {
         // Keep what a developer needs: the brokers' recent output and the shared storage.
         for (id, broker) in &cluster.brokers {
             let path = history_path.with_extension(format!("broker-{id}.log"));
-            if std::fs::write(&path, broker.log_tail()).is_ok() {
+            // Every kept line (the last few thousand), not just the short failure tail.
+            let lines = broker.log_lines_containing("").join("\n");
+            if std::fs::write(&path, lines).is_ok() {
                 println!("broker {id} log tail: {}", path.display());
             }
         }

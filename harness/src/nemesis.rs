@@ -293,14 +293,22 @@ impl Nemesis {
             let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 let broker = cluster.broker(id);
                 let status = broker.try_exit_status()?;
+                // Why it exited, for the report: its last error line.
+                let why = broker
+                    .log_lines_containing("ERROR")
+                    .pop()
+                    .unwrap_or_default();
                 broker.kill9();
                 broker.restart();
-                Some(status)
+                Some((status, why))
             }));
             match outcome {
                 Ok(None) => {}
-                Ok(Some(status)) => {
-                    let text = format!("broker {id} exited on its own ({status}); restarted");
+                Ok(Some((status, why))) => {
+                    let text = format!(
+                        "broker {id} exited on its own ({status}); restarted. Last error: {}",
+                        why.trim()
+                    );
                     history.record(Event::FaultDone {
                         kind: "revive".to_string(),
                         detail: text.clone(),
