@@ -64,20 +64,19 @@ struct TargetLayout {
 }
 
 impl TargetLayout {
-    /// A test binary runs from `<target>/<profile dir>/deps/`, whatever `CARGO_TARGET_DIR` or
+    /// A test binary runs from `<target>/<profile dir>/deps/`, a binary of the workspace (the
+    /// fault-injection harness) from `<target>/<profile dir>/`, whatever `CARGO_TARGET_DIR` or
     /// `--release` said, so the layout is read off its own path.
     fn of_running_test() -> Result<Self, String> {
         let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-        let deps_dir = exe
+        let exe_dir = exe
             .parent()
-            .filter(|d| d.ends_with("deps"))
-            .ok_or_else(|| {
-                format!(
-                    "test binary {} is not in a cargo deps/ directory; set STRATA_BIN",
-                    exe.display()
-                )
-            })?;
-        let profile_dir = deps_dir.parent().ok_or("deps/ has no parent")?;
+            .ok_or_else(|| format!("{} has no parent directory", exe.display()))?;
+        let profile_dir = if exe_dir.ends_with("deps") {
+            exe_dir.parent().ok_or("deps/ has no parent")?
+        } else {
+            exe_dir
+        };
         let target_dir = profile_dir.parent().ok_or("profile dir has no parent")?;
         let dir_name = profile_dir
             .file_name()

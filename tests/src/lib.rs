@@ -27,6 +27,7 @@ pub mod batch;
 pub mod binary;
 pub mod cleanup;
 pub mod clients;
+pub mod cluster;
 pub mod command;
 pub mod process;
 pub mod raw;

@@ -93,6 +93,7 @@ impl StrataOptions {
 pub struct SharedStorage {
     dir: TempDir,
     url: String,
+    keep: bool,
 }
 
 impl SharedStorage {
@@ -105,7 +106,18 @@ impl SharedStorage {
             Ok(base) if !base.is_empty() => with_path_suffix(&base, &unique_name(dir.path())),
             _ => format!("file://{}", dir.path().join("store").display()),
         };
-        Self { dir, url }
+        Self {
+            dir,
+            url,
+            keep: false,
+        }
+    }
+
+    /// Leaves the data in place when dropped, for inspection after a failure found by the
+    /// fault-injection harness (which does not panic, so the usual keep-on-panic rule misses it).
+    pub fn keep(&mut self) {
+        self.keep = true;
+        self.dir.disable_cleanup(true);
     }
 
     /// The URL every broker of the cluster (and the `strata` admin commands) gets as `--storage`.
@@ -126,6 +138,9 @@ impl Default for SharedStorage {
 
 impl Drop for SharedStorage {
     fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
         crate::cleanup::remove_test_objects(&self.url);
     }
 }

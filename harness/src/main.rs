@@ -1,0 +1,277 @@
+//! `strata-harness`: a fault-injection campaign against a cluster of real `strata` brokers.
+//!
+//! Starts `--brokers` brokers on one shared storage (a temporary directory, or a prefix or
+//! namespace under `--storage`), creates a topic, runs idempotent acks=all producers and a
+//! committing consumer group while a seeded nemesis kills, freezes, restarts, drains brokers and
+//! moves partitions, then heals the cluster, reads every partition back from offset 0 with a
+//! fresh consumer and checks the history (see `checker`). Prints the seed first and last; exits
+//! 1 on any anomaly. `--seed N` replays the nemesis's choices.
+
+// The report is the program's output.
+#![allow(clippy::print_stdout, reason = "the campaign report goes to stdout")]
+// A harness measures real processes on the real clock.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "deadlines and fault durations against real child processes need the real clock"
+)]
+// Like the test helpers it drives, a broken expectation of the harness itself is a panic.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test tooling: panicking is how the harness reports its own failure"
+)]
+
+mod checker;
+mod history;
+mod nemesis;
+mod readback;
+mod workload;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use strata_tests::clients::create_topic;
+use strata_tests::cluster::{parse_millis, Cluster};
+
+use crate::history::History;
+use crate::nemesis::{Fault, Nemesis};
+use crate::workload::{Consumers, Producers};
+
+const TOPIC: &str = "harness";
+
+#[derive(Debug, Parser)]
+#[command(about = "Fault-injection campaign against a strata cluster (see docs/RELIABILITY.md)")]
+struct Args {
+    /// Seed of the nemesis's RNG [default: the current time, printed].
+    #[arg(long)]
+    seed: Option<u64>,
+    /// How long faults are injected (the heal and the final read come after).
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Shared storage: a directory or file:// URL, or an s3:// or rados:// URL; each run uses
+    /// a fresh sub-directory, prefix or namespace under it [default: a temporary directory].
+    #[arg(long)]
+    storage: Option<String>,
+    /// Brokers in the cluster (node ids 1..=N).
+    #[arg(long, default_value_t = 3)]
+    brokers: i32,
+    /// Partitions of the workload's topic.
+    #[arg(long, default_value_t = 4)]
+    partitions: i32,
+    /// Idempotent producers.
+    #[arg(long, default_value_t = 2)]
+    producers: usize,
+    /// Members of the consumer group.
+    #[arg(long, default_value_t = 2)]
+    consumers: usize,
+    /// Records per second each producer offers.
+    #[arg(long, default_value_t = 100.0)]
+    rate: f64,
+    /// The brokers' lease period (short, so a frozen broker is fenced quickly).
+    #[arg(long, default_value = "2s")]
+    lease: String,
+    /// The brokers' heartbeat interval (at most half the lease).
+    #[arg(long, default_value = "300ms")]
+    heartbeat: String,
+    /// The log's segment interval: short, so compaction runs often under the faults.
+    #[arg(long, default_value = "2s")]
+    segment_interval: String,
+    /// Mean quiet time between two faults.
+    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+    fault_gap: Duration,
+    /// Faults to mix, comma-separated: kill, pause, restart, move, drain, and partition (opt-in:
+    /// needs root and iptables).
+    #[arg(long, value_delimiter = ',', default_value = "kill,pause,restart,move,drain",
+          value_parser = Fault::parse)]
+    faults: Vec<Fault>,
+    /// Where the history is written (JSON lines) [default: <tmp>/strata-harness-<seed>.jsonl].
+    #[arg(long)]
+    history: Option<PathBuf>,
+}
+
+fn main() {
+    let args = Args::parse();
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    });
+    println!(
+        "strata-harness: seed {seed} (replay with --seed {seed}), duration {:?}, {} brokers",
+        args.duration, args.brokers
+    );
+    if let Some(storage) = &args.storage {
+        let base = storage_base(storage);
+        // SharedStorage puts each cluster under this base, as for the end-to-end tests. Set
+        // before any other thread starts.
+        std::env::set_var("STRATA_TEST_STORAGE", &base);
+    }
+    let code = run(&args, seed);
+    println!(
+        "strata-harness: seed {seed}: {}",
+        if code == 0 { "no anomaly" } else { "ANOMALIES" }
+    );
+    std::process::exit(code);
+}
+
+/// A plain directory becomes an absolute file:// URL (created if missing); URLs pass through.
+fn storage_base(storage: &str) -> String {
+    if storage.contains("://") {
+        return storage.to_string();
+    }
+    let path = PathBuf::from(storage);
+    std::fs::create_dir_all(&path).expect("create the --storage directory");
+    let absolute = std::fs::canonicalize(&path).expect("resolve the --storage directory");
+    format!("file://{}", absolute.display())
+}
+
+fn run(args: &Args, seed: u64) -> i32 {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let started = Instant::now();
+    let history = History::new(started);
+    let segment_interval = args.segment_interval.as_str();
+    let mut cluster = Cluster::start_with_env(
+        args.brokers,
+        &args.lease,
+        &args.heartbeat,
+        &[("STRATA_LOG_SEGMENT_INTERVAL", segment_interval)],
+    );
+    println!(
+        "cluster of {} brokers on {} up after {:?}",
+        args.brokers,
+        cluster.storage.url(),
+        started.elapsed()
+    );
+    let ids = cluster.all_ids();
+    let bootstrap = cluster.bootstrap_of(&ids);
+    runtime.block_on(create_topic(&bootstrap, TOPIC, args.partitions, &[]));
+
+    let producers = Producers::start(
+        runtime.handle(),
+        &bootstrap,
+        TOPIC,
+        args.partitions,
+        args.producers,
+        args.rate,
+        &history,
+    );
+    let consumers = Consumers::start(&bootstrap, TOPIC, args.consumers, &history);
+
+    let lease = parse_millis(&args.lease);
+    let mut nemesis = Nemesis::new(seed, args.faults.clone(), lease, TOPIC, args.partitions);
+    let faults_from = Instant::now();
+    let faults_until = faults_from + args.duration;
+    loop {
+        let gap = nemesis.next_gap(args.fault_gap);
+        if Instant::now() + gap >= faults_until {
+            break;
+        }
+        // The quiet time between faults is part of the schedule, not a wait for anything.
+        std::thread::sleep(gap);
+        nemesis.step(&mut cluster, &history);
+    }
+    nemesis.heal(&mut cluster, &history);
+    println!(
+        "faults done after {:?}; healing and draining the clients",
+        faults_from.elapsed()
+    );
+
+    runtime.block_on(producers.finish());
+    consumers.finish();
+    let logs = readback::read_everything(&bootstrap, TOPIC, args.partitions);
+    let entries = history.snapshot();
+    let (checks, counts) = checker::check(&entries, &logs, args.partitions);
+
+    let history_path = args
+        .history
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("strata-harness-{seed}.jsonl")));
+    match history.write_to(&history_path) {
+        Ok(()) => println!("history: {}", history_path.display()),
+        Err(error) => println!("history: cannot write {}: {error}", history_path.display()),
+    }
+
+    println!("\nfaults (seed {seed}):");
+    println!(
+        "  {:<8} {:>8} {:>7} {:>7}",
+        "kind", "injected", "failed", "fenced"
+    );
+    for (fault, tally) in &nemesis.tally {
+        println!(
+            "  {:<8} {:>8} {:>7} {:>7}",
+            fault.name(),
+            tally.injected,
+            tally.failed,
+            tally.fenced
+        );
+    }
+    for exit in &nemesis.unexpected_exits {
+        println!("  unexpected exit: {exit}");
+    }
+    println!(
+        "\noperations: {} sent, {} acknowledged, {} failed ({} of them stored), {} producer \
+         fatal errors; {} stored; {} group reads, {} commits ok, {} failed, {} rebalances, {} \
+         client errors",
+        counts.sent,
+        counts.acked,
+        counts.failed,
+        counts.failed_but_stored,
+        counts.producer_fatal,
+        counts.stored,
+        counts.reads,
+        counts.commits_ok,
+        counts.commits_failed,
+        counts.rebalances,
+        counts.client_errors
+    );
+
+    println!("\nchecks:");
+    println!(
+        "  {:<17} {:>8} {:>9}  what",
+        "check", "checked", "anomalies"
+    );
+    let mut anomalies = 0;
+    for check in &checks {
+        println!(
+            "  {:<17} {:>8} {:>9}  {}",
+            check.name, check.checked, check.anomalies, check.what
+        );
+        anomalies += check.anomalies;
+    }
+    println!(
+        "  {:<17} {:>8} {:>9}  every broker restarts and every partition finds an owner",
+        "liveness",
+        "",
+        nemesis.liveness.len()
+    );
+    anomalies += nemesis.liveness.len();
+    for check in &checks {
+        for example in &check.examples {
+            println!("  {}: {example}", check.name);
+        }
+    }
+    for failure in &nemesis.liveness {
+        println!("  liveness: {failure}");
+    }
+    if anomalies > 0 {
+        // Keep what a developer needs: the brokers' recent output and the shared storage.
+        for (id, broker) in &cluster.brokers {
+            let path = history_path.with_extension(format!("broker-{id}.log"));
+            // Every kept line (the last few thousand), not just the short failure tail.
+            let lines = broker.log_lines_containing("").join("\n");
+            if std::fs::write(&path, lines).is_ok() {
+                println!("broker {id} log tail: {}", path.display());
+            }
+        }
+        cluster.storage.keep();
+        println!("storage kept: {}", cluster.storage.url());
+    }
+    drop(cluster);
+    i32::from(anomalies > 0)
+}

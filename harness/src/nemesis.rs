@@ -1,0 +1,404 @@
+//! The nemesis: one fault at a time, chosen by one seeded RNG, each healed before the next.
+//!
+//! The *choices* (which fault, which broker, which partition, how long) replay exactly from the
+//! seed; the timing of the clients around them does not, which is why the history is kept.
+
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use strata_tests::cluster::Cluster;
+use strata_tests::wait::{wait_until, DEADLINE};
+
+use crate::history::{Event, History};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fault {
+    /// SIGKILL, down for up to a lease, restart on the same port.
+    Kill,
+    /// SIGSTOP past the lease (the others fence it and take its partitions), then SIGCONT.
+    Pause,
+    /// SIGTERM (a clean shutdown) and restart.
+    Restart,
+    /// `strata partitions move` of a random partition to a random other broker.
+    Move,
+    /// `strata broker drain`, then SIGTERM and restart.
+    Drain,
+    /// Clients cut off from one broker (iptables DROP of packets to its port on loopback) for
+    /// 1-3 leases. The broker still reaches the storage, so it keeps its lease and partitions:
+    /// clients must wait, and nothing acknowledged may be lost. Opt-in (needs root and
+    /// iptables); only the broker's own port is touched.
+    Partition,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 6] = [
+        Fault::Kill,
+        Fault::Pause,
+        Fault::Restart,
+        Fault::Move,
+        Fault::Drain,
+        Fault::Partition,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Kill => "kill",
+            Fault::Pause => "pause",
+            Fault::Restart => "restart",
+            Fault::Move => "move",
+            Fault::Drain => "drain",
+            Fault::Partition => "partition",
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|f| f.name() == text)
+            .ok_or_else(|| {
+                format!(
+                    "unknown fault {text:?} (known: kill, pause, restart, move, drain, partition)"
+                )
+            })
+    }
+
+    /// Relative frequency: the cheap, common faults more often than drains.
+    fn weight(self) -> u32 {
+        match self {
+            Fault::Kill | Fault::Move => 3,
+            Fault::Pause | Fault::Restart | Fault::Partition => 2,
+            Fault::Drain => 1,
+        }
+    }
+}
+
+#[derive(Default, Clone, Copy)]
+pub struct Tally {
+    pub injected: usize,
+    /// The fault's own command failed (a move or drain that timed out): reported, not an
+    /// anomaly of the broker's guarantees.
+    pub failed: usize,
+    /// A paused broker that exited (fenced) after SIGCONT.
+    pub fenced: usize,
+}
+
+pub struct Nemesis {
+    rng: StdRng,
+    faults: Vec<Fault>,
+    lease: Duration,
+    topic: String,
+    partitions: i32,
+    pub tally: BTreeMap<Fault, Tally>,
+    /// Brokers that exited without being told to (outside a pause).
+    pub unexpected_exits: Vec<String>,
+    /// Brokers that did not come back, or a cluster that stopped answering: liveness failures.
+    pub liveness: Vec<String>,
+}
+
+impl Nemesis {
+    pub fn new(
+        seed: u64,
+        faults: Vec<Fault>,
+        lease: Duration,
+        topic: &str,
+        partitions: i32,
+    ) -> Self {
+        Self {
+            rng: StdRng::seed_from_u64(seed),
+            faults,
+            lease,
+            topic: topic.to_string(),
+            partitions,
+            tally: BTreeMap::new(),
+            unexpected_exits: Vec::new(),
+            liveness: Vec::new(),
+        }
+    }
+
+    /// How long to leave the cluster alone before the next fault.
+    pub fn next_gap(&mut self, mean: Duration) -> Duration {
+        mean.mul_f64(self.rng.random_range(0.5..1.5))
+    }
+
+    /// Injects one fault and heals it.
+    pub fn step(&mut self, cluster: &mut Cluster, history: &History) {
+        self.revive_exited(cluster, history);
+        if self.faults.is_empty() {
+            return;
+        }
+        let total: u32 = self.faults.iter().map(|f| f.weight()).sum();
+        let mut pick = self.rng.random_range(0..total);
+        let mut fault = self.faults[0];
+        for candidate in &self.faults {
+            if pick < candidate.weight() {
+                fault = *candidate;
+                break;
+            }
+            pick -= candidate.weight();
+        }
+        let ids = cluster.all_ids();
+        let victim = ids[self.rng.random_range(0..ids.len())];
+        // Drawn whether used or not, so one fault's parameters never shift the next ones.
+        let fraction: f64 = self.rng.random_range(0.0..1.0);
+        let partition = self.rng.random_range(0..self.partitions);
+        let target_pick = self.rng.random_range(0..ids.len().max(2) - 1);
+
+        let detail = match fault {
+            Fault::Move => format!("partition {partition}"),
+            _ => format!("broker {victim}"),
+        };
+        history.record(Event::Fault {
+            kind: fault.name().to_string(),
+            detail: detail.clone(),
+        });
+        self.tally.entry(fault).or_default().injected += 1;
+        let lease = self.lease;
+        let topic = self.topic.clone();
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| -> Result<String, String> {
+            match fault {
+                Fault::Kill => {
+                    let broker = cluster.broker(victim);
+                    broker.kill9();
+                    let down = lease.mul_f64(fraction);
+                    std::thread::sleep(down);
+                    broker.restart();
+                    Ok(format!("down {} ms", down.as_millis()))
+                }
+                Fault::Pause => {
+                    let frozen = lease.mul_f64(1.5 + 1.5 * fraction);
+                    let broker = cluster.broker(victim);
+                    broker.pause();
+                    std::thread::sleep(frozen);
+                    broker.resume();
+                    // Fenced, it exits non-zero on its own; if it owned nothing it may live on.
+                    let until = Instant::now() + 3 * lease;
+                    let exited = wait_until(
+                        "the resumed broker exits or the wait ends",
+                        DEADLINE,
+                        || match broker.try_exit_status() {
+                            Some(status) => Some(Some(status)),
+                            None => (Instant::now() >= until).then_some(None),
+                        },
+                    );
+                    match exited {
+                        Some(status) => {
+                            broker.kill9();
+                            broker.restart();
+                            Ok(format!(
+                                "frozen {} ms, exited after SIGCONT ({status}), restarted",
+                                frozen.as_millis()
+                            ))
+                        }
+                        None => Ok(format!(
+                            "frozen {} ms, still running after SIGCONT",
+                            frozen.as_millis()
+                        )),
+                    }
+                }
+                Fault::Restart => {
+                    let broker = cluster.broker(victim);
+                    let status = broker.sigterm();
+                    broker.restart();
+                    Ok(format!("exited {status} after SIGTERM"))
+                }
+                Fault::Move => {
+                    let asked = ids[0];
+                    let owner = cluster
+                        .metadata_from(asked, Some(&topic))
+                        .leaders
+                        .get(&partition)
+                        .copied()
+                        .ok_or_else(|| format!("broker {asked} names no owner of {partition}"))?;
+                    let others: Vec<i32> = ids.iter().copied().filter(|&i| i != owner).collect();
+                    let target = others[target_pick % others.len()];
+                    let (p, t) = (partition.to_string(), target.to_string());
+                    let finished = cluster.admin_command(&[
+                        "partitions",
+                        "move",
+                        &topic,
+                        &p,
+                        "--to",
+                        &t,
+                        "--timeout",
+                        "20s",
+                    ]);
+                    if finished.status.success() {
+                        Ok(finished.stdout.trim().to_string())
+                    } else {
+                        Err(format!(
+                            "move {partition} from {owner} to {target}: {}",
+                            finished.stderr.trim()
+                        ))
+                    }
+                }
+                Fault::Partition => {
+                    let port = cluster.broker(victim).addr().port();
+                    let held = lease.mul_f64(1.0 + 2.0 * fraction);
+                    let rule = DropRule::insert(port)?;
+                    std::thread::sleep(held);
+                    rule.remove()?;
+                    Ok(format!("port {port} dropped for {} ms", held.as_millis()))
+                }
+                Fault::Drain => {
+                    let id = victim.to_string();
+                    let finished =
+                        cluster.admin_command(&["broker", "drain", &id, "--timeout", "20s"]);
+                    let broker = cluster.broker(victim);
+                    let status = broker.sigterm();
+                    broker.restart();
+                    if finished.status.success() {
+                        Ok(format!("drained, exited {status} after SIGTERM, restarted"))
+                    } else {
+                        Err(format!("drain {victim}: {}", finished.stderr.trim()))
+                    }
+                }
+            }
+        }));
+        let error = match outcome {
+            Ok(Ok(done)) => {
+                if fault == Fault::Pause && done.contains("exited") {
+                    self.tally.entry(fault).or_default().fenced += 1;
+                }
+                history.record(Event::FaultDone {
+                    kind: fault.name().to_string(),
+                    detail: format!("{detail}: {done}"),
+                    error: None,
+                });
+                return;
+            }
+            Ok(Err(failed)) => {
+                self.tally.entry(fault).or_default().failed += 1;
+                failed
+            }
+            Err(panic) => {
+                let message = panic_message(&panic);
+                self.liveness
+                    .push(format!("{} {detail}: {message}", fault.name()));
+                message
+            }
+        };
+        history.record(Event::FaultDone {
+            kind: fault.name().to_string(),
+            detail,
+            error: Some(error),
+        });
+    }
+
+    /// Restarts every broker that has exited on its own (a fenced broker exits non-zero).
+    pub fn revive_exited(&mut self, cluster: &mut Cluster, history: &History) {
+        for id in cluster.all_ids() {
+            let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                let broker = cluster.broker(id);
+                let status = broker.try_exit_status()?;
+                // Why it exited, for the report: its last error line.
+                let why = broker
+                    .log_lines_containing("ERROR")
+                    .pop()
+                    .unwrap_or_default();
+                broker.kill9();
+                broker.restart();
+                Some((status, why))
+            }));
+            match outcome {
+                Ok(None) => {}
+                Ok(Some((status, why))) => {
+                    let text = format!(
+                        "broker {id} exited on its own ({status}); restarted. Last error: {}",
+                        why.trim()
+                    );
+                    history.record(Event::FaultDone {
+                        kind: "revive".to_string(),
+                        detail: text.clone(),
+                        error: None,
+                    });
+                    self.unexpected_exits.push(text);
+                }
+                Err(panic) => self
+                    .liveness
+                    .push(format!("revive broker {id}: {}", panic_message(&panic))),
+            }
+        }
+    }
+
+    /// After the last fault: every broker runs and every partition has a live owner.
+    pub fn heal(&mut self, cluster: &mut Cluster, history: &History) {
+        self.revive_exited(cluster, history);
+        let ids = cluster.all_ids();
+        let topic = self.topic.clone();
+        let partitions = self.partitions;
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            cluster.wait_for_leaders(
+                ids[0],
+                &topic,
+                partitions,
+                &ids,
+                "every partition has a live owner after the faults",
+            )
+        }));
+        if let Err(panic) = outcome {
+            self.liveness
+                .push(format!("heal: {}", panic_message(&panic)));
+        }
+    }
+}
+
+/// An iptables rule dropping every packet sent to `port` on loopback; removed when dropped, so
+/// a panic between insert and remove cannot leave it behind.
+struct DropRule {
+    port: u16,
+    removed: bool,
+}
+
+impl DropRule {
+    fn insert(port: u16) -> Result<Self, String> {
+        iptables("-I", port)?;
+        Ok(Self {
+            port,
+            removed: false,
+        })
+    }
+
+    fn remove(mut self) -> Result<(), String> {
+        self.removed = true;
+        iptables("-D", self.port)
+    }
+}
+
+impl Drop for DropRule {
+    fn drop(&mut self) {
+        if !self.removed {
+            let _ = iptables("-D", self.port);
+        }
+    }
+}
+
+fn iptables(action: &str, port: u16) -> Result<(), String> {
+    let port = port.to_string();
+    let output = std::process::Command::new("iptables")
+        .args([
+            "-w", action, "INPUT", "-i", "lo", "-p", "tcp", "--dport", &port, "-j", "DROP",
+        ])
+        .output()
+        .map_err(|e| format!("cannot run iptables: {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "iptables {action} INPUT --dport {port}: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    let text = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
+        .unwrap_or_else(|| "panic".to_string());
+    // The helpers append the broker's whole log tail; the first lines say what failed.
+    text.lines().take(3).collect::<Vec<_>>().join(" / ")
+}

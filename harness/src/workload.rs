@@ -1,0 +1,436 @@
+//! The clients: idempotent acks=all producers writing values no one else writes, consumer-group
+//! members that commit what they read, and an observer of the group's committed offsets. Every
+//! operation and its outcome goes into the [`History`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use rdkafka::client::ClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+use strata_tests::clients::{base_config, TestContext};
+
+use crate::history::{Event, History};
+
+/// Records a producer may have unacknowledged at once: bounds memory and the number of records
+/// a fault leaves in doubt.
+const PRODUCER_WINDOW: usize = 200;
+/// How often a group member commits what it has read.
+const COMMIT_EVERY: Duration = Duration::from_millis(300);
+/// How often the group's committed offsets are fetched.
+const OBSERVE_EVERY: Duration = Duration::from_millis(250);
+
+pub const GROUP: &str = "harness-group";
+
+/// Idempotent, acks=all. Requests time out after 5 s rather than librdkafka's 30-60 s: a frozen
+/// broker keeps its connections open, and the producer would wait that long before trying the
+/// partition's new owner.
+fn producer_config(bootstrap: &str, name: &str) -> ClientConfig {
+    let mut config = base_config(bootstrap);
+    config
+        .set("client.id", name)
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("max.in.flight.requests.per.connection", "5")
+        .set("retry.backoff.ms", "20")
+        .set("retry.backoff.max.ms", "200")
+        .set("linger.ms", "2")
+        .set("message.timeout.ms", "60000")
+        .set("request.timeout.ms", "5000")
+        .set("socket.timeout.ms", "5000");
+    config
+}
+
+pub struct Producers {
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Producers {
+    pub fn start(
+        runtime: &tokio::runtime::Handle,
+        bootstrap: &str,
+        topic: &str,
+        partitions: i32,
+        count: usize,
+        rate: f64,
+        history: &History,
+    ) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = (0..count)
+            .map(|id| {
+                runtime.spawn(produce(
+                    id,
+                    bootstrap.to_string(),
+                    topic.to_string(),
+                    partitions,
+                    rate,
+                    history.clone(),
+                    Arc::clone(&stop),
+                ))
+            })
+            .collect();
+        Self { stop, tasks }
+    }
+
+    /// Stops sending and waits for every outstanding delivery report (message.timeout.ms bounds
+    /// each one).
+    pub async fn finish(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+type Delivery = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+async fn produce(
+    id: usize,
+    bootstrap: String,
+    topic: String,
+    partitions: i32,
+    rate: f64,
+    history: History,
+    stop: Arc<AtomicBool>,
+) {
+    let started = Instant::now();
+    let mut sequence: u64 = 0;
+    let mut incarnation = 0;
+    // A producer whose idempotence broke (fatal error) is replaced by a new one with a new
+    // producer id, as an application would; the fatal error is in the history.
+    while !stop.load(Ordering::SeqCst) {
+        let name = format!("p{id}.{incarnation}");
+        incarnation += 1;
+        let producer: FutureProducer<TestContext> =
+            match producer_config(&bootstrap, &name).create_with_context(TestContext) {
+                Ok(producer) => producer,
+                Err(error) => {
+                    history.record(Event::ClientError {
+                        who: name,
+                        error: error.to_string(),
+                    });
+                    return;
+                }
+            };
+        let mut in_flight: FuturesUnordered<Delivery> = FuturesUnordered::new();
+        let mut fatal = None;
+        while !stop.load(Ordering::SeqCst) && fatal.is_none() {
+            let due = started + Duration::from_secs_f64(sequence as f64 / rate);
+            if in_flight.len() < PRODUCER_WINDOW && Instant::now() >= due {
+                let value = format!("{name}-{sequence}");
+                let partition = i32::try_from(sequence % partitions as u64).unwrap_or(0);
+                sequence += 1;
+                history.record(Event::Send {
+                    producer: name.clone(),
+                    value: value.clone(),
+                    partition,
+                });
+                let record = FutureRecord::<(), _>::to(&topic)
+                    .partition(partition)
+                    .payload(value.as_bytes());
+                match producer.send_result(record) {
+                    Ok(delivery) => {
+                        let history = history.clone();
+                        in_flight.push(Box::pin(async move {
+                            let event = match delivery.await {
+                                Ok(Ok(delivered)) => Event::Ack {
+                                    value,
+                                    partition: delivered.partition,
+                                    offset: delivered.offset,
+                                },
+                                Ok(Err((error, _))) => Event::SendFailed {
+                                    value,
+                                    error: error.to_string(),
+                                },
+                                Err(_) => Event::SendFailed {
+                                    value,
+                                    error: "delivery future dropped".to_string(),
+                                },
+                            };
+                            history.record(event);
+                        }));
+                    }
+                    Err((error, _)) => history.record(Event::SendFailed {
+                        value,
+                        error: format!("enqueue: {error}"),
+                    }),
+                }
+                continue;
+            }
+            let wake = if in_flight.len() < PRODUCER_WINDOW {
+                due
+            } else {
+                Instant::now() + Duration::from_millis(50)
+            };
+            tokio::select! {
+                Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
+                _ = tokio::time::sleep_until(wake.into()) => {}
+            }
+            fatal = producer.client().fatal_error();
+        }
+        while in_flight.next().await.is_some() {}
+        if let Some((code, reason)) = fatal {
+            history.record(Event::ProducerFatal {
+                producer: name,
+                error: format!("{code:?}: {reason}"),
+            });
+        }
+    }
+}
+
+/// A group member's view of its own assignment, shared with librdkafka's callbacks (which run
+/// inside `poll` on the member's thread).
+struct MemberContext {
+    member: usize,
+    session: Arc<AtomicU64>,
+    /// Next offset to commit per partition, read since the last commit; cleared on every
+    /// rebalance so a member never commits for a partition it may no longer own.
+    positions: Arc<Mutex<HashMap<i32, i64>>>,
+    history: History,
+}
+
+impl ClientContext for MemberContext {}
+
+impl ConsumerContext for MemberContext {
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let session = self.session.fetch_add(1, Ordering::SeqCst) + 1;
+        if let Ok(mut positions) = self.positions.lock() {
+            positions.clear();
+        }
+        let (kind, partitions) = match rebalance {
+            Rebalance::Assign(list) => ("assign", partition_ids(list)),
+            Rebalance::Revoke(list) => ("revoke", partition_ids(list)),
+            Rebalance::Error(error) => ("error", {
+                self.history.record(Event::ClientError {
+                    who: format!("member {}", self.member),
+                    error: format!("rebalance: {error}"),
+                });
+                Vec::new()
+            }),
+        };
+        self.history.record(Event::Rebalance {
+            member: self.member,
+            session,
+            kind: kind.to_string(),
+            partitions,
+        });
+    }
+}
+
+fn partition_ids(list: &TopicPartitionList) -> Vec<i32> {
+    list.elements().iter().map(|e| e.partition()).collect()
+}
+
+fn group_config(bootstrap: &str) -> ClientConfig {
+    let mut config = base_config(bootstrap);
+    config
+        .set("group.id", GROUP)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "500")
+        .set("fetch.wait.max.ms", "100")
+        .set("socket.timeout.ms", "10000");
+    config
+}
+
+/// The consumer-group members and the committed-offset observer, each on its own thread.
+pub struct Consumers {
+    stop: Arc<AtomicBool>,
+    members: Vec<JoinHandle<()>>,
+    stop_observer: Arc<AtomicBool>,
+    observer: JoinHandle<()>,
+}
+
+impl Consumers {
+    pub fn start(bootstrap: &str, topic: &str, members: usize, history: &History) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        for member in 0..members {
+            let (bootstrap, topic, history, stop) = (
+                bootstrap.to_string(),
+                topic.to_string(),
+                history.clone(),
+                Arc::clone(&stop),
+            );
+            threads.push(std::thread::spawn(move || {
+                consume(member, &bootstrap, &topic, &history, &stop);
+            }));
+        }
+        let stop_observer = Arc::new(AtomicBool::new(false));
+        let observer = {
+            let (bootstrap, topic, history, stop) = (
+                bootstrap.to_string(),
+                topic.to_string(),
+                history.clone(),
+                Arc::clone(&stop_observer),
+            );
+            std::thread::spawn(move || observe_commits(&bootstrap, &topic, &history, &stop))
+        };
+        Self {
+            stop,
+            members: threads,
+            stop_observer,
+            observer,
+        }
+    }
+
+    /// Stops the members, then the observer, whose last look thus follows every commit.
+    pub fn finish(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for thread in self.members {
+            let _ = thread.join();
+        }
+        self.stop_observer.store(true, Ordering::SeqCst);
+        let _ = self.observer.join();
+    }
+}
+
+fn consume(member: usize, bootstrap: &str, topic: &str, history: &History, stop: &AtomicBool) {
+    let session = Arc::new(AtomicU64::new(0));
+    let positions = Arc::new(Mutex::new(HashMap::new()));
+    let context = MemberContext {
+        member,
+        session: Arc::clone(&session),
+        positions: Arc::clone(&positions),
+        history: history.clone(),
+    };
+    let consumer: BaseConsumer<MemberContext> =
+        match group_config(bootstrap).create_with_context(context) {
+            Ok(consumer) => consumer,
+            Err(error) => {
+                history.record(Event::ClientError {
+                    who: format!("member {member}"),
+                    error: error.to_string(),
+                });
+                return;
+            }
+        };
+    if let Err(error) = consumer.subscribe(&[topic]) {
+        history.record(Event::ClientError {
+            who: format!("member {member}"),
+            error: format!("subscribe: {error}"),
+        });
+        return;
+    }
+    let mut last_commit = Instant::now();
+    while !stop.load(Ordering::SeqCst) {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(message)) => {
+                let value = message
+                    .payload()
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+                    .unwrap_or_default();
+                history.record(Event::Read {
+                    member,
+                    session: session.load(Ordering::SeqCst),
+                    partition: message.partition(),
+                    offset: message.offset(),
+                    value,
+                });
+                if let Ok(mut positions) = positions.lock() {
+                    positions.insert(message.partition(), message.offset() + 1);
+                }
+            }
+            Some(Err(error)) => history.record(Event::ClientError {
+                who: format!("member {member}"),
+                error: error.to_string(),
+            }),
+            None => {}
+        }
+        if last_commit.elapsed() >= COMMIT_EVERY {
+            last_commit = Instant::now();
+            let pending: Vec<(i32, i64)> = positions
+                .lock()
+                .map(|mut p| p.drain().collect())
+                .unwrap_or_default();
+            if pending.is_empty() {
+                continue;
+            }
+            let mut list = TopicPartitionList::new();
+            for (partition, offset) in &pending {
+                let _ = list.add_partition_offset(topic, *partition, Offset::Offset(*offset));
+            }
+            // Synchronous, so the coordinator's answer is known when it is recorded; the
+            // socket timeout bounds how long a commit to a frozen coordinator blocks reading.
+            let result = consumer.commit(&list, CommitMode::Sync);
+            for (partition, offset) in pending {
+                history.record(Event::Commit {
+                    member,
+                    partition,
+                    offset,
+                    ok: result.is_ok(),
+                    error: result.as_ref().err().map(ToString::to_string),
+                });
+            }
+        }
+    }
+}
+
+/// Reads the group's committed offsets with OffsetFetch (no membership needed) over and over.
+fn observe_commits(bootstrap: &str, topic: &str, history: &History, stop: &AtomicBool) {
+    let mut config = base_config(bootstrap);
+    config
+        .set("group.id", GROUP)
+        .set("enable.auto.commit", "false");
+    let observer: BaseConsumer<TestContext> = match config.create_with_context(TestContext) {
+        Ok(observer) => observer,
+        Err(error) => {
+            history.record(Event::ClientError {
+                who: "commit observer".to_string(),
+                error: error.to_string(),
+            });
+            return;
+        }
+    };
+    let mut seen: HashMap<i32, i64> = HashMap::new();
+    while !stop.load(Ordering::SeqCst) {
+        if let Some(committed) = fetch_committed(&observer, topic) {
+            for (partition, offset) in committed {
+                if seen.insert(partition, offset) != Some(offset) {
+                    history.record(Event::Committed { partition, offset });
+                }
+            }
+        }
+        std::thread::sleep(OBSERVE_EVERY);
+    }
+    // One last look, after the members stopped committing.
+    if let Some(committed) = fetch_committed(&observer, topic) {
+        for (partition, offset) in committed {
+            history.record(Event::Committed { partition, offset });
+        }
+    }
+}
+
+fn fetch_committed(observer: &BaseConsumer<TestContext>, topic: &str) -> Option<Vec<(i32, i64)>> {
+    let metadata = observer
+        .fetch_metadata(Some(topic), Duration::from_secs(2))
+        .ok()?;
+    let partitions = metadata.topics().first()?.partitions().len();
+    let mut list = TopicPartitionList::new();
+    for partition in 0..partitions {
+        list.add_partition(topic, i32::try_from(partition).ok()?);
+    }
+    let committed = observer
+        .committed_offsets(list, Duration::from_secs(2))
+        .ok()?;
+    Some(
+        committed
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(offset) => Some((e.partition(), offset)),
+                _ => None,
+            })
+            .collect(),
+    )
+}
