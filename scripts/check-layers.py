@@ -23,9 +23,11 @@ LAYERS = {
     "strata-groups": 5,
     "strata-broker": 6,
     "strata": 7,
-    # Drivers of the whole system: they may use any crate, and nothing may use them.
+    # Drivers of the whole system: they may use any crate, and nothing may use them (the
+    # harness drives brokers through the end-to-end tests' helpers, so it sits above them).
     "strata-tests": 8,
     "strata-bench": 8,
+    "strata-harness": 9,
 }
 
 
