@@ -1053,8 +1053,16 @@ mod tests {
         assert_eq!(config.max_decompressed_batch_bytes, 256 << 20);
         assert_eq!(config.max_concurrent_decompressions, 3);
         for (var, value, key) in [
-            ("STRATA_LOG_MAX_DECOMPRESSED_BATCH_BYTES", "64KiB", "max_decompressed_batch_bytes"),
-            ("STRATA_LOG_MAX_CONCURRENT_DECOMPRESSIONS", "0", "max_concurrent_decompressions"),
+            (
+                "STRATA_LOG_MAX_DECOMPRESSED_BATCH_BYTES",
+                "64KiB",
+                "max_decompressed_batch_bytes",
+            ),
+            (
+                "STRATA_LOG_MAX_CONCURRENT_DECOMPRESSIONS",
+                "0",
+                "max_concurrent_decompressions",
+            ),
         ] {
             let e = load(None, env(&[(var, value)]), &FlagOverrides::default())
                 .unwrap_err()
