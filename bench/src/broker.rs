@@ -65,9 +65,17 @@ impl SpawnedBroker {
                     .with_context(|| format!("create broker log file {}", path.display()))
             })
             .transpose()?;
+        // A benchmark broker's data is thrown away after the run anyway; memory:// must be
+        // allowed explicitly, since it loses acknowledged records.
+        let ephemeral: &[&str] = if storage.starts_with("memory://") {
+            &["--ephemeral-storage-ok"]
+        } else {
+            &[]
+        };
         let mut child = Command::new(bin)
             .arg("serve")
             .args(["--listen", "127.0.0.1:0", "--storage", storage])
+            .args(ephemeral)
             .args(extra_args)
             // The listening line is parsed; colour codes would only get in the way.
             .env("NO_COLOR", "1")

@@ -153,6 +153,22 @@ fn lz4_frame(data: &[u8]) -> Vec<u8> {
     encoder.finish().expect("finish the lz4 frame")
 }
 
+/// A poison batch: a valid header naming compression codec `codec_id` (1-4: gzip, snappy, lz4,
+/// zstd) and `record_count` records, then `body` (random bytes, say) and a correct CRC. Before
+/// brokers decompressed on produce such a batch was acknowledged and then stalled consumers.
+pub fn with_compressed_body(codec_id: i16, body: &[u8], record_count: i32) -> Vec<u8> {
+    let records = vec![BatchRecord::new(b"k", b"v"); record_count as usize];
+    let mut batch = encode_batch(&records, 0, Codec::None);
+    batch.truncate(HEADER_LEN);
+    batch.extend_from_slice(body);
+    batch[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&codec_id.to_be_bytes());
+    let length = (batch.len() - LENGTH_FIELDS_LEN) as i32;
+    batch[BATCH_LENGTH_AT..BATCH_LENGTH_AT + 4].copy_from_slice(&length.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[ATTRIBUTES_AT..]);
+    batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+    batch
+}
+
 /// The same batch with one CRC bit flipped.
 pub fn with_wrong_crc(batch: &[u8]) -> Vec<u8> {
     let mut corrupt = batch.to_vec();

@@ -416,6 +416,10 @@ impl StrataProcess {
             .arg(&listen)
             .arg("--storage")
             .arg(self.storage_url());
+        if matches!(self.options.storage, StorageKind::Memory) {
+            // Losing everything on exit is the point of these brokers.
+            command.arg("--ephemeral-storage-ok");
+        }
         if let Some(config) = &self.config_file {
             command.arg("--config").arg(config);
         }

@@ -11,7 +11,9 @@ use kafka_protocol::protocol::Encodable;
 use rand::rngs::StdRng;
 use rand::{RngCore, SeedableRng};
 use strata_tests::batch::{self, BatchRecord, Codec};
-use strata_tests::clients::{assert_broker_serves_clients, create_topic, watermarks};
+use strata_tests::clients::{
+    assert_broker_serves_clients, consume_exactly, create_topic, watermarks,
+};
 use strata_tests::raw::{
     decode_response_as, encode_frame_with_header, frame, request_header, RawConnection,
     ReadOutcome, FETCH_VERSION_CAP, PRODUCE_VERSION_CAP, READ_TIMEOUT,
@@ -208,6 +210,43 @@ async fn produce_with_a_wrong_crc_is_rejected_as_corrupt_and_not_stored() {
         "valid Produce after a corrupt one"
     );
     assert_still_serving(&mut broker, "bad-crc").await;
+}
+
+/// Compression bits, random bytes, a valid CRC: Kafka decompresses and answers
+/// CORRUPT_MESSAGE. Acknowledged, such a batch stalls librdkafka consumers on the partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_compressed_batches_are_rejected_as_corrupt_and_consumers_keep_reading() {
+    let topic = "poison";
+    let mut broker = broker_with_topic(topic).await;
+    let mut raw = RawConnection::connect(broker.addr());
+    let version = produce_version(&mut raw);
+    assert_eq!(raw.produce(version, topic, 0, valid_batch()).error_code, 0);
+    let seed = now_ms() as u64;
+    let mut rng = StdRng::seed_from_u64(seed);
+    for (codec_id, codec) in [(1, "gzip"), (2, "snappy"), (3, "lz4"), (4, "zstd")] {
+        let mut garbage = vec![0u8; 200];
+        rng.fill_bytes(&mut garbage);
+        let poison = batch::with_compressed_body(codec_id, &garbage, 3);
+        let answer = raw.produce(version, topic, 0, poison);
+        assert_eq!(
+            answer.error_code, CORRUPT_MESSAGE,
+            "{codec} batch of random bytes with a valid CRC (seed {seed}): {:?}",
+            answer.error_message
+        );
+    }
+    assert_eq!(
+        watermarks(&broker.bootstrap(), topic, 0).await,
+        (0, 1),
+        "nothing of the poison batches stored (seed {seed})"
+    );
+    assert_eq!(raw.produce(version, topic, 0, valid_batch()).error_code, 0);
+    // A real consumer reads the partition from the start to past where the poison was sent.
+    let consumed = consume_exactly(&broker.bootstrap(), topic, &[(0, 0)], 2).await;
+    assert_eq!(
+        consumed.iter().map(|r| r.offset).collect::<Vec<_>>(),
+        vec![0, 1]
+    );
+    assert_still_serving(&mut broker, "poison").await;
 }
 
 async fn produce_with_wrong_batch_length(delta: i32, case: &str) {

@@ -8,7 +8,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use std::process::Command;
+
+use strata_tests::binary::strata_binary;
 use strata_tests::clients::{consume_exactly, create_topic, produce_all, producer, watermarks};
+use strata_tests::command::run_with_deadline;
 use strata_tests::process::StorageKind;
 use strata_tests::records::{assert_partitions_match, varied_records, TestRecord};
 use strata_tests::stream::{ContinuousProducer, Outcome};
@@ -52,6 +56,47 @@ async fn memory_storage_serves_a_round_trip() {
     let produced = BTreeMap::from([(0, sent.into_iter().map(|(_, r)| r).collect::<Vec<_>>())]);
     let consumed = consume_exactly(&broker.bootstrap(), topic, &[(0, 0)], 100).await;
     assert_partitions_match(&produced, &consumed, 0);
+    // The harness opts in to memory:// (--ephemeral-storage-ok); the broker says what it costs.
+    assert!(
+        broker.log_tail().contains("lost when the broker exits"),
+        "no start-up warning about memory storage:\n{}",
+        broker.log_tail()
+    );
+}
+
+/// memory:// acknowledges acks=all and loses everything on exit: without the explicit opt-in
+/// the broker refuses to start, naming the setting that allows it.
+#[test]
+fn memory_storage_without_the_opt_in_refuses_to_start() {
+    let mut command = Command::new(strata_binary());
+    command.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--storage",
+        "memory://",
+        "--cluster",
+        "false",
+    ]);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("STRATA_") {
+            command.env_remove(name);
+        }
+    }
+    command.env("NO_COLOR", "1");
+    let finished = run_with_deadline(command, b"", DEADLINE);
+    assert!(
+        !finished.status.success(),
+        "strata serve --storage memory:// started without the opt-in (status {})\n{}",
+        finished.status,
+        finished.stderr
+    );
+    assert!(
+        finished.stderr.contains("ephemeral_storage_ok")
+            && finished.stderr.contains("--ephemeral-storage-ok"),
+        "the refusal does not name the setting:\n{}",
+        finished.stderr
+    );
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -158,6 +158,9 @@ fn batch_error_code(error: &BatchError) -> i16 {
         | BatchError::CorruptCrc { .. }
         | BatchError::InvalidRecords(_) => code::CORRUPT_MESSAGE,
         BatchError::UnsupportedMagic(_) => code::UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        // Like a batch over max.message.bytes: the same batch would be refused again, and the
+        // Java producer answers it by splitting the batch.
+        BatchError::DecompressedTooLarge { .. } => code::MESSAGE_TOO_LARGE,
         BatchError::InvalidRecordCount { .. }
         | BatchError::UnknownCompression(_)
         | BatchError::ControlBatchFromClient
@@ -256,6 +259,18 @@ mod tests {
         assert_eq!(error_code(&LogError::UnknownProducerId(7)), 59);
         assert_eq!(error_code(&LogError::InvalidTimestamp("x".into())), 32);
         assert_eq!(error_code(&LogError::CorruptStorage("x".into())), -1);
+        assert_eq!(
+            error_code(&LogError::CorruptMessage(BatchError::InvalidRecords(
+                "gzip data does not decompress".into()
+            ))),
+            2
+        );
+        assert_eq!(
+            error_code(&LogError::CorruptMessage(
+                BatchError::DecompressedTooLarge { limit: 1 }
+            )),
+            10
+        );
     }
 
     #[test]

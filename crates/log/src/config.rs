@@ -34,6 +34,15 @@ pub struct LogConfig {
     pub retention_check_interval: Duration,
     /// Partitions given to topics created without an explicit count (auto-creation).
     pub default_partitions: i32,
+    /// A compressed batch is decompressed on append to check its records (as Kafka does); one
+    /// that inflates past this, or past the topic's `max.message.bytes` if that is larger, is
+    /// refused (MESSAGE_TOO_LARGE) instead of being inflated further: compression bombs cost at
+    /// most this much decompression.
+    pub max_decompressed_batch_bytes: usize,
+    /// Compressed batches being decompressed at once, broker-wide; more wait their turn. Each
+    /// holds a decompressor's window (up to 16 MiB for zstd) or, for raw snappy, the whole
+    /// decompressed batch, so this bounds that memory as well as the CPU.
+    pub max_concurrent_decompressions: usize,
 }
 
 impl Default for LogConfig {
@@ -49,8 +58,16 @@ impl Default for LogConfig {
             index_chunk_span: 1 << 16,
             retention_check_interval: Duration::from_secs(30),
             default_partitions: 1,
+            max_decompressed_batch_bytes: 64 << 20,
+            max_concurrent_decompressions: default_concurrent_decompressions(),
         }
     }
+}
+
+/// One decompression per core: the work is pure CPU, so more at once would only queue on the
+/// cores while holding their memory.
+pub fn default_concurrent_decompressions() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
 }
 
 /// Whether record timestamps come from the producer or from the broker at append time.

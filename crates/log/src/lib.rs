@@ -27,7 +27,7 @@ mod writer;
 mod tests;
 
 pub use catalog::{TopicId, TopicInfo};
-pub use config::{LogConfig, TimestampType, TopicConfig};
+pub use config::{default_concurrent_decompressions, LogConfig, TimestampType, TopicConfig};
 pub use error::{LogError, LogResult};
 pub use manager::{
     Acks, AppendOutcome, AppendTicket, LogManager, Ownership, ReadOutcome, Watermarks,

@@ -111,6 +111,8 @@ pub(crate) struct Shared {
     pub cache: TailCache,
     pub queue: Arc<WriterQueue>,
     pub pending_bytes: Arc<Semaphore>,
+    /// Slots for decompressing compressed batches to check them (`max_concurrent_decompressions`).
+    pub decompressions: Arc<Semaphore>,
     /// Write-ahead objects still holding uncompacted batches: (stream, seq) -> live batches.
     pub wal_live: Mutex<BTreeMap<(u32, u64), usize>>,
     /// The newest sequence this stream published, and an unreferenced object at that sequence
@@ -229,6 +231,7 @@ impl LogManager {
             store: store.clone(),
             clock: clock.clone(),
             pending_bytes: Arc::new(Semaphore::new(config.max_pending_bytes)),
+            decompressions: Arc::new(Semaphore::new(config.max_concurrent_decompressions.max(1))),
             cache: TailCache::new(config.cache_bytes),
             config,
             stream,
@@ -814,7 +817,8 @@ impl LogManager {
         }
         let max = topic.config.max_message_bytes.max(0) as usize;
         let mut max_timestamps = Vec::with_capacity(batches.len());
-        for b in &batches {
+        let mut compressed = Vec::new();
+        for (i, b) in batches.iter().enumerate() {
             if b.encoded_len() > max {
                 return Err(LogError::MessageTooLarge {
                     size: b.encoded_len(),
@@ -829,8 +833,21 @@ impl LogManager {
             // timestamp: it drives retention and timestamp lookups.
             max_timestamps.push(match wire_batch::validate_records(b)? {
                 RecordsCheck::Verified { max_timestamp } => max_timestamp,
-                RecordsCheck::Compressed => b.max_timestamp(),
+                RecordsCheck::Compressed => {
+                    compressed.push(i);
+                    b.max_timestamp()
+                }
             });
+        }
+        if !compressed.is_empty() {
+            let views = compressed.iter().map(|i| batches[*i].clone()).collect();
+            let limit = shared.config.max_decompressed_batch_bytes.max(max) as u64;
+            let checks = check_compressed(&shared.decompressions, views, limit).await?;
+            for (i, check) in compressed.iter().zip(checks) {
+                if let RecordsCheck::Verified { max_timestamp } = check {
+                    max_timestamps[*i] = max_timestamp;
+                }
+            }
         }
         shared.queue.check_accepting()?;
 
@@ -1101,6 +1118,37 @@ const MAX_PARTITIONS: i32 = 100_000;
 
 /// Checks every idempotent batch of one append against a scratch copy of the producers'
 /// state, so that either all batches are acceptable or none is appended.
+/// Decompresses compressed batches to check their records, on a blocking thread: a batch can
+/// take milliseconds of CPU, which must not stall the connection tasks sharing the runtime's
+/// workers (the CRC and the uncompressed walk stay inline: they read each byte once, at memory
+/// speed). `slots` bounds how many run at once.
+async fn check_compressed(
+    slots: &Arc<Semaphore>,
+    batches: Vec<BatchView>,
+    limit: u64,
+) -> LogResult<Vec<RecordsCheck>> {
+    let _slot = slots
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|_| LogError::ShuttingDown)?;
+    let checked = tokio::task::spawn_blocking(move || {
+        batches
+            .iter()
+            .map(|b| strata_wire::validate_compressed_records(b, limit))
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await;
+    match checked {
+        Ok(result) => Ok(result?),
+        // Only a panic inside a decompressor gets here (the runtime is not shutting down while
+        // a request is served): the batch is what it choked on.
+        Err(e) => Err(LogError::CorruptMessage(
+            wire_batch::BatchError::InvalidRecords(format!("decompression failed: {e}")),
+        )),
+    }
+}
+
 fn check_producers(states: &ProducerStates, batches: &[BatchView]) -> LogResult<Vec<SeqCheck>> {
     let mut scratch: Option<ProducerStates> = None;
     let mut out = Vec::with_capacity(batches.len());

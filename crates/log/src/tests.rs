@@ -164,6 +164,82 @@ async fn corrupt_batches_are_refused_and_nothing_is_appended() {
     assert_eq!(log.watermarks(&tp("t", 0)).unwrap().high, Offset(0));
 }
 
+/// `plain` (an uncompressed batch from [`batch`]) with its records replaced by `records` and the
+/// gzip bit set; the CRC is made right again.
+fn as_gzip(plain: &Bytes, records: &[u8]) -> Bytes {
+    let mut out = BytesMut::from(&plain[..61]);
+    out.put_slice(records);
+    let batch_length = (out.len() - 12) as i32;
+    out[8..12].copy_from_slice(&batch_length.to_be_bytes());
+    out[22] |= 1; // low byte of the attributes: codec 1
+    let crc = crc32c::crc32c(&out[21..]);
+    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    out.freeze()
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(data).unwrap();
+    encoder.finish().unwrap()
+}
+
+#[tokio::test]
+async fn compressed_batches_are_checked_inside_and_stored_as_sent() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let log = open(
+        &store,
+        LogConfig {
+            max_decompressed_batch_bytes: 4 << 20,
+            ..config()
+        },
+    )
+    .await;
+    log.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    let plain = batch(&["a", "b", "c"], 1_000, None);
+
+    // The poison batch: gzip bit, garbage, a valid CRC.
+    let poison = as_gzip(&plain, b"certainly not gzip data");
+    assert!(matches!(
+        log.append(&tp("t", 0), poison, DURABLE).await,
+        Err(LogError::CorruptMessage(_))
+    ));
+    // Valid gzip whose records disagree with the header's count.
+    let one = batch(&["a"], 1_000, None);
+    let miscounted = as_gzip(&plain, &gzip(&one[61..]));
+    assert!(matches!(
+        log.append(&tp("t", 0), miscounted, DURABLE).await,
+        Err(LogError::CorruptMessage(_))
+    ));
+    // A bomb: a few KiB inflating to 8 MiB of one value.
+    let zeros = "\0".repeat(8 << 20);
+    let huge = batch(&[&zeros], 1_000, None);
+    let bomb = as_gzip(&huge, &gzip(&huge[61..]));
+    assert!(bomb.len() < 64 << 10);
+    assert!(matches!(
+        log.append(&tp("t", 0), bomb, DURABLE).await,
+        Err(LogError::CorruptMessage(
+            strata_wire::BatchError::DecompressedTooLarge { limit }
+        )) if limit == 4 << 20
+    ));
+    assert_eq!(log.watermarks(&tp("t", 0)).unwrap().high, Offset(0));
+
+    // A good one is appended, and what is stored is what was sent, still compressed.
+    let good = as_gzip(&plain, &gzip(&plain[61..]));
+    log.append(&tp("t", 0), good.clone(), DURABLE)
+        .await
+        .unwrap();
+    let out = log
+        .read(&tp("t", 0), Offset(0), 1 << 20, true)
+        .await
+        .unwrap();
+    assert_eq!(out.batches.len(), 1);
+    // Everything but the base offset and leader epoch, which the broker sets.
+    assert_eq!(&out.batches[0][16..], &good[16..]);
+}
+
 #[tokio::test]
 async fn acknowledged_appends_survive_a_crash_without_flush() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());

@@ -53,13 +53,16 @@ enum Command {
     /// variables, then these flags; later ones win. Unknown keys in the file are errors.
     ///
     /// The file takes the flag names with underscores (listen, advertised_listener, node_id,
-    /// cluster_id, storage, auto_create_topics, max_request_bytes, max_connections,
+    /// cluster_id, storage, ephemeral_storage_ok, auto_create_topics, max_request_bytes,
+    /// max_connections,
     /// max_inflight_requests_per_connection, shutdown_grace, group_shards,
     /// group_initial_rebalance_delay, group_min_session_timeout, group_max_session_timeout,
     /// metrics_listen, cluster, lease_period, heartbeat_interval, ownership_interval,
     /// move_watch_interval, auto_rebalance) and a [log] section (flush_interval,
     /// flush_bytes, max_pending_bytes, segment_bytes, segment_interval, cache_bytes,
-    /// retention_check_interval, default_partitions, max_inflight_flushes). Environment
+    /// retention_check_interval, default_partitions, max_inflight_flushes,
+    /// max_decompressed_batch_bytes [default: 64MiB], max_concurrent_decompressions [default:
+    /// CPU cores]). Environment
     /// variables: STRATA_ + the upper-cased key, STRATA_LOG_ + key for the [log] section
     /// (e.g. STRATA_LISTEN, STRATA_STORAGE, STRATA_NODE_ID, STRATA_LOG_FLUSH_INTERVAL).
     /// Durations are human-readable ("1ms", "30s", "5m"); byte sizes are integers or
@@ -94,9 +97,15 @@ struct ServeArgs {
     /// Cluster id reported to clients [default: strata].
     #[arg(long, value_name = "ID")]
     cluster_id: Option<String>,
-    /// Storage: a directory, file:///path or memory:// [default: ./strata-data].
+    /// Storage: a directory, file:///path or memory:// (needs --ephemeral-storage-ok)
+    /// [default: ./strata-data].
     #[arg(long, value_name = "URL")]
     storage: Option<String>,
+    /// Allow memory:// storage, which acknowledges produces (acks=all too) and loses every
+    /// record, offset and topic when the broker exits; for tests and benchmarks. Without it
+    /// the broker refuses to start on memory:// [default: false].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    ephemeral_storage_ok: Option<bool>,
     /// Create unknown topics on first use [default: true].
     #[arg(long, value_name = "BOOL")]
     auto_create_topics: Option<bool>,
@@ -228,6 +237,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         node_id: args.node_id,
         cluster_id: args.cluster_id,
         storage: args.storage,
+        ephemeral_storage_ok: args.ephemeral_storage_ok,
         auto_create_topics: args.auto_create_topics,
         max_request_bytes: args.max_request_bytes,
         max_connections: args.max_connections,
@@ -246,6 +256,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let (settings, unknown_env) = settings::load(args.config.as_deref(), std::env::vars(), &flags)?;
     for var in unknown_env {
         warn!(variable = %var, "ignoring unknown STRATA_* environment variable");
+    }
+
+    if settings::is_ephemeral(&settings.storage) {
+        warn!(
+            storage = %settings.storage,
+            "storage is this process's memory (ephemeral_storage_ok is set): everything \
+             acknowledged, acks=all included, is lost when the broker exits"
+        );
     }
 
     let clock: Arc<dyn Clock> = SystemClock::shared();

@@ -28,8 +28,13 @@ pub struct Settings {
     pub node_id: Option<i32>,
     /// Reported to clients in Metadata and DescribeCluster.
     pub cluster_id: String,
-    /// Where all data lives: a directory path, `file:///abs/path`, or `memory://` (lost on exit).
+    /// Where all data lives: a directory path, `file:///abs/path`, or `memory://` (lost on exit,
+    /// so refused unless `ephemeral_storage_ok` is set).
     pub storage: String,
+    /// Allow `memory://` storage. It acknowledges produces (acks=all too) and then loses every
+    /// record, offset and topic when the process exits; without this the broker refuses to
+    /// start on it rather than promise durability it does not have. For tests and benchmarks.
+    pub ephemeral_storage_ok: bool,
     /// Create topics on first use (Kafka's `auto.create.topics.enable`).
     pub auto_create_topics: bool,
     /// Largest request accepted (Kafka's `socket.request.max.bytes`); larger ones close the
@@ -126,6 +131,14 @@ pub struct LogSettings {
     pub default_partitions: i32,
     /// Group-commit writes in flight at once.
     pub max_inflight_flushes: usize,
+    /// Compressed batches are decompressed on produce to check their records (a damaged one
+    /// would stall consumers forever); one inflating past this, or past the topic's
+    /// `max.message.bytes` if larger, is refused with MESSAGE_TOO_LARGE (compression bombs).
+    pub max_decompressed_batch_bytes: ByteSize,
+    /// Compressed batches decompressed at once, broker-wide (CPU and decompression memory:
+    /// up to 16MiB each for zstd, the whole batch for raw snappy); more wait. Default: the
+    /// number of CPU cores.
+    pub max_concurrent_decompressions: Option<usize>,
 }
 
 impl Default for Settings {
@@ -137,6 +150,7 @@ impl Default for Settings {
             node_id: None,
             cluster_id: broker.cluster_id,
             storage: "./strata-data".to_string(),
+            ephemeral_storage_ok: false,
             auto_create_topics: true,
             max_request_bytes: ByteSize(100 << 20),
             max_connections: broker.max_connections,
@@ -176,6 +190,8 @@ impl Default for LogSettings {
             retention_check_interval: log.retention_check_interval,
             default_partitions: log.default_partitions,
             max_inflight_flushes: log.max_inflight_flushes,
+            max_decompressed_batch_bytes: ByteSize(log.max_decompressed_batch_bytes as u64),
+            max_concurrent_decompressions: None,
         }
     }
 }
@@ -211,6 +227,13 @@ impl LogSettings {
             cache_bytes: size("cache_bytes", self.cache_bytes)?,
             retention_check_interval: self.retention_check_interval,
             default_partitions: self.default_partitions,
+            max_decompressed_batch_bytes: size(
+                "max_decompressed_batch_bytes",
+                self.max_decompressed_batch_bytes,
+            )?,
+            max_concurrent_decompressions: self
+                .max_concurrent_decompressions
+                .unwrap_or_else(strata_log::default_concurrent_decompressions),
             ..LogConfig::default()
         })
     }
@@ -390,6 +413,11 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
     ("STRATA_CLUSTER_ID", &["cluster_id"], Kind::Text),
     ("STRATA_STORAGE", &["storage"], Kind::Text),
     (
+        "STRATA_EPHEMERAL_STORAGE_OK",
+        &["ephemeral_storage_ok"],
+        Kind::Boolean,
+    ),
+    (
         "STRATA_AUTO_CREATE_TOPICS",
         &["auto_create_topics"],
         Kind::Boolean,
@@ -495,6 +523,16 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         &["log", "max_inflight_flushes"],
         Kind::Integer,
     ),
+    (
+        "STRATA_LOG_MAX_DECOMPRESSED_BATCH_BYTES",
+        &["log", "max_decompressed_batch_bytes"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_LOG_MAX_CONCURRENT_DECOMPRESSIONS",
+        &["log", "max_concurrent_decompressions"],
+        Kind::Integer,
+    ),
 ];
 
 /// Values given on the command line (the top layer).
@@ -505,6 +543,7 @@ pub struct FlagOverrides {
     pub node_id: Option<i32>,
     pub cluster_id: Option<String>,
     pub storage: Option<String>,
+    pub ephemeral_storage_ok: Option<bool>,
     pub auto_create_topics: Option<bool>,
     pub max_request_bytes: Option<String>,
     pub max_connections: Option<usize>,
@@ -643,6 +682,11 @@ pub fn load(
             "storage",
             &["storage"],
             flags.storage.clone().map(toml::Value::String),
+        ),
+        (
+            "ephemeral-storage-ok",
+            &["ephemeral_storage_ok"],
+            flags.ephemeral_storage_ok.map(toml::Value::Boolean),
         ),
         (
             "auto-create-topics",
@@ -802,6 +846,23 @@ impl Settings {
         if self.log.max_inflight_flushes == 0 {
             return bad("log.max_inflight_flushes", "must be at least 1");
         }
+        // Below a megabyte, ordinary producer batches (librdkafka's default batch.size is 1MB
+        // uncompressed) would be refused.
+        if self.log.max_decompressed_batch_bytes.0 < 1 << 20 {
+            return bad("log.max_decompressed_batch_bytes", "must be at least 1MiB");
+        }
+        if self.log.max_concurrent_decompressions == Some(0) {
+            return bad("log.max_concurrent_decompressions", "must be at least 1");
+        }
+        if is_ephemeral(&self.storage) && !self.ephemeral_storage_ok {
+            return Err(SettingsError::Invalid(format!(
+                "storage {:?} keeps everything in this process's memory: acknowledged records \
+                 (acks=all too), offsets and topics are lost when it exits. Set \
+                 ephemeral_storage_ok = true (--ephemeral-storage-ok, \
+                 STRATA_EPHEMERAL_STORAGE_OK=true) to run on it anyway, e.g. for tests",
+                self.storage
+            )));
+        }
         if !(1..=MAX_GROUP_SHARDS).contains(&self.group_shards) {
             return bad(
                 "group_shards",
@@ -858,6 +919,11 @@ impl Settings {
         }
         Ok(())
     }
+}
+
+/// Whether a storage URL names the in-process memory backend, which loses everything on exit.
+pub fn is_ephemeral(storage: &str) -> bool {
+    strata_storage::url_scheme(storage).as_deref() == Some("memory")
 }
 
 /// Upper bound of `group_shards`: each shard is a partition and a task replayed at startup; more
@@ -935,6 +1001,7 @@ mod tests {
         );
         let flags = FlagOverrides {
             storage: Some("memory://".into()),
+            ephemeral_storage_ok: Some(true),
             ..Default::default()
         };
         let (s, _) = load(
@@ -954,6 +1021,72 @@ mod tests {
         assert_eq!(s.log.flush_interval, Some(Duration::from_millis(5)));
         assert_eq!(s.log.cache_bytes, ByteSize(1 << 30));
         assert_eq!(s.log.flush_bytes, Some(ByteSize(2 << 20)));
+    }
+
+    #[test]
+    fn memory_storage_needs_the_ephemeral_opt_in() {
+        for storage in ["memory://", "memory://named", "MEMORY://"] {
+            let flags = FlagOverrides {
+                storage: Some(storage.into()),
+                ..Default::default()
+            };
+            let e = load(None, env(&[]), &flags).unwrap_err().to_string();
+            assert!(e.contains("ephemeral_storage_ok"), "{e}");
+            assert!(e.contains("--ephemeral-storage-ok"), "{e}");
+            let (s, _) = load(
+                None,
+                env(&[("STRATA_EPHEMERAL_STORAGE_OK", "true")]),
+                &flags,
+            )
+            .unwrap();
+            assert!(s.ephemeral_storage_ok);
+        }
+        let f = file("storage = \"memory://\"\nephemeral_storage_ok = true\n");
+        load(Some(f.path()), env(&[]), &FlagOverrides::default()).unwrap();
+        // Durable storage needs nothing.
+        let flags = FlagOverrides {
+            storage: Some("file:///tmp/strata".into()),
+            ..Default::default()
+        };
+        load(None, env(&[]), &flags).unwrap();
+    }
+
+    #[test]
+    fn decompression_bounds_have_defaults_and_are_validated() {
+        let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        assert_eq!(s.log.max_decompressed_batch_bytes, ByteSize(64 << 20));
+        let config = s.log.to_log_config("file").unwrap();
+        assert_eq!(config.max_decompressed_batch_bytes, 64 << 20);
+        assert!(config.max_concurrent_decompressions >= 1);
+        let (s, _) = load(
+            None,
+            env(&[
+                ("STRATA_LOG_MAX_DECOMPRESSED_BATCH_BYTES", "256MiB"),
+                ("STRATA_LOG_MAX_CONCURRENT_DECOMPRESSIONS", "3"),
+            ]),
+            &FlagOverrides::default(),
+        )
+        .unwrap();
+        let config = s.log.to_log_config("file").unwrap();
+        assert_eq!(config.max_decompressed_batch_bytes, 256 << 20);
+        assert_eq!(config.max_concurrent_decompressions, 3);
+        for (var, value, key) in [
+            (
+                "STRATA_LOG_MAX_DECOMPRESSED_BATCH_BYTES",
+                "64KiB",
+                "max_decompressed_batch_bytes",
+            ),
+            (
+                "STRATA_LOG_MAX_CONCURRENT_DECOMPRESSIONS",
+                "0",
+                "max_concurrent_decompressions",
+            ),
+        ] {
+            let e = load(None, env(&[(var, value)]), &FlagOverrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{e}");
+        }
     }
 
     #[test]

@@ -62,7 +62,7 @@ const TRANSACTIONAL_BIT: i16 = 0x10;
 const CONTROL_BIT: i16 = 0x20;
 
 /// Kafka's "no timestamp" sentinel, used as the max timestamp of a batch without records.
-const NO_TIMESTAMP: i64 = -1;
+pub(crate) const NO_TIMESTAMP: i64 = -1;
 
 /// Why a record batch was rejected.
 ///
@@ -122,6 +122,13 @@ pub enum BatchError {
     /// The record framing inside an uncompressed batch does not add up.
     #[error("invalid records: {0}")]
     InvalidRecords(String),
+    /// A compressed batch inflates to more than the broker is willing to decompress (a
+    /// compression bomb, or a batch far beyond any producer's batch size).
+    #[error("record batch decompresses to more than {limit} bytes")]
+    DecompressedTooLarge {
+        /// The limit that was exceeded.
+        limit: u64,
+    },
     /// Control batches (transaction markers) are written by the broker, never by producers.
     #[error("clients may not write control batches")]
     ControlBatchFromClient,
@@ -399,7 +406,9 @@ pub enum RecordsCheck {
         /// uses this instead of the header's `maxTimestamp` under CreateTime.
         max_timestamp: i64,
     },
-    /// The batch is compressed and was not inspected: we never decompress on the hot path.
+    /// The batch is compressed and was not inspected here: decompressing is
+    /// [`validate_compressed_records`](crate::compressed::validate_compressed_records)' job,
+    /// which callers schedule off the connection's task.
     Compressed,
 }
 
@@ -579,12 +588,34 @@ pub fn validate_client_batch(batch: &BatchView) -> Result<(), BatchError> {
 
 /// Reads a zigzag varint the way Kafka's `ByteUtils.readVarint` does: at most 5 bytes.
 fn read_varint(data: &[u8], position: &mut usize) -> Result<i32, BatchError> {
-    let mut raw: u32 = 0;
-    for index in 0..5 {
+    decode_varint(|| {
         let byte = *data
             .get(*position)
             .ok_or_else(|| BatchError::InvalidRecords("varint runs past the record".into()))?;
         *position += 1;
+        Ok(byte)
+    })
+}
+
+/// Reads a zigzag varlong the way Kafka's `ByteUtils.readVarlong` does: at most 10 bytes.
+fn read_varlong(data: &[u8], position: &mut usize) -> Result<i64, BatchError> {
+    decode_varlong(|| {
+        let byte = *data
+            .get(*position)
+            .ok_or_else(|| BatchError::InvalidRecords("varlong runs past the record".into()))?;
+        *position += 1;
+        Ok(byte)
+    })
+}
+
+/// A zigzag varint of at most 5 bytes, one byte at a time from `next` (a slice or a stream of
+/// decompressed bytes).
+pub(crate) fn decode_varint(
+    mut next: impl FnMut() -> Result<u8, BatchError>,
+) -> Result<i32, BatchError> {
+    let mut raw: u32 = 0;
+    for index in 0..5 {
+        let byte = next()?;
         // Bits shifted past 32 are dropped, as in Java's int arithmetic.
         raw |= u32::from(byte & 0x7f) << (7 * index);
         if byte & 0x80 == 0 {
@@ -597,14 +628,13 @@ fn read_varint(data: &[u8], position: &mut usize) -> Result<i32, BatchError> {
     ))
 }
 
-/// Reads a zigzag varlong the way Kafka's `ByteUtils.readVarlong` does: at most 10 bytes.
-fn read_varlong(data: &[u8], position: &mut usize) -> Result<i64, BatchError> {
+/// A zigzag varlong of at most 10 bytes, one byte at a time from `next`.
+pub(crate) fn decode_varlong(
+    mut next: impl FnMut() -> Result<u8, BatchError>,
+) -> Result<i64, BatchError> {
     let mut raw: u64 = 0;
     for index in 0..10 {
-        let byte = *data
-            .get(*position)
-            .ok_or_else(|| BatchError::InvalidRecords("varlong runs past the record".into()))?;
-        *position += 1;
+        let byte = next()?;
         raw |= u64::from(byte & 0x7f) << (7 * index);
         if byte & 0x80 == 0 {
             return Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64));
@@ -682,8 +712,8 @@ fn check_record_body(body: &[u8], expected_offset_delta: i32) -> Result<i64, Bat
 /// Kafka brokers do this for uncompressed batches and answer `CORRUPT_MESSAGE` on a mismatch:
 /// every record's length must match its fields, the records must end exactly at the batch end,
 /// their number must equal `recordsCount`, and offset deltas must run 0, 1, 2, …. Compressed
-/// batches are not inspected ([`RecordsCheck::Compressed`]) because that would mean decompressing
-/// on the hot path. Reads the bytes, never copies or allocates per record.
+/// batches are not inspected ([`RecordsCheck::Compressed`]): that needs decompression, which
+/// [`validate_compressed_records`](crate::compressed::validate_compressed_records) does. Reads the bytes, never copies or allocates per record.
 pub fn validate_records(batch: &BatchView) -> Result<RecordsCheck, BatchError> {
     if batch.compression != Compression::None {
         return Ok(RecordsCheck::Compressed);

@@ -10,12 +10,14 @@
 //! framing, and rewriting the base offset and leader epoch for storage while sharing the record
 //! bytes with the client's buffer.
 //!
-//! It never performs IO, never looks at a clock and never decompresses: callers hand it bytes and
-//! values and get bytes and values back. Everything here is a pure function of its input, which is
+//! It never performs IO and never looks at a clock: callers hand it bytes and values and get bytes
+//! and values back. It decompresses compressed batches only to check their records
+//! ([`compressed::validate_compressed_records`]), streaming and without keeping the result. Everything here is a pure function of its input, which is
 //! what lets the request decoder and the batch validator be fuzzed.
 
 pub mod batch;
 pub mod builder;
+pub mod compressed;
 pub mod decode;
 pub mod frame;
 
@@ -27,6 +29,7 @@ pub use batch::{
     validate_client_batch, validate_records, BatchError, BatchHeader, BatchView, Compression,
     RecordsCheck, StoredBatch, TimestampType,
 };
+pub use compressed::validate_compressed_records;
 pub use decode::decode_request;
 pub use frame::{
     encode_response, encode_response_frame, parse_request_header, try_split_frame, EncodeError,
