@@ -1116,8 +1116,6 @@ impl LogManager {
 /// A topic with more partitions than this is almost certainly a typo.
 const MAX_PARTITIONS: i32 = 100_000;
 
-/// Checks every idempotent batch of one append against a scratch copy of the producers'
-/// state, so that either all batches are acceptable or none is appended.
 /// Decompresses compressed batches to check their records, on a blocking thread: a batch can
 /// take milliseconds of CPU, which must not stall the connection tasks sharing the runtime's
 /// workers (the CRC and the uncompressed walk stay inline: they read each byte once, at memory
@@ -1149,6 +1147,8 @@ async fn check_compressed(
     }
 }
 
+/// Checks every idempotent batch of one append against a scratch copy of the producers'
+/// state, so that either all batches are acceptable or none is appended.
 fn check_producers(states: &ProducerStates, batches: &[BatchView]) -> LogResult<Vec<SeqCheck>> {
     let mut scratch: Option<ProducerStates> = None;
     let mut out = Vec::with_capacity(batches.len());
