@@ -621,3 +621,111 @@ async fn shutdown_ends_long_polls_and_returns() {
     let ((), got) = tokio::join!(stop, read);
     assert_eq!(got, sent);
 }
+
+/// The newest catalog version in `store`: each catalog change writes the next one.
+async fn catalog_version(store: &dyn ObjectStore) -> u64 {
+    store
+        .list("meta/catalog/")
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|m| m.key.as_str().strip_prefix("meta/catalog/")?.parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn metadata_auto_creates_all_its_topics_in_one_catalog_change() {
+    let broker = start().await;
+    let mut client = broker.client().await;
+    let before = catalog_version(broker.store.as_ref()).await;
+    let names: Vec<String> = (0..50).map(|i| format!("auto-{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let response: MetadataResponse = client
+        .call(ApiKey::Metadata, 12, &metadata_request(&names))
+        .await;
+    assert_eq!(response.topics.len(), 50);
+    assert!(response.topics.iter().all(|t| t.error_code == 0));
+    assert_eq!(
+        broker.log.topics().len(),
+        51,
+        "50 topics and __consumer_offsets"
+    );
+    // One change for the whole request, not one per topic (each rewrites the whole catalog).
+    assert_eq!(catalog_version(broker.store.as_ref()).await, before + 1);
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn create_topics_creates_many_topics_in_one_catalog_change() {
+    let broker = start().await;
+    let mut client = broker.client().await;
+    let before = catalog_version(broker.store.as_ref()).await;
+    let mut request = CreateTopicsRequest::default();
+    request.timeout_ms = 10_000;
+    request.topics = (0..30)
+        .map(|i| {
+            let mut t = CreatableTopic::default();
+            t.name = topic_name(&format!("made-{i}"));
+            t.num_partitions = 2;
+            t.replication_factor = -1;
+            t
+        })
+        .collect();
+    let response: CreateTopicsResponse = client.call(ApiKey::CreateTopics, 7, &request).await;
+    assert!(response.topics.iter().all(|t| t.error_code == 0));
+    assert_eq!(catalog_version(broker.store.as_ref()).await, before + 1);
+    // Asked again: every one already exists, and nothing is written.
+    let response: CreateTopicsResponse = client.call(ApiKey::CreateTopics, 7, &request).await;
+    assert!(response.topics.iter().all(|t| t.error_code == 36));
+    assert_eq!(catalog_version(broker.store.as_ref()).await, before + 1);
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn auto_creation_beyond_the_per_request_limit_is_deferred_with_a_retriable_error() {
+    let broker = start_with(|s| {
+        s.auto_create_topics_per_request = 10;
+        s.auto_create_topics_per_second = 1000;
+    })
+    .await;
+    let mut client = broker.client().await;
+    let names: Vec<String> = (0..25).map(|i| format!("capped-{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let response: MetadataResponse = client
+        .call(ApiKey::Metadata, 12, &metadata_request(&names))
+        .await;
+    let created = response.topics.iter().filter(|t| t.error_code == 0).count();
+    let deferred = response.topics.iter().filter(|t| t.error_code == 5).count();
+    assert_eq!(
+        (created, deferred),
+        (10, 15),
+        "LEADER_NOT_AVAILABLE for the rest"
+    );
+    // The client retries, as it does on LEADER_NOT_AVAILABLE, and gets ten more each time.
+    let response: MetadataResponse = client
+        .call(ApiKey::Metadata, 12, &metadata_request(&names))
+        .await;
+    let created = response.topics.iter().filter(|t| t.error_code == 0).count();
+    assert_eq!(created, 20);
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn auto_creation_beyond_the_per_second_limit_is_deferred() {
+    let broker = start_with(|s| {
+        s.auto_create_topics_per_request = 100;
+        s.auto_create_topics_per_second = 5;
+    })
+    .await;
+    let mut client = broker.client().await;
+    let names: Vec<String> = (0..8).map(|i| format!("rated-{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let response: MetadataResponse = client
+        .call(ApiKey::Metadata, 12, &metadata_request(&names))
+        .await;
+    let created = response.topics.iter().filter(|t| t.error_code == 0).count();
+    let deferred = response.topics.iter().filter(|t| t.error_code == 5).count();
+    assert_eq!((created, deferred), (5, 3));
+    broker.shutdown().await;
+}
