@@ -21,6 +21,18 @@ pub(crate) const DECODE_EXPANSION: usize = 96;
 /// bookkeeping and the response entry (a partition with no records takes 6 bytes on the wire).
 pub(crate) const PRODUCE_PARTITION_COST: usize = 512;
 
+/// What a request frame of `size` bytes for `api_key` is charged when its size prefix arrives.
+/// A Produce is charged for its partitions too, once they are counted (see dispatch).
+pub(crate) fn frame_charge(api_key: i16, size: usize) -> usize {
+    const PRODUCE: i16 = 0;
+    let frame = size.saturating_add(4);
+    if api_key == PRODUCE {
+        frame
+    } else {
+        frame.saturating_mul(DECODE_EXPANSION)
+    }
+}
+
 /// The broker's bounds, built from its settings.
 #[derive(Debug)]
 pub(crate) struct Limits {
@@ -167,16 +179,37 @@ impl RequestMemory {
         Self::kib(bytes).is_some_and(|kib| kib <= self.capacity_kib)
     }
 
-    /// Waits until `bytes` are free and takes them. None if they never can be (see `fits`).
-    pub(crate) async fn charge(&self, bytes: usize) -> Option<MemoryCharge> {
+    /// Takes `bytes` if they are free right now.
+    pub(crate) fn try_charge(&self, bytes: usize) -> Option<MemoryCharge> {
         let kib = Self::kib(bytes).filter(|kib| *kib <= self.capacity_kib)?;
         if kib == 0 {
             return Some(MemoryCharge { _permit: None });
         }
-        let permit = Arc::clone(&self.pool).acquire_many_owned(kib).await.ok()?;
+        let permit = Arc::clone(&self.pool).try_acquire_many_owned(kib).ok()?;
         Some(MemoryCharge {
             _permit: Some(permit),
         })
+    }
+
+    /// Waits until `bytes` are free and takes them. The future owns what it needs, so a
+    /// connection can keep it across loop iterations. Resolves to None if they never can be
+    /// (see `fits`).
+    pub(crate) fn charge(
+        &self,
+        bytes: usize,
+    ) -> impl std::future::Future<Output = Option<MemoryCharge>> + Send + 'static {
+        let pool = Arc::clone(&self.pool);
+        let kib = Self::kib(bytes).filter(|kib| *kib <= self.capacity_kib);
+        async move {
+            let kib = kib?;
+            if kib == 0 {
+                return Some(MemoryCharge { _permit: None });
+            }
+            let permit = pool.acquire_many_owned(kib).await.ok()?;
+            Some(MemoryCharge {
+                _permit: Some(permit),
+            })
+        }
     }
 
     /// Bytes not charged to any request right now.

@@ -16,6 +16,7 @@
 
 pub mod batch;
 pub mod builder;
+pub mod count;
 pub mod decode;
 pub mod frame;
 
