@@ -79,7 +79,10 @@ impl CreationBudget {
         }
     }
 
-    /// Takes up to `wanted` creations; returns how many were granted.
+    /// Takes `wanted` creations (at most one second's worth) if the bucket holds them all, else
+    /// none: a request retried while the bucket refills would otherwise get a token or two per
+    /// attempt, and each attempt is a rewrite of the whole catalog. Returns how many were
+    /// granted.
     pub(crate) fn take(&self, wanted: usize) -> usize {
         let now = self.clock.monotonic();
         let Ok(mut state) = self.state.lock() else {
@@ -89,11 +92,12 @@ impl CreationBudget {
         let capacity = f64::from(self.per_second);
         state.tokens = (state.tokens + elapsed * capacity).min(capacity);
         state.refilled_at = now;
-        // Whole tokens only; the fraction keeps accruing.
-        let available = state.tokens.floor();
-        let granted = (wanted as f64).min(available);
-        state.tokens -= granted;
-        granted as usize
+        let batch = (wanted as f64).min(capacity);
+        if state.tokens < batch {
+            return 0;
+        }
+        state.tokens -= batch;
+        batch as usize
     }
 }
 
@@ -231,9 +235,12 @@ mod tests {
         assert_eq!(budget.take(25), 10);
         assert_eq!(budget.take(1), 0);
         clock.advance(Duration::from_millis(500));
-        assert_eq!(budget.take(25), 5);
+        // Half refilled: a batch of ten waits for the rest rather than trickling out.
+        assert_eq!(budget.take(25), 0);
+        assert_eq!(budget.take(3), 3);
         clock.advance(Duration::from_secs(60));
         assert_eq!(budget.take(25), 10);
+        assert_eq!(budget.take(1), 0);
     }
 
     #[test]
