@@ -120,7 +120,7 @@ struct ServeArgs {
     request_read_timeout: Option<String>,
     /// Memory for requests being received and decoded, broker-wide; at the limit sockets are
     /// not read until memory frees. Non-Produce requests count 96 times their size, Produce its
-    /// size plus 512 bytes per partition [default: 256MiB].
+    /// size plus 640 bytes per partition [default: 256MiB].
     #[arg(long, value_name = "SIZE")]
     queued_max_request_bytes: Option<String>,
     /// Topics one request may auto-create; more are answered LEADER_NOT_AVAILABLE and created

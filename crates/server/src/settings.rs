@@ -57,7 +57,7 @@ pub struct Settings {
     pub request_read_timeout: Duration,
     /// Memory for requests being received and decoded, broker-wide (Kafka's
     /// `queued.max.request.bytes`). A request is charged when its size arrives, before its body
-    /// is buffered: a Produce its size plus 512 bytes per partition, any other request 96 times
+    /// is buffered: a Produce its size plus 640 bytes per partition, any other request 96 times
     /// its size (what decoding small entries costs). At the limit the broker stops reading
     /// sockets until memory frees; a request that would need more than all of it closes its
     /// connection. Must be at least `max_request_bytes`.
