@@ -1067,6 +1067,37 @@ mod tests {
     }
 
     #[test]
+    fn resource_limits_have_defaults_and_are_validated() {
+        let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        assert_eq!(s.queued_max_request_bytes, ByteSize(256 << 20));
+        assert_eq!(s.max_connections_per_ip, 1024);
+        assert_eq!(s.connections_max_idle, Duration::from_secs(600));
+        assert_eq!(s.request_read_timeout, Duration::from_secs(30));
+        assert_eq!(s.auto_create_topics_per_request, 100);
+        assert_eq!(s.auto_create_topics_per_second, 100);
+        assert_eq!(s.metrics_max_connections, 64);
+        let f = file("max_request_bytes = \"100MiB\"\nqueued_max_request_bytes = \"64MiB\"\n");
+        let e = load(Some(f.path()), env(&[]), &FlagOverrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("queued_max_request_bytes"), "{e}");
+        let e = load(
+            None,
+            env(&[("STRATA_CONNECTIONS_MAX_IDLE", "0s")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("connections_max_idle"), "{e}");
+        let flags = FlagOverrides {
+            auto_create_topics_per_second: Some(0),
+            ..Default::default()
+        };
+        let e = load(None, env(&[]), &flags).unwrap_err().to_string();
+        assert!(e.contains("auto_create_topics_per_second"), "{e}");
+    }
+
+    #[test]
     fn precedence_is_defaults_file_env_flags() {
         let f = file(
             "node_id = 1\ncluster_id = \"from-file\"\nstorage = \"/tmp/a\"\n\
