@@ -8,8 +8,10 @@
 //! and TCP pushes back on the client.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::io::IoSlice;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -18,12 +20,14 @@ use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tracing::{debug, error, warn};
 
 use crate::dispatch::{self, Reply};
 use crate::framing::ResponseFrame;
+use crate::limits::MemoryCharge;
 use crate::server::Broker;
-use strata_wire::frame::try_split_frame;
+use strata_wire::frame::{try_split_frame, FrameError};
 
 /// Smallest free space offered to a socket read.
 const MIN_READ_SPACE: usize = 16 * 1024;
@@ -48,12 +52,11 @@ impl Connection {
     pub async fn run(mut self, stream: TcpStream) {
         debug!(peer = %self.peer, "connection opened");
         let (mut reader, mut writer) = stream.into_split();
-        let max_frame = self.broker.settings.max_request_bytes;
-        let depth = self
-            .broker
-            .settings
-            .max_inflight_requests_per_connection
-            .max(1);
+        let settings = &self.broker.settings;
+        let max_frame = settings.max_request_bytes;
+        let depth = settings.max_inflight_requests_per_connection.max(1);
+        let idle_timeout = settings.connections_max_idle;
+        let read_timeout = settings.request_read_timeout;
         let mut buf = BytesMut::with_capacity(MIN_READ_SPACE);
         let mut inflight: FuturesOrdered<JoinHandle<Reply>> = FuturesOrdered::new();
         // Produce requests append in arrival order (see `ProduceTurn`).
@@ -62,27 +65,73 @@ impl Connection {
         // False once the client closed its side, the broker is shutting down, or the input
         // became unusable: from then on we only answer what we already accepted.
         let mut reading = true;
+        // The request memory held for the frame being received, taken when its size prefix
+        // arrived and handed to its request task; or the wait for it, while the budget is
+        // exhausted (the socket is not read meanwhile).
+        let mut charge: Option<MemoryCharge> = None;
+        let mut charging: Option<Pin<Box<dyn Future<Output = Option<MemoryCharge>> + Send>>> = None;
+        // When the frame being received started arriving (or got its memory): it must be
+        // complete within `read_timeout`.
+        let mut frame_started: Option<Instant> = None;
+        let mut last_active = Instant::now();
 
         loop {
             if *self.shutdown.borrow() {
                 reading = false;
             }
-            while reading && inflight.len() < depth {
+            while reading && inflight.len() < depth && charging.is_none() {
+                if charge.is_none() {
+                    match frame_cost(&buf, max_frame) {
+                        Ok(None) => break,
+                        Ok(Some(cost)) => {
+                            let memory = &self.broker.limits.memory;
+                            if !memory.fits(cost) {
+                                warn!(peer = %self.peer, cost,
+                                    budget = self.broker.settings.queued_max_request_bytes,
+                                    "request would need more than the whole request memory; closing connection");
+                                reading = false;
+                                break;
+                            }
+                            match memory.try_charge(cost) {
+                                Some(granted) => charge = Some(granted),
+                                None => {
+                                    debug!(peer = %self.peer, cost, "request memory exhausted; pausing reads");
+                                    charging = Some(Box::pin(memory.charge(cost)));
+                                    break;
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            warn!(peer = %self.peer, error = %e, "bad request frame; closing connection");
+                            reading = false;
+                            break;
+                        }
+                    }
+                }
                 match try_split_frame(&mut buf, max_frame) {
                     Ok(Some(frame)) => {
+                        if frame.len() > MIN_READ_SPACE {
+                            // The rest of the buffer would keep the frame's whole allocation
+                            // alive (uncharged) after the request is done: copy it out.
+                            buf = BytesMut::from(&buf[..]);
+                        }
+                        frame_started = (!buf.is_empty()).then(Instant::now);
                         let is_produce = frame.len() >= 2 && frame[0] == 0 && frame[1] == 0;
                         let turn = is_produce.then(|| {
                             let ticket = next_produce_ticket;
                             next_produce_ticket += 1;
                             crate::ProduceTurn::new(ticket, Arc::clone(&produce_order))
                         });
-                        inflight.push_back(tokio::spawn(dispatch::handle_frame(
-                            Arc::clone(&self.broker),
-                            frame,
-                            self.peer,
-                            self.shutdown.clone(),
-                            turn,
-                        )));
+                        let held = charge.take();
+                        let broker = Arc::clone(&self.broker);
+                        let peer = self.peer;
+                        let shutdown = self.shutdown.clone();
+                        inflight.push_back(tokio::spawn(async move {
+                            let reply =
+                                dispatch::handle_frame(broker, frame, peer, shutdown, turn).await;
+                            drop(held);
+                            reply
+                        }));
                     }
                     // Incomplete; try_split_frame has reserved room for the rest of the frame.
                     Ok(None) => break,
@@ -101,6 +150,17 @@ impl Connection {
             if buf.capacity() - buf.len() < MIN_READ_SPACE {
                 buf.reserve(MIN_READ_SPACE);
             }
+            // A frame in progress must complete in time (unless we are the ones holding it up,
+            // waiting for memory); a connection with nothing in progress may idle this long.
+            let deadline = if !buf.is_empty() {
+                frame_started
+                    .filter(|_| charging.is_none())
+                    .map(|started| (started + read_timeout, Expiry::SlowRequest))
+            } else if inflight.is_empty() {
+                Some((last_active + idle_timeout, Expiry::Idle))
+            } else {
+                None
+            };
 
             tokio::select! {
                 // Answer first: it frees pipeline slots and keeps latency low.
@@ -111,27 +171,52 @@ impl Connection {
                             debug!(peer = %self.peer, error = %e, "write failed; closing");
                             break;
                         }
+                        last_active = Instant::now();
                     }
-                    Ok(Reply::Nothing) => {}
+                    Ok(Reply::Nothing) => last_active = Instant::now(),
                     Ok(Reply::Close) => break,
                     Err(e) => {
                         error!(peer = %self.peer, error = %e, "request task failed; closing connection");
                         break;
                     }
                 },
-                read = reader.read_buf(&mut buf), if reading && inflight.len() < depth => match read {
+                granted = wait_for(&mut charging), if charging.is_some() => {
+                    charging = None;
+                    match granted {
+                        Some(granted) => {
+                            charge = Some(granted);
+                            // The client was not the one slow: its clock starts now.
+                            frame_started = Some(Instant::now());
+                        }
+                        None => reading = false,
+                    }
+                }
+                read = reader.read_buf(&mut buf), if reading && inflight.len() < depth && charging.is_none() => match read {
                     Ok(0) => {
                         if !buf.is_empty() {
                             debug!(peer = %self.peer, bytes = buf.len(), "connection closed mid-frame");
                         }
                         reading = false;
                     }
-                    Ok(_) => {}
+                    Ok(_) => {
+                        last_active = Instant::now();
+                        if frame_started.is_none() {
+                            frame_started = Some(last_active);
+                        }
+                    }
                     Err(e) => {
                         debug!(peer = %self.peer, error = %e, "read failed; closing");
                         break;
                     }
                 },
+                _ = sleep_until_some(deadline), if reading && deadline.is_some() => {
+                    match deadline.map(|(_, why)| why) {
+                        Some(Expiry::SlowRequest) => warn!(peer = %self.peer, timeout = ?read_timeout,
+                            bytes = buf.len(), "request not received in time; closing connection"),
+                        _ => debug!(peer = %self.peer, timeout = ?idle_timeout, "idle; closing connection"),
+                    }
+                    reading = false;
+                }
                 changed = self.shutdown.changed(), if reading => {
                     if changed.is_err() || *self.shutdown.borrow() {
                         reading = false;
@@ -144,6 +229,57 @@ impl Connection {
         let _ = writer.shutdown().await;
         debug!(peer = %self.peer, "connection closed");
     }
+}
+
+/// Why a connection's timer fired.
+#[derive(Debug, Clone, Copy)]
+enum Expiry {
+    /// A request started arriving but did not complete within `request_read_timeout`.
+    SlowRequest,
+    /// Nothing in progress for `connections_max_idle`.
+    Idle,
+}
+
+async fn sleep_until_some(deadline: Option<(Instant, Expiry)>) {
+    match deadline {
+        Some((at, _)) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn wait_for(
+    charging: &mut Option<Pin<Box<dyn Future<Output = Option<MemoryCharge>> + Send>>>,
+) -> Option<MemoryCharge> {
+    match charging {
+        Some(charging) => charging.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What the next frame in `buf` costs in request memory, once enough of it has arrived to
+/// tell (its size prefix and api key); None before that. The size is checked against
+/// `max_frame` here, before anything is reserved for the body.
+fn frame_cost(buf: &[u8], max_frame: usize) -> Result<Option<usize>, FrameError> {
+    let Some(prefix) = buf.get(..4) else {
+        return Ok(None);
+    };
+    let declared = i32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
+    let size = usize::try_from(declared).map_err(|_| FrameError::NegativeSize(declared))?;
+    if size > max_frame {
+        return Err(FrameError::TooLarge {
+            size,
+            max: max_frame,
+        });
+    }
+    if size < 2 {
+        // Too short to name an api; the header parser refuses it, at no cost.
+        return Ok(Some(0));
+    }
+    let Some(key) = buf.get(4..6) else {
+        return Ok(None);
+    };
+    let api_key = i16::from_be_bytes([key[0], key[1]]);
+    Ok(Some(crate::limits::frame_charge(api_key, size)))
 }
 
 /// Writes one response frame with vectored writes, so record batches go to the kernel from

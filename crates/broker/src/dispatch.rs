@@ -76,6 +76,32 @@ pub(crate) async fn handle_frame(
         return Reply::Close;
     }
 
+    // A Produce expands into per-partition state however small its partitions are: charge
+    // that before decoding. Waiting while holding the frame's own charge could deadlock
+    // requests against each other, so the wait is bounded; a request that cannot get its
+    // memory in time closes its connection (the client reconnects and retries).
+    let _partitions_charge = if api_key == ApiKey::Produce {
+        let partitions =
+            strata_wire::count::produce_partition_count(header.api_version, &frame).unwrap_or(0);
+        let cost = partitions.saturating_mul(crate::limits::PRODUCE_PARTITION_COST);
+        let memory = &broker.limits.memory;
+        if !memory.fits(cost) {
+            warn!(%peer, partitions, correlation_id = ctx.correlation_id,
+                "produce names more partitions than the request memory can hold; closing connection");
+            return Reply::Close;
+        }
+        match tokio::time::timeout(broker.settings.request_read_timeout, memory.charge(cost)).await
+        {
+            Ok(Some(charge)) => Some(charge),
+            _ => {
+                warn!(%peer, partitions, correlation_id = ctx.correlation_id,
+                    "no request memory for the produce's partitions in time; closing connection");
+                return Reply::Close;
+            }
+        }
+    } else {
+        None
+    };
     let request = match strata_wire::decode_request(&header, &frame) {
         Ok(request) => request,
         Err(e) => {

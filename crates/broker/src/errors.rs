@@ -114,6 +114,30 @@ pub fn error_code(error: &LogError) -> i16 {
     }
 }
 
+/// Why a topic a request names by name cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    #[error(transparent)]
+    Log(LogError),
+    /// A failure shared by every topic of one catalog change.
+    #[error(transparent)]
+    Shared(std::sync::Arc<LogError>),
+    /// Auto-creation is on but this request or the broker reached its creation limit.
+    #[error("topic creation deferred: too many topics auto-created at once; retry")]
+    CreationDeferred,
+}
+
+/// The Kafka error code a client gets for a topic it named that cannot be served.
+pub fn lookup_error_code(error: &LookupError) -> i16 {
+    match error {
+        LookupError::Log(e) => error_code(e),
+        LookupError::Shared(e) => error_code(e),
+        // What Kafka answers for a topic whose auto-creation is under way: retriable, so the
+        // client refreshes metadata and asks again, and the topic is created then.
+        LookupError::CreationDeferred => code::LEADER_NOT_AVAILABLE,
+    }
+}
+
 /// The Kafka error code a client gets for a group-coordinator refusal. The coordinator's errors
 /// are Kafka's own names one for one (clients drive the classic group protocol from these codes
 /// alone: rejoin, reset the member id, rediscover the coordinator, retry), so this is the

@@ -17,6 +17,7 @@ mod dispatch;
 pub mod errors;
 mod framing;
 mod handlers;
+mod limits;
 mod server;
 mod settings;
 

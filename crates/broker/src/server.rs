@@ -14,6 +14,7 @@ use tracing::{debug, info, warn};
 use crate::cluster::{ClusterNode, ClusterStartError, Joined};
 use crate::connection::Connection;
 use crate::coordinator::GroupCoordinator;
+use crate::limits::Limits;
 use crate::BrokerSettings;
 
 /// Everything a broker is built from: the log it serves, the clock, its settings, and the
@@ -40,6 +41,7 @@ pub struct Broker {
     /// Cluster mode: membership, ownership and the cluster view. None for a broker alone on
     /// its storage, which leads every partition.
     pub(crate) cluster: Option<Arc<ClusterNode>>,
+    pub(crate) limits: Limits,
 }
 
 /// Pause after a failed accept (typically EMFILE): retrying at once would spin.
@@ -61,6 +63,7 @@ impl Broker {
         )
         .await?;
         Ok(Self {
+            limits: Limits::new(&parts.settings, Arc::clone(&parts.clock)),
             log: parts.log,
             clock: parts.clock,
             settings: parts.settings,
@@ -120,6 +123,7 @@ impl Broker {
         )
         .await?;
         Ok(Self {
+            limits: Limits::new(&parts.settings, Arc::clone(&parts.clock)),
             log: parts.log,
             clock: parts.clock,
             settings: parts.settings,
@@ -177,6 +181,13 @@ impl Broker {
                     }
                 }
             };
+            // Closed at once, as Kafka does: waiting would let one address hold accept slots.
+            let Some(ip_slot) = self.limits.per_ip.admit(peer.ip()) else {
+                debug!(%peer, limit = self.settings.max_connections_per_ip,
+                    "too many connections from this address; closing the new one");
+                drop(stream);
+                continue;
+            };
             // Kafka requests are small and latency-bound: never wait to coalesce segments.
             if let Err(e) = stream.set_nodelay(true) {
                 debug!(%peer, error = %e, "could not set TCP_NODELAY");
@@ -185,6 +196,7 @@ impl Broker {
             let done = done_tx.clone();
             tokio::spawn(async move {
                 connection.run(stream).await;
+                drop(ip_slot);
                 drop(permit);
                 drop(done);
             });

@@ -25,6 +25,34 @@ pub struct BrokerSettings {
     /// wait in the kernel's listen backlog until a slot frees (and are refused by the kernel or
     /// time out on the client side if the backlog fills).
     pub max_connections: usize,
+    /// Connections open at once from one client address (Kafka's `max.connections.per.ip`).
+    /// A connection beyond it is closed as soon as it is accepted, so one client cannot take
+    /// every slot of `max_connections`.
+    pub max_connections_per_ip: usize,
+    /// A connection with no request in progress and nothing received for this long is closed
+    /// (Kafka's `connections.max.idle.ms`), so idle clients give their slot back.
+    pub connections_max_idle: Duration,
+    /// Once the first byte of a request has arrived, the whole request must arrive within this
+    /// long, or the connection is closed: a client trickling bytes (slow-loris) holds a slot
+    /// and buffer for at most this long. Time spent waiting for `queued_max_request_bytes` does
+    /// not count against the client.
+    pub request_read_timeout: Duration,
+    /// Memory for requests being received and decoded, broker-wide (Kafka's
+    /// `queued.max.request.bytes`). A request is charged when its size prefix arrives, before
+    /// any of its body is buffered; at the limit the broker stops reading from that socket until
+    /// earlier requests finish and free their charge. Requests other than Produce are charged
+    /// [`crate::limits::DECODE_EXPANSION`] times their size (decoding small entries into owned
+    /// structures and answering each costs that much); a Produce its size plus
+    /// [`crate::limits::PRODUCE_PARTITION_COST`] per partition. A request whose charge exceeds
+    /// the whole budget can never be served and closes its connection.
+    pub queued_max_request_bytes: usize,
+    /// Topics one request (Metadata or Produce) may auto-create. Further unknown topics in the
+    /// request are answered LEADER_NOT_AVAILABLE (retriable: the client asks again and they
+    /// are created then).
+    pub auto_create_topics_per_request: usize,
+    /// Topics auto-created per second, broker-wide (bursts of up to one second's worth).
+    /// Beyond it unknown topics are answered LEADER_NOT_AVAILABLE, as above.
+    pub auto_create_topics_per_second: u32,
     /// Requests of one connection processed at once (Kafka clients pipeline). At the limit the
     /// broker stops reading that connection until the oldest request has been answered, which
     /// pushes back on the client through TCP.
@@ -114,6 +142,15 @@ impl Default for BrokerSettings {
             cluster_id: "strata".to_string(),
             max_request_bytes: 100 << 20,
             max_connections: 4096,
+            // Kafka's default is unlimited; a quarter of the slots leaves room for three more
+            // clients even when one misbehaves.
+            max_connections_per_ip: 1024,
+            connections_max_idle: Duration::from_secs(600),
+            request_read_timeout: Duration::from_secs(30),
+            // Twice the default largest request (so one always fits, with room for others).
+            queued_max_request_bytes: 256 << 20,
+            auto_create_topics_per_request: 100,
+            auto_create_topics_per_second: 100,
             max_inflight_requests_per_connection: 1024,
             auto_create_topics: true,
             min_produce_timeout: Duration::from_secs(1),

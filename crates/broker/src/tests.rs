@@ -621,3 +621,193 @@ async fn shutdown_ends_long_polls_and_returns() {
     let ((), got) = tokio::join!(stop, read);
     assert_eq!(got, sent);
 }
+
+/// The newest catalog version in `store`: each catalog change writes the next one.
+async fn catalog_version(store: &dyn ObjectStore) -> u64 {
+    store
+        .list("meta/catalog/")
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|m| m.key.as_str().strip_prefix("meta/catalog/")?.parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn metadata_auto_creates_all_its_topics_in_one_catalog_change() {
+    let broker = start().await;
+    let mut client = broker.client().await;
+    let before = catalog_version(broker.store.as_ref()).await;
+    let names: Vec<String> = (0..50).map(|i| format!("auto-{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let response: MetadataResponse = client
+        .call(ApiKey::Metadata, 12, &metadata_request(&names))
+        .await;
+    assert_eq!(response.topics.len(), 50);
+    assert!(response.topics.iter().all(|t| t.error_code == 0));
+    assert_eq!(
+        broker.log.topics().len(),
+        51,
+        "50 topics and __consumer_offsets"
+    );
+    // One change for the whole request, not one per topic (each rewrites the whole catalog).
+    assert_eq!(catalog_version(broker.store.as_ref()).await, before + 1);
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn create_topics_creates_many_topics_in_one_catalog_change() {
+    let broker = start().await;
+    let mut client = broker.client().await;
+    let before = catalog_version(broker.store.as_ref()).await;
+    let mut request = CreateTopicsRequest::default();
+    request.timeout_ms = 10_000;
+    request.topics = (0..30)
+        .map(|i| {
+            let mut t = CreatableTopic::default();
+            t.name = topic_name(&format!("made-{i}"));
+            t.num_partitions = 2;
+            t.replication_factor = -1;
+            t
+        })
+        .collect();
+    let response: CreateTopicsResponse = client.call(ApiKey::CreateTopics, 7, &request).await;
+    assert!(response.topics.iter().all(|t| t.error_code == 0));
+    assert_eq!(catalog_version(broker.store.as_ref()).await, before + 1);
+    // Asked again: every one already exists, and nothing is written.
+    let response: CreateTopicsResponse = client.call(ApiKey::CreateTopics, 7, &request).await;
+    assert!(response.topics.iter().all(|t| t.error_code == 36));
+    assert_eq!(catalog_version(broker.store.as_ref()).await, before + 1);
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn auto_creation_beyond_the_per_request_limit_is_deferred_with_a_retriable_error() {
+    let broker = start_with(|s| {
+        s.auto_create_topics_per_request = 10;
+        s.auto_create_topics_per_second = 1000;
+    })
+    .await;
+    let mut client = broker.client().await;
+    let names: Vec<String> = (0..25).map(|i| format!("capped-{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let response: MetadataResponse = client
+        .call(ApiKey::Metadata, 12, &metadata_request(&names))
+        .await;
+    let created = response.topics.iter().filter(|t| t.error_code == 0).count();
+    let deferred = response.topics.iter().filter(|t| t.error_code == 5).count();
+    assert_eq!(
+        (created, deferred),
+        (10, 15),
+        "LEADER_NOT_AVAILABLE for the rest"
+    );
+    // The client retries, as it does on LEADER_NOT_AVAILABLE, and gets ten more each time.
+    let response: MetadataResponse = client
+        .call(ApiKey::Metadata, 12, &metadata_request(&names))
+        .await;
+    let created = response.topics.iter().filter(|t| t.error_code == 0).count();
+    assert_eq!(created, 20);
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn auto_creation_beyond_the_per_second_limit_is_deferred() {
+    let broker = start_with(|s| {
+        s.auto_create_topics_per_request = 100;
+        s.auto_create_topics_per_second = 5;
+    })
+    .await;
+    let mut client = broker.client().await;
+    let names: Vec<String> = (0..8).map(|i| format!("rated-{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let response: MetadataResponse = client
+        .call(ApiKey::Metadata, 12, &metadata_request(&names))
+        .await;
+    let created = response.topics.iter().filter(|t| t.error_code == 0).count();
+    let deferred = response.topics.iter().filter(|t| t.error_code == 5).count();
+    assert_eq!((created, deferred), (5, 3));
+    broker.shutdown().await;
+}
+
+/// Whether the broker closes `stream` (EOF or reset) within PATIENCE, reading and discarding
+/// whatever it sends first.
+async fn closed_by_broker(stream: &mut TcpStream) -> bool {
+    let mut sink = [0u8; 1024];
+    let closing = async {
+        loop {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(PATIENCE, closing).await.is_ok()
+}
+
+#[tokio::test]
+async fn a_request_trickling_in_is_cut_off_at_the_read_timeout() {
+    let broker = start_with(|s| s.request_read_timeout = Duration::from_millis(300)).await;
+    let mut stream = TcpStream::connect(broker.addr).await.unwrap();
+    // The start of a frame, and then nothing more: the idle timeout (10 min) is not what ends it.
+    stream.write_all(&[0, 0, 0, 40, 0, 3]).await.unwrap();
+    assert!(closed_by_broker(&mut stream).await);
+    // Other clients are served as before.
+    let mut client = broker.client().await;
+    let _: MetadataResponse = client
+        .call(ApiKey::Metadata, 12, &metadata_request(&[]))
+        .await;
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_idle_connection_is_closed_and_a_busy_one_is_not() {
+    let broker = start_with(|s| s.connections_max_idle = Duration::from_millis(300)).await;
+    let mut idle = TcpStream::connect(broker.addr).await.unwrap();
+    assert!(closed_by_broker(&mut idle).await);
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn connections_beyond_the_per_address_limit_are_closed_at_once() {
+    let broker = start_with(|s| s.max_connections_per_ip = 2).await;
+    let mut first = broker.client().await;
+    let _second = broker.client().await;
+    let mut third = TcpStream::connect(broker.addr).await.unwrap();
+    assert!(closed_by_broker(&mut third).await);
+    let _: MetadataResponse = first
+        .call(ApiKey::Metadata, 12, &metadata_request(&[]))
+        .await;
+    // A slot freed is a slot for the next connection.
+    drop(first);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let mut next = broker.client().await;
+        next.send(ApiKey::Metadata, 12, &metadata_request(&[]))
+            .await;
+        if next.recv_frame().await.is_some() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no slot freed");
+    }
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_request_whose_decoded_size_exceeds_the_request_memory_is_refused_unread() {
+    let broker = start_with(|s| s.queued_max_request_bytes = 1 << 20).await;
+    let mut stream = TcpStream::connect(broker.addr).await.unwrap();
+    // A Metadata v1 frame of 64 KiB announced: charged 96x, more than the whole budget.
+    let mut header = BytesMut::new();
+    header.put_i32(64 << 10);
+    header.put_i16(ApiKey::Metadata as i16);
+    header.put_i16(1);
+    stream.write_all(&header).await.unwrap();
+    assert!(closed_by_broker(&mut stream).await);
+    // A small one is served.
+    let mut client = broker.client().await;
+    let _: MetadataResponse = client
+        .call(ApiKey::Metadata, 12, &metadata_request(&[]))
+        .await;
+    broker.shutdown().await;
+}

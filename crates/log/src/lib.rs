@@ -30,5 +30,5 @@ pub use catalog::{TopicId, TopicInfo};
 pub use config::{default_concurrent_decompressions, LogConfig, TimestampType, TopicConfig};
 pub use error::{LogError, LogResult};
 pub use manager::{
-    Acks, AppendOutcome, AppendTicket, LogManager, Ownership, ReadOutcome, Watermarks,
+    Acks, AppendOutcome, AppendTicket, LogManager, NewTopic, Ownership, ReadOutcome, Watermarks,
 };

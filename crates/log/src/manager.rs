@@ -77,6 +77,14 @@ impl AppendTicket {
     }
 }
 
+/// A topic to create: its name, partition count (None = the default) and config overrides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTopic {
+    pub name: String,
+    pub partitions: Option<i32>,
+    pub overrides: BTreeMap<String, String>,
+}
+
 /// A partition's bounds as readers see them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Watermarks {
@@ -354,8 +362,84 @@ impl LogManager {
         overrides: BTreeMap<String, String>,
         validate_only: bool,
     ) -> LogResult<Arc<TopicInfo>> {
-        catalog::validate_topic_name(name)?;
-        let count = partitions.unwrap_or(self.shared.config.default_partitions);
+        let spec = NewTopic {
+            name: name.to_string(),
+            partitions,
+            overrides,
+        };
+        self.create_topics(vec![spec], validate_only)
+            .await?
+            .pop()
+            .unwrap_or(Err(LogError::UnknownTopicOrPartition))
+    }
+
+    /// Creates several topics with one catalog change, so the catalog is written once however
+    /// many topics a request names (each change rewrites the whole catalog: one change per
+    /// topic made a request naming n topics write O(n²) bytes). Returns one result per spec,
+    /// in order; a topic that fails validation or already exists does not stop the others.
+    /// A failed catalog write fails them all (the outer error).
+    pub async fn create_topics(
+        &self,
+        specs: Vec<NewTopic>,
+        validate_only: bool,
+    ) -> LogResult<Vec<LogResult<Arc<TopicInfo>>>> {
+        let mut results: Vec<LogResult<Arc<TopicInfo>>> = specs
+            .into_iter()
+            .map(|spec| self.new_topic_info(spec).map(Arc::new))
+            .collect();
+        // Known to exist already: refused without a catalog write (checked again under the
+        // change, against the newest catalog).
+        for result in &mut results {
+            if let Ok(info) = result {
+                if self.topic(&info.name).is_some() {
+                    *result = Err(LogError::TopicAlreadyExists(info.name.to_string()));
+                }
+            }
+        }
+        if validate_only {
+            return Ok(results);
+        }
+        let wanted: Vec<(usize, Arc<TopicInfo>)> = results
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| Some((i, r.as_ref().ok().cloned()?)))
+            .collect();
+        if wanted.is_empty() {
+            return Ok(results);
+        }
+        let taken = self
+            .change_catalog(|cat| {
+                // Recomputed on every attempt: a lost race re-runs this on the newer catalog.
+                let mut taken = std::collections::HashSet::new();
+                for (i, info) in &wanted {
+                    if cat.topics.contains_key(&*info.name) {
+                        taken.insert(*i);
+                    } else {
+                        cat.topics.insert(info.name.to_string(), (**info).clone());
+                    }
+                }
+                Ok(taken)
+            })
+            .await?;
+        for (i, result) in results.iter_mut().enumerate() {
+            if let Ok(info) = result {
+                if taken.contains(&i) {
+                    *result = Err(LogError::TopicAlreadyExists(info.name.to_string()));
+                } else {
+                    tracing::info!(topic = %info.name, partitions = info.partitions,
+                        id = %info.id, "created topic");
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    /// A new topic's catalog entry, validated.
+    fn new_topic_info(&self, spec: NewTopic) -> LogResult<TopicInfo> {
+        catalog::validate_topic_name(&spec.name)?;
+        let count = spec
+            .partitions
+            .unwrap_or(self.shared.config.default_partitions);
         if count < 1 {
             return Err(LogError::InvalidPartitions(format!(
                 "a topic needs at least one partition, got {count}"
@@ -366,32 +450,14 @@ impl LogManager {
                 "at most {MAX_PARTITIONS} partitions per topic, got {count}"
             )));
         }
-        let config = TopicConfig::from_overrides(&overrides)?;
-        let info = TopicInfo {
-            name: name.into(),
+        let config = TopicConfig::from_overrides(&spec.overrides)?;
+        Ok(TopicInfo {
+            name: spec.name.into(),
             id: TopicId::random(),
             partitions: count,
-            overrides,
+            overrides: spec.overrides,
             config,
-        };
-        if validate_only {
-            if self.topic(name).is_some() {
-                return Err(LogError::TopicAlreadyExists(name.to_string()));
-            }
-            return Ok(Arc::new(info));
-        }
-        let info = self
-            .change_catalog(|cat| {
-                if cat.topics.contains_key(name) {
-                    return Err(LogError::TopicAlreadyExists(name.to_string()));
-                }
-                cat.topics.insert(name.to_string(), info.clone());
-                Ok(())
-            })
-            .await
-            .map(|_| Arc::new(info))?;
-        tracing::info!(topic = name, partitions = count, id = %info.id, "created topic");
-        Ok(info)
+        })
     }
 
     /// Deletes a topic and, in the background, its data.

@@ -8,13 +8,14 @@
 //!   once [`UNHEALTHY_AFTER_FAILURES`] storage requests in a row have failed, or as many writes
 //!   in a row (`storage unhealthy: writes failing (…; reads ok)`) even while reads succeed.
 
+use std::collections::VecDeque;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 use tracing::debug;
 
 use crate::metrics::{MetricsSource, UNHEALTHY_AFTER_FAILURES};
@@ -23,21 +24,32 @@ use crate::metrics::{MetricsSource, UNHEALTHY_AFTER_FAILURES};
 /// this is not a scraper.
 pub const MAX_REQUEST_HEAD: usize = 8 * 1024;
 
-/// A client gets this long to send its request head, and again to take the response, so idle or
-/// stalled connections cannot pile up.
-const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bounds on the endpoint's connections (`metrics_max_connections`, `metrics_timeout`).
+#[derive(Debug, Clone, Copy)]
+pub struct HttpLimits {
+    /// Connections served at once. At the limit, the connection that has waited longest for
+    /// its request head is closed to make room for the new one.
+    pub max_connections: usize,
+    /// A client gets this long to send its request head, and again to take the response.
+    pub timeout: Duration,
+}
 
-/// Connections handled at once; more wait in the listen backlog. Scrapes are rare and cheap, so
-/// this only bounds the damage of a misbehaving client.
-const MAX_CONNECTIONS: usize = 32;
+/// A connection being served.
+struct Served {
+    task: tokio::task::JoinHandle<()>,
+    /// Still waiting for the client's request head (nothing asked yet, nothing lost by closing).
+    waiting: Arc<AtomicBool>,
+}
 
-/// Serves the endpoint on `listener` until the task is dropped or aborted.
-pub async fn serve(listener: TcpListener, source: Arc<MetricsSource>) {
-    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+/// Serves the endpoint on `listener` until the task is dropped or aborted. Every connection is
+/// its own task, so a slow or idle client delays no one else. Idle clients cannot fill the
+/// slots either: at the limit, the one that has waited longest without asking anything is
+/// closed to make room (a scraper or health check asks at once, so it is never the oldest for
+/// long); a newcomer is refused only when every slot is busy answering, which takes at most
+/// `timeout` each.
+pub async fn serve(listener: TcpListener, source: Arc<MetricsSource>, limits: HttpLimits) {
+    let mut open: VecDeque<Served> = VecDeque::new();
     loop {
-        let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
-            return; // The semaphore is never closed; nothing to serve without it anyway.
-        };
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(error) => {
@@ -47,21 +59,50 @@ pub async fn serve(listener: TcpListener, source: Arc<MetricsSource>) {
                 continue;
             }
         };
+        open.retain(|served| !served.task.is_finished());
+        if open.len() >= limits.max_connections.max(1) {
+            match open
+                .iter()
+                .position(|served| served.waiting.load(Ordering::Acquire))
+            {
+                Some(oldest_idle) => {
+                    if let Some(evicted) = open.remove(oldest_idle) {
+                        evicted.task.abort();
+                        debug!(
+                            "metrics endpoint: at the connection limit; closed the longest idle"
+                        );
+                    }
+                }
+                None => {
+                    debug!(%peer, "metrics endpoint: every connection busy; refusing");
+                    drop(stream);
+                    continue;
+                }
+            }
+        }
         let source = Arc::clone(&source);
-        tokio::spawn(async move {
-            let _permit = permit;
-            if let Err(error) = handle(stream, &source).await {
+        let waiting = Arc::new(AtomicBool::new(true));
+        let flag = Arc::clone(&waiting);
+        let task = tokio::spawn(async move {
+            if let Err(error) = handle(stream, &source, &flag, limits.timeout).await {
                 debug!(%peer, %error, "metrics endpoint: connection failed");
             }
         });
+        open.push_back(Served { task, waiting });
     }
 }
 
-async fn handle(mut stream: TcpStream, source: &MetricsSource) -> io::Result<()> {
-    let head = match tokio::time::timeout(IO_TIMEOUT, read_head(&mut stream)).await {
+async fn handle(
+    mut stream: TcpStream,
+    source: &MetricsSource,
+    waiting: &AtomicBool,
+    timeout: Duration,
+) -> io::Result<()> {
+    let head = match tokio::time::timeout(timeout, read_head(&mut stream)).await {
         Ok(head) => head?,
         Err(_) => return Ok(()), // Too slow to ask: drop it without a word.
     };
+    waiting.store(false, Ordering::Release);
     let response = match head {
         Head::Closed => return Ok(()),
         Head::TooLarge => Response::text(431, "request header too large\n"),
@@ -84,7 +125,7 @@ async fn handle(mut stream: TcpStream, source: &MetricsSource) -> io::Result<()>
         }
         Ok::<(), io::Error>(())
     };
-    match tokio::time::timeout(IO_TIMEOUT, write).await {
+    match tokio::time::timeout(timeout, write).await {
         Ok(result) => result,
         Err(_) => Ok(()),
     }
@@ -275,6 +316,11 @@ mod tests {
 
     use super::*;
 
+    const LIMITS: HttpLimits = HttpLimits {
+        max_connections: 64,
+        timeout: Duration::from_secs(5),
+    };
+
     #[test]
     fn request_lines_parse() {
         assert_eq!(
@@ -363,7 +409,7 @@ mod tests {
         // accepts, connections sit in the backlog.
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(serve(listener, Arc::clone(&source)));
+        let server = tokio::spawn(serve(listener, Arc::clone(&source), LIMITS));
 
         let (status, head, body) = tokio::task::spawn_blocking(move || get(addr, "/metrics"))
             .await
@@ -452,5 +498,46 @@ mod tests {
 
         server.abort();
         log.shutdown().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn idle_connections_do_not_delay_health() {
+        let clock: Arc<dyn Clock> = SystemClock::shared();
+        let stack = StorageStack::build(
+            Arc::new(MemoryStore::new()),
+            &StackConfig::default(),
+            Arc::clone(&clock),
+        );
+        let source = Arc::new(MetricsSource::new(
+            stack.store.backend_name(),
+            Arc::clone(&stack.metrics),
+            Arc::clone(&stack.health),
+            Arc::clone(&clock),
+        ));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Idle clients would be dropped after an hour: only making room can serve /health.
+        let limits = HttpLimits {
+            max_connections: 8,
+            timeout: Duration::from_secs(3600),
+        };
+        let server = tokio::spawn(serve(listener, source, limits));
+        let idle: Vec<std::net::TcpStream> = (0..40)
+            .map(|_| std::net::TcpStream::connect(addr).unwrap())
+            .collect();
+        // Far above the milliseconds an answer takes, and below the 10 s idle clients used to
+        // hold every slot for.
+        for _ in 0..3 {
+            let answered = tokio::time::timeout(
+                Duration::from_secs(5),
+                tokio::task::spawn_blocking(move || get(addr, "/health")),
+            )
+            .await
+            .expect("/health answered while idle connections are open")
+            .unwrap();
+            assert_eq!((answered.0, answered.2.as_str()), (200, "ok\n"));
+        }
+        drop(idle);
+        server.abort();
     }
 }

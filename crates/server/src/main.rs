@@ -53,12 +53,15 @@ enum Command {
     /// variables, then these flags; later ones win. Unknown keys in the file are errors.
     ///
     /// The file takes the flag names with underscores (listen, advertised_listener, node_id,
-    /// cluster_id, storage, ephemeral_storage_ok, auto_create_topics, max_request_bytes,
-    /// max_connections,
+    /// cluster_id, storage, ephemeral_storage_ok, auto_create_topics,
+    /// auto_create_topics_per_request, auto_create_topics_per_second, max_request_bytes,
+    /// queued_max_request_bytes, max_connections, max_connections_per_ip, connections_max_idle,
+    /// request_read_timeout,
     /// max_inflight_requests_per_connection, shutdown_grace, group_shards,
     /// group_initial_rebalance_delay, group_min_session_timeout, group_max_session_timeout,
-    /// metrics_listen, cluster, lease_period, heartbeat_interval, ownership_interval,
-    /// move_watch_interval, auto_rebalance) and a [log] section (flush_interval,
+    /// metrics_listen, metrics_max_connections, metrics_timeout, cluster, lease_period,
+    /// heartbeat_interval, ownership_interval, move_watch_interval, auto_rebalance,
+    /// standalone_seal_check) and a [log] section (flush_interval,
     /// flush_bytes, max_pending_bytes, segment_bytes, segment_interval, cache_bytes,
     /// retention_check_interval, default_partitions, max_inflight_flushes,
     /// max_decompressed_batch_bytes [default: 64MiB], max_concurrent_decompressions [default:
@@ -115,6 +118,28 @@ struct ServeArgs {
     /// Client connections served at once [default: 4096].
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
+    /// Connections from one client address; more are closed at once [default: 1024].
+    #[arg(long, value_name = "N")]
+    max_connections_per_ip: Option<usize>,
+    /// Close a connection with nothing in progress for this long [default: 10m].
+    #[arg(long, value_name = "DURATION")]
+    connections_max_idle: Option<String>,
+    /// Close a connection whose request has not fully arrived this long after its first byte
+    /// [default: 30s].
+    #[arg(long, value_name = "DURATION")]
+    request_read_timeout: Option<String>,
+    /// Memory for requests being received and decoded, broker-wide; at the limit sockets are
+    /// not read until memory frees. Non-Produce requests count 96 times their size, Produce its
+    /// size plus 640 bytes per partition [default: 256MiB].
+    #[arg(long, value_name = "SIZE")]
+    queued_max_request_bytes: Option<String>,
+    /// Topics one request may auto-create; more are answered LEADER_NOT_AVAILABLE and created
+    /// when asked again [default: 100].
+    #[arg(long, value_name = "N")]
+    auto_create_topics_per_request: Option<usize>,
+    /// Topics auto-created per second, broker-wide [default: 100].
+    #[arg(long, value_name = "N")]
+    auto_create_topics_per_second: Option<u32>,
     /// Partitions of __consumer_offsets (consumer-group coordinator shards), used when the
     /// topic is first created [default: 8].
     #[arg(long, value_name = "N")]
@@ -241,6 +266,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         auto_create_topics: args.auto_create_topics,
         max_request_bytes: args.max_request_bytes,
         max_connections: args.max_connections,
+        max_connections_per_ip: args.max_connections_per_ip,
+        connections_max_idle: args.connections_max_idle,
+        request_read_timeout: args.request_read_timeout,
+        queued_max_request_bytes: args.queued_max_request_bytes,
+        auto_create_topics_per_request: args.auto_create_topics_per_request,
+        auto_create_topics_per_second: args.auto_create_topics_per_second,
         group_shards: args.group_shards,
         group_initial_rebalance_delay: args.group_initial_rebalance_delay,
         group_min_session_timeout: args.group_min_session_timeout,
@@ -303,7 +334,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 .local_addr()
                 .context("reading the bound metrics address")?;
             info!("metrics on {bound}");
-            Some(tokio::spawn(http::serve(listener, Arc::clone(&metrics))))
+            let limits = http::HttpLimits {
+                max_connections: settings.metrics_max_connections,
+                timeout: settings.metrics_timeout,
+            };
+            Some(tokio::spawn(http::serve(
+                listener,
+                Arc::clone(&metrics),
+                limits,
+            )))
         }
         None => None,
     };
@@ -363,6 +402,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             max_request_bytes: usize::try_from(settings.max_request_bytes.0)
                 .context("max_request_bytes")?,
             max_connections: settings.max_connections,
+            max_connections_per_ip: settings.max_connections_per_ip,
+            connections_max_idle: settings.connections_max_idle,
+            request_read_timeout: settings.request_read_timeout,
+            queued_max_request_bytes: usize::try_from(settings.queued_max_request_bytes.0)
+                .context("queued_max_request_bytes")?,
+            auto_create_topics_per_request: settings.auto_create_topics_per_request,
+            auto_create_topics_per_second: settings.auto_create_topics_per_second,
             max_inflight_requests_per_connection: settings.max_inflight_requests_per_connection,
             auto_create_topics: settings.auto_create_topics,
             shutdown_grace: settings.shutdown_grace,

@@ -37,11 +37,36 @@ pub struct Settings {
     pub ephemeral_storage_ok: bool,
     /// Create topics on first use (Kafka's `auto.create.topics.enable`).
     pub auto_create_topics: bool,
+    /// Topics one Metadata or Produce request may auto-create (all in one catalog write);
+    /// further unknown topics are answered LEADER_NOT_AVAILABLE, and clients ask again.
+    pub auto_create_topics_per_request: usize,
+    /// Topics auto-created per second, broker-wide (bursts up to one second's worth); beyond it
+    /// unknown topics are answered LEADER_NOT_AVAILABLE, and clients ask again.
+    pub auto_create_topics_per_second: u32,
     /// Largest request accepted (Kafka's `socket.request.max.bytes`); larger ones close the
     /// connection.
     pub max_request_bytes: ByteSize,
     /// Client connections served at once; more wait in the listen backlog.
     pub max_connections: usize,
+    /// Connections open at once from one client address (Kafka's `max.connections.per.ip`);
+    /// more are closed as soon as they are accepted.
+    pub max_connections_per_ip: usize,
+    /// A connection with no request in progress and nothing received for this long is closed
+    /// (Kafka's `connections.max.idle.ms`).
+    #[serde(with = "humantime_serde")]
+    pub connections_max_idle: Duration,
+    /// Once a request's first byte has arrived, the whole request must arrive within this
+    /// long or the connection is closed (against clients trickling bytes). Time the broker
+    /// spends waiting for `queued_max_request_bytes` does not count.
+    #[serde(with = "humantime_serde")]
+    pub request_read_timeout: Duration,
+    /// Memory for requests being received and decoded, broker-wide (Kafka's
+    /// `queued.max.request.bytes`). A request is charged when its size arrives, before its body
+    /// is buffered: a Produce its size plus 640 bytes per partition, any other request 96 times
+    /// its size (what decoding small entries costs). At the limit the broker stops reading
+    /// sockets until memory frees; a request that would need more than all of it closes its
+    /// connection. Must be at least `max_request_bytes`.
+    pub queued_max_request_bytes: ByteSize,
     /// Requests of one connection processed at once before the broker stops reading it.
     pub max_inflight_requests_per_connection: usize,
     /// On SIGINT/SIGTERM, how long to wait for in-flight requests before giving up on them.
@@ -67,6 +92,13 @@ pub struct Settings {
     /// (the default) serves neither. Port 0 picks a free port (reported in the log as
     /// `metrics on <address>`).
     pub metrics_listen: Option<SocketAddr>,
+    /// Connections the HTTP endpoint serves at once. At the limit, the connection that has
+    /// waited longest for its request is closed to make room, so idle clients cannot keep a
+    /// health check waiting.
+    pub metrics_max_connections: usize,
+    /// An HTTP client gets this long to send its request, and again to take the answer.
+    #[serde(with = "humantime_serde")]
+    pub metrics_timeout: Duration,
     /// Cluster mode: this broker is one of several sharing `storage`; partitions are spread
     /// over the live brokers, move between them, and are taken over when one dies. Off: this
     /// broker serves every partition (only one broker may run on the storage).
@@ -152,8 +184,14 @@ impl Default for Settings {
             storage: "./strata-data".to_string(),
             ephemeral_storage_ok: false,
             auto_create_topics: true,
+            auto_create_topics_per_request: broker.auto_create_topics_per_request,
+            auto_create_topics_per_second: broker.auto_create_topics_per_second,
             max_request_bytes: ByteSize(100 << 20),
             max_connections: broker.max_connections,
+            max_connections_per_ip: broker.max_connections_per_ip,
+            connections_max_idle: broker.connections_max_idle,
+            request_read_timeout: broker.request_read_timeout,
+            queued_max_request_bytes: ByteSize(broker.queued_max_request_bytes as u64),
             max_inflight_requests_per_connection: broker.max_inflight_requests_per_connection,
             shutdown_grace: broker.shutdown_grace,
             group_shards: broker.group_shards,
@@ -161,6 +199,8 @@ impl Default for Settings {
             group_min_session_timeout: broker.group_min_session_timeout,
             group_max_session_timeout: broker.group_max_session_timeout,
             metrics_listen: None,
+            metrics_max_connections: 64,
+            metrics_timeout: Duration::from_secs(5),
             // On by default so brokers pointed at one storage form a cluster instead of fencing
             // each other; a lone broker pays a few small storage reads a second for it, and a
             // restart on the same machine is as quick as in standalone mode (the predecessor is
@@ -433,6 +473,36 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         Kind::Integer,
     ),
     (
+        "STRATA_MAX_CONNECTIONS_PER_IP",
+        &["max_connections_per_ip"],
+        Kind::Integer,
+    ),
+    (
+        "STRATA_CONNECTIONS_MAX_IDLE",
+        &["connections_max_idle"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_REQUEST_READ_TIMEOUT",
+        &["request_read_timeout"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_QUEUED_MAX_REQUEST_BYTES",
+        &["queued_max_request_bytes"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_AUTO_CREATE_TOPICS_PER_REQUEST",
+        &["auto_create_topics_per_request"],
+        Kind::Integer,
+    ),
+    (
+        "STRATA_AUTO_CREATE_TOPICS_PER_SECOND",
+        &["auto_create_topics_per_second"],
+        Kind::Integer,
+    ),
+    (
         "STRATA_MAX_INFLIGHT_REQUESTS_PER_CONNECTION",
         &["max_inflight_requests_per_connection"],
         Kind::Integer,
@@ -455,6 +525,12 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         Kind::Text,
     ),
     ("STRATA_METRICS_LISTEN", &["metrics_listen"], Kind::Text),
+    (
+        "STRATA_METRICS_MAX_CONNECTIONS",
+        &["metrics_max_connections"],
+        Kind::Integer,
+    ),
+    ("STRATA_METRICS_TIMEOUT", &["metrics_timeout"], Kind::Text),
     ("STRATA_CLUSTER", &["cluster"], Kind::Boolean),
     ("STRATA_LEASE_PERIOD", &["lease_period"], Kind::Text),
     (
@@ -547,6 +623,12 @@ pub struct FlagOverrides {
     pub auto_create_topics: Option<bool>,
     pub max_request_bytes: Option<String>,
     pub max_connections: Option<usize>,
+    pub max_connections_per_ip: Option<usize>,
+    pub connections_max_idle: Option<String>,
+    pub request_read_timeout: Option<String>,
+    pub queued_max_request_bytes: Option<String>,
+    pub auto_create_topics_per_request: Option<usize>,
+    pub auto_create_topics_per_second: Option<u32>,
     pub group_shards: Option<i32>,
     pub group_initial_rebalance_delay: Option<String>,
     pub group_min_session_timeout: Option<String>,
@@ -706,6 +788,45 @@ pub fn load(
                 .map(|v| toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX))),
         ),
         (
+            "max-connections-per-ip",
+            &["max_connections_per_ip"],
+            flags
+                .max_connections_per_ip
+                .map(|v| toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX))),
+        ),
+        (
+            "connections-max-idle",
+            &["connections_max_idle"],
+            flags.connections_max_idle.clone().map(toml::Value::String),
+        ),
+        (
+            "request-read-timeout",
+            &["request_read_timeout"],
+            flags.request_read_timeout.clone().map(toml::Value::String),
+        ),
+        (
+            "queued-max-request-bytes",
+            &["queued_max_request_bytes"],
+            flags
+                .queued_max_request_bytes
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
+            "auto-create-topics-per-request",
+            &["auto_create_topics_per_request"],
+            flags
+                .auto_create_topics_per_request
+                .map(|v| toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX))),
+        ),
+        (
+            "auto-create-topics-per-second",
+            &["auto_create_topics_per_second"],
+            flags
+                .auto_create_topics_per_second
+                .map(|v| toml::Value::Integer(i64::from(v))),
+        ),
+        (
             "group-shards",
             &["group_shards"],
             flags
@@ -836,6 +957,42 @@ impl Settings {
         }
         if self.max_connections == 0 {
             return bad("max_connections", "must be at least 1");
+        }
+        if self.max_connections_per_ip == 0 {
+            return bad("max_connections_per_ip", "must be at least 1");
+        }
+        if self.connections_max_idle.is_zero() {
+            return bad("connections_max_idle", "must be more than 0s");
+        }
+        if self.request_read_timeout.is_zero() {
+            return bad("request_read_timeout", "must be more than 0s");
+        }
+        if self.queued_max_request_bytes.0 < self.max_request_bytes.0 {
+            return bad(
+                "queued_max_request_bytes",
+                "must be at least max_request_bytes (a largest request must fit)",
+            );
+        }
+        if usize::try_from(self.queued_max_request_bytes.0).is_err() {
+            return bad("queued_max_request_bytes", "does not fit this platform");
+        }
+        if self.auto_create_topics_per_request == 0 {
+            return bad(
+                "auto_create_topics_per_request",
+                "must be at least 1 (turn auto_create_topics off instead)",
+            );
+        }
+        if self.auto_create_topics_per_second == 0 {
+            return bad(
+                "auto_create_topics_per_second",
+                "must be at least 1 (turn auto_create_topics off instead)",
+            );
+        }
+        if self.metrics_max_connections == 0 {
+            return bad("metrics_max_connections", "must be at least 1");
+        }
+        if self.metrics_timeout.is_zero() {
+            return bad("metrics_timeout", "must be more than 0s");
         }
         if self.max_inflight_requests_per_connection == 0 {
             return bad("max_inflight_requests_per_connection", "must be at least 1");
@@ -991,6 +1148,37 @@ mod tests {
         assert_eq!(s.group_min_session_timeout, Duration::from_secs(6));
         assert_eq!(s.group_max_session_timeout, Duration::from_secs(1800));
         assert!(unknown.is_empty());
+    }
+
+    #[test]
+    fn resource_limits_have_defaults_and_are_validated() {
+        let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        assert_eq!(s.queued_max_request_bytes, ByteSize(256 << 20));
+        assert_eq!(s.max_connections_per_ip, 1024);
+        assert_eq!(s.connections_max_idle, Duration::from_secs(600));
+        assert_eq!(s.request_read_timeout, Duration::from_secs(30));
+        assert_eq!(s.auto_create_topics_per_request, 100);
+        assert_eq!(s.auto_create_topics_per_second, 100);
+        assert_eq!(s.metrics_max_connections, 64);
+        let f = file("max_request_bytes = \"100MiB\"\nqueued_max_request_bytes = \"64MiB\"\n");
+        let e = load(Some(f.path()), env(&[]), &FlagOverrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("queued_max_request_bytes"), "{e}");
+        let e = load(
+            None,
+            env(&[("STRATA_CONNECTIONS_MAX_IDLE", "0s")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("connections_max_idle"), "{e}");
+        let flags = FlagOverrides {
+            auto_create_topics_per_second: Some(0),
+            ..Default::default()
+        };
+        let e = load(None, env(&[]), &flags).unwrap_err().to_string();
+        assert!(e.contains("auto_create_topics_per_second"), "{e}");
     }
 
     #[test]

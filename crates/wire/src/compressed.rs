@@ -791,4 +791,36 @@ mod tests {
             }
         }
     }
+
+    /// On demand, in release mode: how fast compressed batches are checked, per codec, against
+    /// decompression alone. Prints; asserts nothing about time.
+    /// `cargo test --release -p strata-wire compressed_check_throughput -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn compressed_check_throughput() {
+        let mut builder = BatchBuilder::new().base_timestamp(1_000);
+        let value = "x".repeat(100);
+        for i in 0..1000 {
+            let key = format!("key-{i}");
+            builder = builder.record(TestRecord::new(Some(&key), Some(&value)).timestamp_delta(i));
+        }
+        let plain = records_of(&builder);
+        for codec in CODECS {
+            let view = batch(codec, codec.compress(&plain), 1000);
+            let rounds = 300;
+            let started = std::time::Instant::now();
+            for _ in 0..rounds {
+                validate_compressed_records(&view, LIMIT).unwrap();
+            }
+            let seconds = started.elapsed().as_secs_f64();
+            let mb = (plain.len() * rounds) as f64 / 1e6;
+            println!(
+                "{codec:?}: {:.0} MB/s of records checked ({:.0} k records/s), batch {} -> {} bytes",
+                mb / seconds,
+                1000.0 * rounds as f64 / seconds / 1e3,
+                plain.len(),
+                view.records().len()
+            );
+        }
+    }
 }

@@ -18,6 +18,7 @@
 pub mod batch;
 pub mod builder;
 pub mod compressed;
+pub mod count;
 pub mod decode;
 pub mod frame;
 

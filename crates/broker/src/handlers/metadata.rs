@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -13,10 +14,10 @@ use strata_log::TopicInfo;
 
 use super::LEADER_EPOCH;
 use super::{
-    acl_op, is_internal_topic, str_bytes, topic_id_of, topic_name, topic_or_auto_create, uuid_of,
+    acl_op, is_internal_topic, str_bytes, topic_id_of, topic_name, topics_or_auto_create, uuid_of,
 };
 use crate::cluster::ClusterNode;
-use crate::errors::{code, error_code};
+use crate::errors::{code, lookup_error_code};
 use crate::server::Broker;
 use crate::RequestContext;
 use std::collections::BTreeMap;
@@ -73,10 +74,17 @@ pub(crate) async fn handle(
 
     // Before v4 clients could not opt out: Kafka auto-creates for them when enabled.
     let allow_auto_create = v < 4 || request.allow_auto_topic_creation;
+    let by_id = |wanted: &MetadataRequestTopic| v >= 10 && !wanted.topic_id.is_nil();
+    // Every topic of the request is resolved (and the unknown ones created) at once.
+    let resolved = topics_or_auto_create(
+        broker,
+        requested.iter().filter(|w| !by_id(w)).map(name_of),
+        allow_auto_create,
+    )
+    .await;
     let mut topics = Vec::with_capacity(requested.len());
-    for wanted in requested {
-        let by_id = v >= 10 && !wanted.topic_id.is_nil();
-        let topic = if by_id {
+    for wanted in &requested {
+        let topic = if by_id(wanted) {
             match broker.log.topic_by_id(topic_id_of(&wanted.topic_id)) {
                 Some(info) => described_topic(&info, &leaders, v, with_topic_ops),
                 None => {
@@ -88,12 +96,16 @@ pub(crate) async fn handle(
                 }
             }
         } else {
-            let name = wanted.name.as_ref().map(|n| n.0.as_str()).unwrap_or("");
-            match topic_or_auto_create(broker, name, allow_auto_create).await {
-                Ok(info) => described_topic(&info, &leaders, v, with_topic_ops),
-                Err(e) => {
+            let name = name_of(wanted);
+            match resolved.get(name) {
+                Some(Ok(info)) => described_topic(info, &leaders, v, with_topic_ops),
+                outcome => {
+                    let error = match outcome {
+                        Some(Err(e)) => lookup_error_code(e),
+                        _ => code::UNKNOWN_TOPIC_OR_PARTITION,
+                    };
                     let mut t = MetadataResponseTopic::default();
-                    t.error_code = error_code(&e);
+                    t.error_code = error;
                     t.name = Some(topic_name(name));
                     t
                 }
@@ -103,6 +115,10 @@ pub(crate) async fn handle(
     }
     response.topics = topics;
     response
+}
+
+fn name_of(wanted: &MetadataRequestTopic) -> &str {
+    wanted.name.as_ref().map(|n| n.0.as_str()).unwrap_or("")
 }
 
 fn described_topic(

@@ -14,17 +14,17 @@ pub(crate) mod producer;
 pub(crate) mod records;
 pub(crate) mod topics;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;
 use strata_core::TopicPartition;
-use strata_log::{LogError, TopicId, TopicInfo};
+use strata_log::{LogError, NewTopic, TopicId, TopicInfo};
 use uuid::Uuid;
 
 use crate::coordinator::OFFSETS_TOPIC;
-use crate::errors::code;
+use crate::errors::{code, LookupError};
 use crate::server::Broker;
 
 /// The leader epoch a broker alone on its storage reports. With one epoch, clients'
@@ -99,41 +99,100 @@ pub(crate) fn topic_id_of(uuid: &Uuid) -> TopicId {
     TopicId(*uuid.as_bytes())
 }
 
-/// Looks a topic up by name, creating it with the default partition count when auto-creation
-/// is on and `allowed` (the request permits it). A concurrent creation of the same topic by
-/// another request or broker is not an error.
-pub(crate) async fn topic_or_auto_create(
+/// Looks topics up by name, creating the unknown ones with the default partition count when
+/// auto-creation is on and `allowed` (the request permits it). Every creation of the request
+/// is one catalog change, and at most `auto_create_topics_per_request` topics per request and
+/// `auto_create_topics_per_second` broker-wide are created: the rest are answered
+/// [`LookupError::CreationDeferred`] and created when the client asks again. A concurrent
+/// creation of the same topic by another request or broker is not an error.
+pub(crate) async fn topics_or_auto_create<'a>(
     broker: &Broker,
-    name: &str,
+    names: impl IntoIterator<Item = &'a str>,
     allowed: bool,
-) -> Result<Arc<TopicInfo>, LogError> {
-    if let Some(info) = broker.log.topic(name) {
-        return Ok(info);
-    }
-    strata_log::catalog::validate_topic_name(name)?;
-    if !(allowed && broker.settings.auto_create_topics) {
-        return Err(LogError::UnknownTopicOrPartition);
-    }
-    match broker
-        .log
-        .create_topic(name, None, BTreeMap::new(), false)
-        .await
-    {
-        Ok(info) => {
-            tracing::info!(
-                topic = name,
-                partitions = info.partitions,
-                "auto-created topic"
-            );
-            announce_topology_change(broker).await;
-            Ok(info)
+) -> HashMap<&'a str, Result<Arc<TopicInfo>, LookupError>> {
+    let mut found = HashMap::new();
+    let mut missing = Vec::new();
+    for name in names {
+        if found.contains_key(name) {
+            continue;
         }
-        Err(LogError::TopicAlreadyExists(_)) => broker
-            .log
-            .topic(name)
-            .ok_or(LogError::UnknownTopicOrPartition),
-        Err(e) => Err(e),
+        let outcome = match broker.log.topic(name) {
+            Some(info) => Ok(info),
+            None => match strata_log::catalog::validate_topic_name(name) {
+                Err(e) => Err(LookupError::Log(e)),
+                Ok(()) if !(allowed && broker.settings.auto_create_topics) => {
+                    Err(LookupError::Log(LogError::UnknownTopicOrPartition))
+                }
+                Ok(()) => {
+                    missing.push(name);
+                    Err(LookupError::CreationDeferred)
+                }
+            },
+        };
+        found.insert(name, outcome);
     }
+    if missing.is_empty() {
+        return found;
+    }
+    let wanted = missing
+        .len()
+        .min(broker.settings.auto_create_topics_per_request);
+    let granted = broker.limits.creations.take(wanted);
+    if granted < missing.len() {
+        tracing::info!(
+            unknown = missing.len(),
+            creating = granted,
+            "auto-creation limit reached; the other topics are created when asked again"
+        );
+    }
+    missing.truncate(granted);
+    if missing.is_empty() {
+        return found;
+    }
+    let specs = missing
+        .iter()
+        .map(|name| NewTopic {
+            name: (*name).to_string(),
+            partitions: None,
+            overrides: BTreeMap::new(),
+        })
+        .collect();
+    match broker.log.create_topics(specs, false).await {
+        Ok(results) => {
+            let mut created_any = false;
+            for (name, result) in missing.into_iter().zip(results) {
+                let outcome = match result {
+                    Ok(info) => {
+                        created_any = true;
+                        tracing::info!(
+                            topic = name,
+                            partitions = info.partitions,
+                            "auto-created topic"
+                        );
+                        Ok(info)
+                    }
+                    Err(LogError::TopicAlreadyExists(_)) => broker
+                        .log
+                        .topic(name)
+                        .ok_or(LogError::UnknownTopicOrPartition)
+                        .map_err(LookupError::Log),
+                    Err(e) => Err(LookupError::Log(e)),
+                };
+                found.insert(name, outcome);
+            }
+            if created_any {
+                announce_topology_change(broker).await;
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, topics = missing.len(), "auto-creating topics failed");
+            let e = Arc::new(e);
+            for name in missing {
+                found.insert(name, Err(LookupError::Shared(Arc::clone(&e))));
+            }
+        }
+    }
+    found
 }
 
 /// In cluster mode, tells every broker that partitions appeared or went away (see

@@ -14,8 +14,8 @@ use strata_core::TopicPartition;
 use strata_log::{Acks, AppendOutcome, AppendTicket, LogError, TopicInfo};
 use tracing::debug;
 
-use super::{refuse_internal, topic_id_of, topic_or_auto_create};
-use crate::errors::{code, error_code};
+use super::{refuse_internal, topic_id_of, topics_or_auto_create};
+use crate::errors::{code, error_code, lookup_error_code};
 use crate::server::Broker;
 use crate::RequestContext;
 
@@ -77,9 +77,33 @@ pub(crate) async fn handle(
     if let Some(t) = &turn {
         t.wait().await;
     }
+    // Kafka creates topics on Metadata, which producers send first; creating here too (when
+    // enabled) serves clients that skip it. All of the request's topics at once.
+    let names: Vec<String> = if v >= 13 {
+        Vec::new()
+    } else {
+        request
+            .topic_data
+            .iter()
+            .map(|t| t.name.0.to_string())
+            .collect()
+    };
+    let resolved = topics_or_auto_create(broker, names.iter().map(String::as_str), true).await;
     let mut staged = Vec::with_capacity(request.topic_data.len());
     for topic in request.topic_data {
-        staged.push(produce_topic(broker, topic, acks, refusal.clone(), v).await);
+        let info = if v >= 13 {
+            broker
+                .log
+                .topic_by_id(topic_id_of(&topic.topic_id))
+                .ok_or((code::UNKNOWN_TOPIC_ID, None))
+        } else {
+            match resolved.get(topic.name.0.as_str()) {
+                Some(Ok(info)) => Ok(Arc::clone(info)),
+                Some(Err(e)) => Err((lookup_error_code(e), Some(e.to_string()))),
+                None => Err((code::UNKNOWN_TOPIC_OR_PARTITION, None)),
+            }
+        };
+        staged.push(produce_topic(broker, topic, info, acks, refusal.clone(), v).await);
     }
     if let Some(t) = turn.as_mut() {
         t.pass();
@@ -149,23 +173,15 @@ type StagedPartition = (i32, Result<(TopicPartition, AppendTicket), PartitionErr
 async fn produce_topic(
     broker: &Broker,
     topic: TopicProduceData,
+    info: Result<Arc<TopicInfo>, PartitionError>,
     acks: Acks,
     refusal: Option<PartitionError>,
     v: i16,
 ) -> (TopicKey, Vec<StagedPartition>) {
-    let (key, info) = if v >= 13 {
-        let info = broker
-            .log
-            .topic_by_id(topic_id_of(&topic.topic_id))
-            .ok_or((code::UNKNOWN_TOPIC_ID, None));
-        (TopicKey::Id(topic.topic_id), info)
+    let key = if v >= 13 {
+        TopicKey::Id(topic.topic_id)
     } else {
-        // Kafka creates topics on Metadata, which producers send first; creating here too
-        // (when enabled) serves clients that skip it.
-        let info = topic_or_auto_create(broker, topic.name.0.as_str(), true)
-            .await
-            .map_err(|e| (error_code(&e), Some(e.to_string())));
-        (TopicKey::Name(topic.name), info)
+        TopicKey::Name(topic.name)
     };
     let info = match (refusal, info) {
         (Some(refused), _) => Err(refused),

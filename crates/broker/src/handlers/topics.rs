@@ -19,7 +19,7 @@ use kafka_protocol::messages::{
     CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
     DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
 };
-use strata_log::{LogError, TopicInfo};
+use strata_log::{LogError, NewTopic, TopicInfo};
 use tracing::info;
 
 use super::configs::{config_source, topic_entries};
@@ -47,19 +47,60 @@ pub(crate) async fn create_topics(
         .map(|t| t.name.0.to_string())
         .collect();
 
-    let mut results = Vec::with_capacity(request.topics.len());
-    let mut created_any = false;
+    // Every topic is validated first, then all valid ones are created in one catalog change.
+    let mut outcomes = Vec::with_capacity(request.topics.len());
+    let mut specs = Vec::new();
     for topic in request.topics {
         let name = topic.name.clone();
-        let outcome = if duplicates.contains(name.0.as_str()) {
+        let prepared = if duplicates.contains(name.0.as_str()) {
             Err((
                 code::INVALID_REQUEST,
                 format!("topic {} appears more than once in the request", name.0),
             ))
         } else {
-            create_one(broker, topic, request.validate_only).await
+            prepare(broker, topic)
         };
-        created_any |= outcome.is_ok() && !request.validate_only;
+        match prepared {
+            Ok(spec) => {
+                specs.push(spec);
+                outcomes.push((name, None));
+            }
+            Err(e) => outcomes.push((name, Some(e))),
+        }
+    }
+    let created = match broker.log.create_topics(specs, request.validate_only).await {
+        Ok(created) => created
+            .into_iter()
+            .map(|r| r.map_err(|e| (error_code(&e), e.to_string())))
+            .collect(),
+        Err(e) => {
+            let failure = (error_code(&e), e.to_string());
+            outcomes
+                .iter()
+                .filter(|(_, refused)| refused.is_none())
+                .map(|_| Err(failure.clone()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let mut created = created.into_iter();
+    let mut results = Vec::with_capacity(outcomes.len());
+    let mut created_any = false;
+    for (name, refused) in outcomes {
+        let outcome = match refused {
+            Some(e) => Err(e),
+            None => created.next().unwrap_or_else(|| {
+                Err((
+                    code::UNKNOWN_SERVER_ERROR,
+                    "topic creation lost its result".into(),
+                ))
+            }),
+        };
+        if let Ok(info) = &outcome {
+            if !request.validate_only {
+                created_any = true;
+                info!(topic = %info.name, partitions = info.partitions, "created topic");
+            }
+        }
         results.push(creatable_result(name, outcome, v));
     }
     // Once per request, not per topic: one announcement covers every change before it.
@@ -71,12 +112,8 @@ pub(crate) async fn create_topics(
     response
 }
 
-async fn create_one(
-    broker: &Broker,
-    topic: CreatableTopic,
-    validate_only: bool,
-) -> Result<std::sync::Arc<TopicInfo>, (i16, String)> {
-    let name = topic.name.0.as_str();
+/// A requested topic, checked and turned into what the log creates.
+fn prepare(broker: &Broker, topic: CreatableTopic) -> Result<NewTopic, (i16, String)> {
     let partitions = if topic.assignments.is_empty() {
         match topic.num_partitions {
             -1 => None,
@@ -129,19 +166,11 @@ async fn create_one(
         };
         overrides.insert(config.name.to_string(), value.to_string());
     }
-    let created = broker
-        .log
-        .create_topic(name, partitions, overrides, validate_only)
-        .await
-        .map_err(|e| (error_code(&e), e.to_string()))?;
-    if !validate_only {
-        info!(
-            topic = name,
-            partitions = created.partitions,
-            "created topic"
-        );
-    }
-    Ok(created)
+    Ok(NewTopic {
+        name: topic.name.0.to_string(),
+        partitions,
+        overrides,
+    })
 }
 
 /// The partition count of a manual assignment, if every partition is numbered densely from 0
