@@ -797,6 +797,8 @@ mod tests {
     /// `cargo test --release -p strata-wire compressed_check_throughput -- --ignored --nocapture`
     #[test]
     #[ignore]
+    // A measurement of wall time is the point here; nothing under test reads the clock.
+    #[allow(clippy::disallowed_methods)]
     fn compressed_check_throughput() {
         let mut builder = BatchBuilder::new().base_timestamp(1_000);
         let value = "x".repeat(100);
