@@ -325,13 +325,24 @@ async fn a_dead_brokers_partitions_are_taken_over_with_every_acknowledged_record
         },
     )
     .await;
-    // Everything is acknowledged by its owner before the crash.
+    // Everything is acknowledged by its owner before the crash. Placement may still be moving
+    // an unpinned partition between the two (its old owner answers NOT_LEADER_OR_FOLLOWER
+    // while it hands over): look the owner up again, as a client refreshing metadata would.
     for (topic, tp) in topics.iter().zip(&tps) {
-        let owner = if a.epoch(tp).is_some() { &a } else { &b };
-        let mut client = owner.client().await;
         for i in 0..5 {
             let value = format!("{topic}-{i}");
-            assert_eq!(produce(&mut client, topic, value.as_bytes()).await, 0);
+            let deadline = tokio::time::Instant::now() + PATIENCE;
+            loop {
+                let owner = if a.epoch(tp).is_some() { &a } else { &b };
+                let mut client = owner.client().await;
+                match produce(&mut client, topic, value.as_bytes()).await {
+                    0 => break,
+                    6 if tokio::time::Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(10)).await
+                    }
+                    code => panic!("producing {value} to {tp}: error code {code}"),
+                }
+            }
         }
     }
     let a_held = tps.iter().filter(|tp| a.epoch(tp).is_some()).count();
