@@ -88,7 +88,7 @@ async fn on_failure(shared: &Shared, part: &Arc<Partition>, what: &str, error: &
             st.high_watermark
         };
         part.hw.send_replace(strata_core::Offset(hw));
-        tracing::error!(partition = %part.tp, epoch = part.epoch, "{what}: a newer owner took this partition over; this broker is fenced");
+        tracing::error!(partition = %part.tp, epoch = part.epoch(), "{what}: a newer owner took this partition over; this broker is fenced");
         shared.fenced.send_replace(true);
     } else {
         tracing::warn!(partition = %part.tp, error = %error, "{what} failed; will retry");

@@ -684,7 +684,7 @@ impl LogManager {
                 let st = p.lock();
                 !st.suspended || st.readable_while_suspended
             })
-            .map(|p| p.epoch)
+            .map(|p| p.epoch())
     }
 
     /// Whether this broker serves the partition now, and under which epoch.
@@ -692,7 +692,7 @@ impl LogManager {
         self.shared
             .partition(tp)
             .filter(|p| !p.lock().suspended)
-            .map(|p| p.epoch)
+            .map(|p| p.epoch())
     }
 
     /// Partitions served here.
@@ -700,7 +700,7 @@ impl LogManager {
         read(&self.shared.partitions)
             .values()
             .filter(|p| !p.lock().suspended)
-            .map(|p| (p.tp.clone(), p.epoch))
+            .map(|p| (p.tp.clone(), p.epoch()))
             .collect()
     }
 
@@ -974,7 +974,7 @@ impl LogManager {
                 let stored = wire_batch::rewrite_for_append(
                     b,
                     base_offset,
-                    part.epoch as i32,
+                    part.epoch() as i32,
                     log_append_time,
                 );
                 st.next_offset += b.last_offset_delta() as i64 + 1;

@@ -68,17 +68,31 @@ pub(crate) async fn acquire(
                 results.push((tp, Ok(())));
                 continue;
             }
-            if want.epoch.is_none_or(|e| e == part.epoch) {
+            if want.epoch.is_none_or(|e| e == part.epoch()) {
                 // Serving again under the same epoch: nobody took it over meanwhile (that
                 // would have been a new epoch), so our in-memory state is still the truth.
                 st.suspended = false;
                 drop(st);
-                tracing::info!(partition = %tp, epoch = part.epoch, "serving partition again");
+                tracing::info!(partition = %tp, epoch = part.epoch(), "serving partition again");
                 results.push((tp, Ok(())));
                 continue;
             }
-            // A new epoch: whoever held it in between sealed our stream; what we hold is stale.
             drop(st);
+            if let Some(epoch) = want.epoch {
+                match resume_under_new_epoch(shared, &part, epoch).await {
+                    Ok(true) => {
+                        results.push((tp, Ok(())));
+                        continue;
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        results.push((tp, Err(e)));
+                        continue;
+                    }
+                }
+            }
+            // A new epoch and someone else held it in between: they sealed our stream; what we
+            // hold is stale.
             write_partitions(shared).remove(&tp);
         }
         let (manifest, version) = read_manifest(shared, want.topic.id, want.partition).await?;
@@ -215,6 +229,64 @@ pub(crate) async fn acquire(
         shared.cache.admitted(&p, base, len);
     }
     Ok(results)
+}
+
+/// A suspended partition offered back to us under a newer epoch: our lease lapsed (a storage
+/// outage longer than the lease, a pause) and the cluster gave the partition to us again. If
+/// nobody claimed it in between — the stored manifest is still exactly our last write, same
+/// claim, our stream, not released — our in-memory state (with the uncompacted tail that lives
+/// in our own stream, which we could not replay ourselves) is still the truth: claim the new
+/// epoch on the manifest by compare-and-swap and serve on. Returns false when someone else
+/// claimed it (or wins the race now): the caller then loads it afresh as a takeover.
+async fn resume_under_new_epoch(
+    shared: &Arc<Shared>,
+    part: &Arc<Partition>,
+    epoch: u64,
+) -> LogResult<bool> {
+    if epoch <= part.epoch() {
+        return Ok(false);
+    }
+    let _serial = part.maintenance.lock().await;
+    let (stored, version) = read_manifest(shared, part.topic_id, part.tp.partition).await?;
+    let next = {
+        let st = part.lock();
+        let untouched = version.is_some()
+            && version == st.manifest_version
+            && stored.writer_stream == shared.stream
+            && !stored.released
+            && stored.claim == st.manifest.claim;
+        if !untouched {
+            return Ok(false);
+        }
+        let mut next = st.manifest.clone();
+        next.epoch = epoch;
+        next.claim += 1;
+        next
+    };
+    let new_version = match crate::maintenance::put_manifest_raw(
+        shared,
+        part.topic_id,
+        part.tp.partition,
+        &next,
+        version,
+    )
+    .await
+    {
+        Ok(v) => v,
+        Err(LogError::Fenced) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    {
+        let mut st = part.lock();
+        st.manifest = next;
+        st.manifest_version = Some(new_version);
+        st.suspended = false;
+        st.readable_while_suspended = false;
+    }
+    let previous = part.epoch();
+    part.set_epoch(epoch);
+    tracing::info!(partition = %part.tp, previous, epoch, "serving partition again under a new epoch; nobody held it in between");
+    Ok(true)
 }
 
 /// Replays one sealed stream's objects (below the seal) into the partitions being loaded.

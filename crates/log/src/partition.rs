@@ -81,7 +81,7 @@ pub struct Partition {
     pub tp: TopicPartition,
     pub topic_id: TopicId,
     /// Ownership epoch this broker serves the partition under (the Kafka leader epoch).
-    pub epoch: u64,
+    epoch: std::sync::atomic::AtomicU64,
     state: Mutex<PartState>,
     pub hw: watch::Sender<Offset>,
     /// Serialises compaction, retention and record deletion, which all replace the manifest.
@@ -94,11 +94,22 @@ impl Partition {
         Self {
             tp,
             topic_id,
-            epoch,
+            epoch: std::sync::atomic::AtomicU64::new(epoch),
             state: Mutex::new(state),
             hw,
             maintenance: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// The ownership epoch this broker serves the partition under.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Moves to a newer epoch granted to this same owner (see `ownership::acquire`).
+    pub(crate) fn set_epoch(&self, epoch: u64) {
+        self.epoch
+            .store(epoch, std::sync::atomic::Ordering::Release);
     }
 
     /// Locks the state. A panic while holding the lock cannot leave offsets half-updated in a

@@ -799,7 +799,7 @@ async fn faults_lose_no_acknowledged_record(segment_bytes: usize) {
 }
 
 #[tokio::test]
-async fn serving_again_under_the_same_epoch_resumes_with_the_uncompacted_tail() {
+async fn serving_again_under_the_same_or_a_new_epoch_resumes_with_the_uncompacted_tail() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
     let a = open_managed(&store, 1).await;
     a.create_topic("t", Some(1), BTreeMap::new(), false)
@@ -834,11 +834,38 @@ async fn serving_again_under_the_same_epoch_resumes_with_the_uncompacted_tail() 
         base_offsets(&a, &tp("t", 0), 0).await,
         vec![0, 1, 2, 3, 4, 5]
     );
-    // Under a new epoch the in-memory state is stale: our own unreleased tail cannot be
-    // replayed by us, so the partition is refused rather than served from the checkpoint.
+    // Offered back under a newer epoch with nobody having claimed it in between (the stored
+    // manifest is still our last write): the in-memory state, with the uncompacted tail only
+    // our own stream holds, is still the truth, so it serves on under the new epoch. (It used
+    // to be refused for good, leaving the partition with no server after a storage outage.)
     a.abandon(&tp("t", 0));
-    let results = a.acquire(vec![("t".into(), 0, 4)]).await.unwrap();
-    assert!(matches!(results[0].1, Err(LogError::Fenced)));
+    for (_, r) in a.acquire(vec![("t".into(), 0, 4)]).await.unwrap() {
+        r.unwrap();
+    }
+    assert_eq!(a.served_epoch(&tp("t", 0)), Some(4));
+    assert_eq!(
+        a.append(&tp("t", 0), batch(&["c"], 9, None), DURABLE)
+            .await
+            .unwrap()
+            .base_offset,
+        Offset(6)
+    );
+    // And a successor sees every record, and the new epoch in the manifest.
+    let b = open_managed(&store, 2).await;
+    b.refresh_catalog().await.unwrap();
+    for (_, r) in b.acquire(vec![("t".into(), 0, 5)]).await.unwrap() {
+        r.unwrap();
+    }
+    assert_eq!(
+        base_offsets(&b, &tp("t", 0), 0).await,
+        vec![0, 1, 2, 3, 4, 5, 6]
+    );
+    // A, sealed by B, can no longer be given it back.
+    a.abandon(&tp("t", 0));
+    assert!(matches!(
+        a.acquire(vec![("t".into(), 0, 6)]).await,
+        Err(LogError::Fenced)
+    ));
 }
 
 /// A log over a memory store whose puts can be made to fail like a full disk.
