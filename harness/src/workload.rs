@@ -246,6 +246,7 @@ fn group_config(bootstrap: &str) -> ClientConfig {
 /// The consumer-group members and the committed-offset observer, each on its own thread.
 pub struct Consumers {
     stop: Arc<AtomicBool>,
+    kills: Arc<Vec<AtomicBool>>,
     members: Vec<JoinHandle<()>>,
     stop_observer: Arc<AtomicBool>,
     observer: JoinHandle<()>,
@@ -254,16 +255,19 @@ pub struct Consumers {
 impl Consumers {
     pub fn start(bootstrap: &str, topic: &str, members: usize, history: &History) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
+        let kills: Arc<Vec<AtomicBool>> =
+            Arc::new((0..members).map(|_| AtomicBool::new(false)).collect());
         let mut threads = Vec::new();
         for member in 0..members {
-            let (bootstrap, topic, history, stop) = (
+            let (bootstrap, topic, history, stop, kills) = (
                 bootstrap.to_string(),
                 topic.to_string(),
                 history.clone(),
                 Arc::clone(&stop),
+                Arc::clone(&kills),
             );
             threads.push(std::thread::spawn(move || {
-                consume(member, &bootstrap, &topic, &history, &stop);
+                consume(member, &bootstrap, &topic, &history, &stop, &kills[member]);
             }));
         }
         let stop_observer = Arc::new(AtomicBool::new(false));
@@ -278,9 +282,16 @@ impl Consumers {
         };
         Self {
             stop,
+            kills,
             members: threads,
             stop_observer,
             observer,
+        }
+    }
+
+    pub fn killer(&self) -> MemberKiller {
+        MemberKiller {
+            kills: Arc::clone(&self.kills),
         }
     }
 
@@ -295,13 +306,99 @@ impl Consumers {
     }
 }
 
-fn consume(member: usize, bootstrap: &str, topic: &str, history: &History, stop: &AtomicBool) {
+/// Kills group members on the nemesis's behalf: the member's thread destroys its consumer
+/// without leaving the group and starts a new one.
+pub struct MemberKiller {
+    kills: Arc<Vec<AtomicBool>>,
+}
+
+impl MemberKiller {
+    /// Asks member `member` to die and waits until its thread has destroyed the consumer.
+    pub fn kill(&self, member: usize) -> Result<String, String> {
+        let flag = self
+            .kills
+            .get(member)
+            .ok_or_else(|| format!("no member {member}"))?;
+        let asked = Instant::now();
+        flag.store(true, Ordering::SeqCst);
+        // A member blocks at most a commit's socket timeout (10 s) before it looks at the flag.
+        let deadline = asked + Duration::from_secs(30);
+        while flag.load(Ordering::SeqCst) {
+            if Instant::now() >= deadline {
+                flag.store(false, Ordering::SeqCst);
+                return Err(format!("member {member} did not notice the kill in 30 s"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(format!(
+            "destroyed without LeaveGroup after {} ms, replaced",
+            asked.elapsed().as_millis()
+        ))
+    }
+}
+
+/// Destroys the consumer the way a crash would look to the group: no LeaveGroup, no final
+/// commit. librdkafka's flag skips the consumer close; the Rust wrapper is leaked because its
+/// `Drop` would close (and leave) again on a destroyed handle.
+fn destroy_without_leaving(consumer: BaseConsumer<MemberContext>) {
+    let handle = consumer.client().native_ptr();
+    // SAFETY: the handle is live (the consumer is owned here) and is never used again: the
+    // wrapper that owns it is forgotten right after, so nothing destroys or polls it twice.
+    #[allow(
+        unsafe_code,
+        reason = "librdkafka's destroy-without-close has no safe wrapper"
+    )]
+    unsafe {
+        rdkafka::bindings::rd_kafka_destroy_flags(
+            handle,
+            rdkafka::bindings::RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE,
+        );
+    }
+    std::mem::forget(consumer);
+}
+
+fn consume(
+    member: usize,
+    bootstrap: &str,
+    topic: &str,
+    history: &History,
+    stop: &AtomicBool,
+    kill: &AtomicBool,
+) {
     let session = Arc::new(AtomicU64::new(0));
+    let mut incarnation = 0;
+    while !stop.load(Ordering::SeqCst) {
+        let Some(consumer) = member_incarnation(member, bootstrap, topic, history, &session) else {
+            return;
+        };
+        incarnation += 1;
+        let positions = consumer.context().positions.clone();
+        poll_and_commit(
+            member, &consumer, topic, history, stop, kill, &session, &positions,
+        );
+        if kill.load(Ordering::SeqCst) {
+            history.record(Event::ClientError {
+                who: format!("member {member}"),
+                error: format!("killed by the nemesis (incarnation {})", incarnation - 1),
+            });
+            destroy_without_leaving(consumer);
+            kill.store(false, Ordering::SeqCst);
+        }
+    }
+}
+
+fn member_incarnation(
+    member: usize,
+    bootstrap: &str,
+    topic: &str,
+    history: &History,
+    session: &Arc<AtomicU64>,
+) -> Option<BaseConsumer<MemberContext>> {
     let positions = Arc::new(Mutex::new(HashMap::new()));
     let context = MemberContext {
         member,
-        session: Arc::clone(&session),
-        positions: Arc::clone(&positions),
+        session: Arc::clone(session),
+        positions,
         history: history.clone(),
     };
     let consumer: BaseConsumer<MemberContext> =
@@ -312,7 +409,7 @@ fn consume(member: usize, bootstrap: &str, topic: &str, history: &History, stop:
                     who: format!("member {member}"),
                     error: error.to_string(),
                 });
-                return;
+                return None;
             }
         };
     if let Err(error) = consumer.subscribe(&[topic]) {
@@ -320,10 +417,27 @@ fn consume(member: usize, bootstrap: &str, topic: &str, history: &History, stop:
             who: format!("member {member}"),
             error: format!("subscribe: {error}"),
         });
-        return;
+        return None;
     }
+    Some(consumer)
+}
+
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one member's whole state, passed once"
+)]
+fn poll_and_commit(
+    member: usize,
+    consumer: &BaseConsumer<MemberContext>,
+    topic: &str,
+    history: &History,
+    stop: &AtomicBool,
+    kill: &AtomicBool,
+    session: &AtomicU64,
+    positions: &Mutex<HashMap<i32, i64>>,
+) {
     let mut last_commit = Instant::now();
-    while !stop.load(Ordering::SeqCst) {
+    while !stop.load(Ordering::SeqCst) && !kill.load(Ordering::SeqCst) {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(message)) => {
                 let value = message
