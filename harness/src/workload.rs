@@ -507,44 +507,80 @@ fn observe_commits(bootstrap: &str, topic: &str, history: &History, stop: &Atomi
         }
     };
     let mut seen: HashMap<i32, i64> = HashMap::new();
+    // A failing look is recorded (once per distinct error), so a stale view is visible in the
+    // history rather than silently judged by "commit kept".
+    let mut last_error = None;
+    let mut failed = |error: String| {
+        if last_error.as_ref() != Some(&error) {
+            history.record(Event::ClientError {
+                who: "commit observer".to_string(),
+                error: error.clone(),
+            });
+            last_error = Some(error);
+        }
+    };
     while !stop.load(Ordering::SeqCst) {
-        if let Some(committed) = fetch_committed(&observer, topic) {
-            for (partition, offset) in committed {
-                if seen.insert(partition, offset) != Some(offset) {
-                    history.record(Event::Committed { partition, offset });
+        match fetch_committed(&observer, topic) {
+            Ok(committed) => {
+                for (partition, offset) in committed {
+                    if seen.insert(partition, offset) != Some(offset) {
+                        history.record(Event::Committed { partition, offset });
+                    }
                 }
             }
+            Err(error) => failed(error),
         }
         std::thread::sleep(OBSERVE_EVERY);
     }
-    // One last look, after the members stopped committing.
-    if let Some(committed) = fetch_committed(&observer, topic) {
-        for (partition, offset) in committed {
-            history.record(Event::Committed { partition, offset });
+    // One last look, after the members stopped committing: the cluster has healed, so it is
+    // waited for (up to FINAL_LOOK) rather than taken from whatever the last poll saw.
+    let until = Instant::now() + FINAL_LOOK;
+    loop {
+        match fetch_committed(&observer, topic) {
+            Ok(committed) => {
+                for (partition, offset) in committed {
+                    history.record(Event::Committed { partition, offset });
+                }
+                return;
+            }
+            Err(error) if Instant::now() >= until => {
+                failed(format!("final look failed for {FINAL_LOOK:?}: {error}"));
+                return;
+            }
+            Err(error) => failed(error),
         }
+        std::thread::sleep(OBSERVE_EVERY);
     }
 }
 
-fn fetch_committed(observer: &BaseConsumer<TestContext>, topic: &str) -> Option<Vec<(i32, i64)>> {
+/// How long the observer's last look at the committed offsets may take after the faults.
+const FINAL_LOOK: Duration = Duration::from_secs(30);
+
+fn fetch_committed(
+    observer: &BaseConsumer<TestContext>,
+    topic: &str,
+) -> Result<Vec<(i32, i64)>, String> {
     let metadata = observer
         .fetch_metadata(Some(topic), Duration::from_secs(2))
-        .ok()?;
-    let partitions = metadata.topics().first()?.partitions().len();
+        .map_err(|e| format!("metadata: {e}"))?;
+    let partitions = metadata
+        .topics()
+        .first()
+        .map(|t| t.partitions().len())
+        .ok_or("metadata lists no topic")?;
     let mut list = TopicPartitionList::new();
     for partition in 0..partitions {
-        list.add_partition(topic, i32::try_from(partition).ok()?);
+        list.add_partition(topic, i32::try_from(partition).unwrap_or(i32::MAX));
     }
     let committed = observer
         .committed_offsets(list, Duration::from_secs(2))
-        .ok()?;
-    Some(
-        committed
-            .elements()
-            .iter()
-            .filter_map(|e| match e.offset() {
-                Offset::Offset(offset) => Some((e.partition(), offset)),
-                _ => None,
-            })
-            .collect(),
-    )
+        .map_err(|e| format!("OffsetFetch: {e}"))?;
+    Ok(committed
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(offset) => Some((e.partition(), offset)),
+            _ => None,
+        })
+        .collect())
 }
