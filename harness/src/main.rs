@@ -83,7 +83,8 @@ struct Args {
     /// Mean quiet time between two faults.
     #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
     fault_gap: Duration,
-    /// Faults to mix, comma-separated: kill, pause, restart, move, drain, consumer-kill; opt-in:
+    /// Faults to mix, comma-separated: kill, pause, restart, move, drain; not in the default mix
+    /// (which CI's seeds replay): consumer-kill; opt-in:
     /// partition (needs root and iptables), full (needs root: the local storage goes on a
     /// tmpfs the harness mounts; not with --storage), storage-partition, storage-slow,
     /// storage-errors (need --storage s3://...: each broker reaches S3 through its own proxy).

@@ -123,7 +123,8 @@ pub struct Tally {
     /// The fault's own command failed (a move or drain that timed out): reported, not an
     /// anomaly of the broker's guarantees.
     pub failed: usize,
-    /// A paused broker that exited (fenced) after SIGCONT.
+    /// A paused broker that exited (fenced) after SIGCONT, or a broker that exited after this
+    /// storage fault cut it off (found before the next fault).
     pub fenced: usize,
 }
 
@@ -149,6 +150,10 @@ pub struct Nemesis {
     pub tally: BTreeMap<Fault, Tally>,
     /// Brokers that exited without being told to (outside a pause).
     pub unexpected_exits: Vec<String>,
+    /// The last storage fault and its broker (`None`: every broker, for `full`): a broker
+    /// that lost the storage past its lease is fenced and exits, which is that fault's
+    /// expected effect, not an unexpected exit.
+    storage_fault: Option<(Fault, Option<i32>)>,
     /// Brokers that did not come back, or a cluster that stopped answering: liveness failures.
     pub liveness: Vec<String>,
 }
@@ -171,6 +176,7 @@ impl Nemesis {
             targets,
             tally: BTreeMap::new(),
             unexpected_exits: Vec::new(),
+            storage_fault: None,
             liveness: Vec::new(),
         }
     }
@@ -183,6 +189,7 @@ impl Nemesis {
     /// Injects one fault and heals it.
     pub fn step(&mut self, cluster: &mut Cluster, history: &History) {
         self.revive_exited(cluster, history);
+        self.storage_fault = None;
         if self.faults.is_empty() {
             return;
         }
@@ -365,6 +372,11 @@ impl Nemesis {
                 }
             }
         }));
+        self.storage_fault = match fault {
+            Fault::Full => Some((fault, None)),
+            _ if fault.needs_proxies() => Some((fault, Some(victim))),
+            _ => None,
+        };
         let error = match outcome {
             Ok(Ok(done)) => {
                 if fault == Fault::Pause && done.contains("exited") {
@@ -413,6 +425,22 @@ impl Nemesis {
             match outcome {
                 Ok(None) => {}
                 Ok(Some((status, why))) => {
+                    if let Some((fault, victims)) = self.storage_fault {
+                        if victims.is_none_or(|v| v == id) {
+                            self.tally.entry(fault).or_default().fenced += 1;
+                            history.record(Event::FaultDone {
+                                kind: "revive".to_string(),
+                                detail: format!(
+                                    "broker {id} exited after losing the storage ({}, {status}); \
+                                     restarted. Last error: {}",
+                                    fault.name(),
+                                    why.trim()
+                                ),
+                                error: None,
+                            });
+                            continue;
+                        }
+                    }
                     let text = format!(
                         "broker {id} exited on its own ({status}); restarted. Last error: {}",
                         why.trim()
