@@ -246,3 +246,76 @@ pub fn fill(dir: &Path) -> Result<(PathBuf, u64), String> {
     }
     Ok((path, written))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const URL: &str =
+        "s3://strata/test/run1?endpoint=http://127.0.0.1:9320&region=us-east-1&allow_http=true";
+
+    #[test]
+    fn the_endpoint_is_read_and_rewritten() {
+        assert_eq!(s3_endpoint(URL).as_deref(), Some("127.0.0.1:9320"));
+        assert_eq!(
+            with_endpoint_port(URL, 4242),
+            "s3://strata/test/run1?endpoint=http://127.0.0.1:4242&region=us-east-1&allow_http=true"
+        );
+        assert_eq!(s3_endpoint("file:///tmp/x"), None);
+    }
+
+    /// An upstream that echoes every byte back.
+    async fn echo() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (mut r, mut w) = socket.split();
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                });
+            }
+        });
+        addr
+    }
+
+    async fn roundtrip(stream: &mut TcpStream, data: &[u8]) -> std::io::Result<Vec<u8>> {
+        stream.write_all(data).await?;
+        let mut back = vec![0u8; data.len()];
+        stream.read_exact(&mut back).await?;
+        Ok(back)
+    }
+
+    #[test]
+    fn the_proxy_forwards_holds_and_resets() {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let upstream = runtime.block_on(echo());
+        let proxy = StorageProxy::start(runtime.handle(), upstream).unwrap();
+        let port = proxy.port;
+        runtime.block_on(async {
+            let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            assert_eq!(roundtrip(&mut stream, b"one").await.unwrap(), b"one");
+
+            // Held while blackholed, delivered once the link heals.
+            proxy.set(Mode::Blackhole);
+            stream.write_all(b"two").await.unwrap();
+            proxy.set(Mode::Forward);
+            let mut back = [0u8; 3];
+            stream.read_exact(&mut back).await.unwrap();
+            assert_eq!(&back, b"two");
+
+            proxy.set(Mode::Slow(Duration::from_millis(1)));
+            assert_eq!(roundtrip(&mut stream, b"three").await.unwrap(), b"three");
+
+            // An open connection is reset, and so is a new one.
+            proxy.set(Mode::Reset);
+            assert!(roundtrip(&mut stream, b"four").await.is_err());
+            let mut fresh = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            assert!(roundtrip(&mut fresh, b"five").await.is_err());
+
+            proxy.set(Mode::Forward);
+            let mut healed = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            assert_eq!(roundtrip(&mut healed, b"six").await.unwrap(), b"six");
+        });
+    }
+}
