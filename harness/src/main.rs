@@ -333,8 +333,9 @@ fn run(args: &Args, seed: u64, tmpfs: Option<&Tmpfs>) -> i32 {
     for failure in &nemesis.liveness {
         println!("  liveness: {failure}");
     }
-    if anomalies > 0 {
-        // Keep what a developer needs: the brokers' recent output and the shared storage.
+    if anomalies > 0 || !nemesis.unexpected_exits.is_empty() {
+        // Keep what a developer needs: the brokers' recent output (an unexpected exit is not an
+        // anomaly of the guarantees, but who fenced whom is only in these logs)...
         for (id, broker) in &cluster.brokers {
             let path = history_path.with_extension(format!("broker-{id}.log"));
             // Every kept line (the last few thousand), not just the short failure tail.
@@ -343,6 +344,9 @@ fn run(args: &Args, seed: u64, tmpfs: Option<&Tmpfs>) -> i32 {
                 println!("broker {id} log tail: {}", path.display());
             }
         }
+    }
+    if anomalies > 0 {
+        // ...and, on an anomaly, the shared storage.
         cluster.storage.keep();
         if let Some(tmpfs) = tmpfs {
             // The tmpfs goes with the unmount: copy the storage out first.
