@@ -500,7 +500,7 @@ fn observe_commits(bootstrap: &str, topic: &str, history: &History, stop: &Atomi
         Ok(observer) => observer,
         Err(error) => {
             history.record(Event::ClientError {
-                who: "commit observer".to_string(),
+                who: OBSERVER.to_string(),
                 error: error.to_string(),
             });
             return;
@@ -513,7 +513,7 @@ fn observe_commits(bootstrap: &str, topic: &str, history: &History, stop: &Atomi
     let mut failed = |error: String| {
         if last_error.as_ref() != Some(&error) {
             history.record(Event::ClientError {
-                who: "commit observer".to_string(),
+                who: OBSERVER.to_string(),
                 error: error.clone(),
             });
             last_error = Some(error);
@@ -544,7 +544,7 @@ fn observe_commits(bootstrap: &str, topic: &str, history: &History, stop: &Atomi
                 return;
             }
             Err(error) if Instant::now() >= until => {
-                failed(format!("final look failed for {FINAL_LOOK:?}: {error}"));
+                failed(format!("{FINAL_LOOK_FAILED} for {FINAL_LOOK:?}: {error}"));
                 return;
             }
             Err(error) => failed(error),
@@ -552,6 +552,11 @@ fn observe_commits(bootstrap: &str, topic: &str, history: &History, stop: &Atomi
         std::thread::sleep(OBSERVE_EVERY);
     }
 }
+
+/// Who the observer is in the history.
+pub const OBSERVER: &str = "commit observer";
+/// How a failed final look starts in the history (the checker looks for it).
+pub const FINAL_LOOK_FAILED: &str = "final look failed";
 
 /// How long the observer's last look at the committed offsets may take after the faults.
 const FINAL_LOOK: Duration = Duration::from_secs(30);
