@@ -309,6 +309,25 @@ fn check_commits(history: &[Entry]) -> (Check, Check) {
             _ => {}
         }
     }
+    // Without a final look, the last observed offsets predate later commits: comparing them
+    // would report lost commits that may not be lost. The failure itself is the anomaly.
+    let final_look_failed = history.iter().find_map(|entry| match &entry.event {
+        Event::ClientError { who, error }
+            if who == crate::workload::OBSERVER
+                && error.starts_with(crate::workload::FINAL_LOOK_FAILED) =>
+        {
+            Some(error.clone())
+        }
+        _ => None,
+    });
+    if let Some(error) = final_look_failed {
+        kept.checked += 1;
+        kept.fail(format!(
+            "the final committed offsets are unknown (OffsetFetch kept failing after the \
+             faults): {error}"
+        ));
+        return (monotonic, kept);
+    }
     for (partition, (offset, when)) in best_acked {
         kept.checked += 1;
         let last = observed.get(&partition).map(|(o, _)| *o);
@@ -478,6 +497,41 @@ mod tests {
             anomalies(&checks),
             BTreeMap::from([("commit monotonic", 1), ("commit kept", 1)])
         );
+    }
+
+    #[test]
+    fn a_failed_final_look_is_one_anomaly_not_lost_commits() {
+        let mut history = writes(&["a"]);
+        for (partition, offset) in [(0, 9), (1, 9)] {
+            history.push(at(
+                5,
+                Event::Commit {
+                    member: 0,
+                    partition,
+                    offset,
+                    ok: true,
+                    error: None,
+                },
+            ));
+        }
+        history.push(at(
+            6,
+            Event::Committed {
+                partition: 0,
+                offset: 4,
+            },
+        ));
+        history.push(at(
+            7,
+            Event::ClientError {
+                who: crate::workload::OBSERVER.to_string(),
+                error: format!("{} for 30s: timed out", crate::workload::FINAL_LOOK_FAILED),
+            },
+        ));
+        let (checks, _) = check(&history, &log(&[(0, "a")]), 1);
+        assert_eq!(anomalies(&checks), BTreeMap::from([("commit kept", 1)]));
+        let kept = checks.iter().find(|c| c.name == "commit kept").unwrap();
+        assert!(kept.examples[0].contains("unknown"), "{}", kept.examples[0]);
     }
 
     #[test]

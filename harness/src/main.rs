@@ -22,9 +22,11 @@
 )]
 
 mod checker;
+mod cleanup;
 mod history;
 mod nemesis;
 mod readback;
+mod storage;
 mod workload;
 
 use std::path::PathBuf;
@@ -35,7 +37,8 @@ use strata_tests::clients::create_topic;
 use strata_tests::cluster::{parse_millis, Cluster};
 
 use crate::history::History;
-use crate::nemesis::{Fault, Nemesis};
+use crate::nemesis::{Fault, Nemesis, Targets};
+use crate::storage::{StorageProxy, Tmpfs};
 use crate::workload::{Consumers, Producers};
 
 const TOPIC: &str = "harness";
@@ -80,11 +83,17 @@ struct Args {
     /// Mean quiet time between two faults.
     #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
     fault_gap: Duration,
-    /// Faults to mix, comma-separated: kill, pause, restart, move, drain, and partition (opt-in:
-    /// needs root and iptables).
+    /// Faults to mix, comma-separated: kill, pause, restart, move, drain; not in the default mix
+    /// (which CI's seeds replay): consumer-kill; opt-in:
+    /// partition (needs root and iptables), full (needs root: the local storage goes on a
+    /// tmpfs the harness mounts; not with --storage), storage-partition, storage-slow,
+    /// storage-errors (need --storage s3://...: each broker reaches S3 through its own proxy).
     #[arg(long, value_delimiter = ',', default_value = "kill,pause,restart,move,drain",
           value_parser = Fault::parse)]
     faults: Vec<Fault>,
+    /// Size of the tmpfs the `full` fault fills, in MiB.
+    #[arg(long, default_value_t = 256)]
+    full_size_mib: u64,
     /// Where the history is written (JSON lines) [default: <tmp>/strata-harness-<seed>.jsonl].
     #[arg(long)]
     history: Option<PathBuf>,
@@ -102,13 +111,42 @@ fn main() {
         "strata-harness: seed {seed} (replay with --seed {seed}), duration {:?}, {} brokers",
         args.duration, args.brokers
     );
-    if let Some(storage) = &args.storage {
-        let base = storage_base(storage);
+    let wants_full = args.faults.contains(&Fault::Full);
+    let wants_proxies = args.faults.iter().any(|f| f.needs_proxies());
+    let is_s3 = args
+        .storage
+        .as_deref()
+        .is_some_and(|s| s.starts_with("s3://"));
+    if wants_full && args.storage.is_some() {
+        eprintln!(
+            "strata-harness: the full fault puts the storage on its own tmpfs; drop --storage"
+        );
+        std::process::exit(2);
+    }
+    if wants_proxies && !is_s3 {
+        eprintln!("strata-harness: storage-partition/slow/errors need --storage s3://...");
+        std::process::exit(2);
+    }
+    let tmpfs = wants_full.then(|| match Tmpfs::mount(args.full_size_mib) {
+        Ok(tmpfs) => tmpfs,
+        Err(error) => {
+            eprintln!("strata-harness: {error}");
+            std::process::exit(2);
+        }
+    });
+    let base = match (&args.storage, &tmpfs) {
+        (Some(storage), _) => Some(storage_base(storage)),
+        (None, Some(tmpfs)) => Some(format!("file://{}", tmpfs.path().display())),
+        (None, None) => None,
+    };
+    if let Some(base) = base {
         // SharedStorage puts each cluster under this base, as for the end-to-end tests. Set
         // before any other thread starts.
         std::env::set_var("STRATA_TEST_STORAGE", &base);
     }
-    let code = run(&args, seed);
+    let code = run(&args, seed, tmpfs.as_ref());
+    // Unmounted here (not by exit), after the cluster's brokers are gone.
+    drop(tmpfs);
     println!(
         "strata-harness: seed {seed}: {}",
         if code == 0 { "no anomaly" } else { "ANOMALIES" }
@@ -127,20 +165,43 @@ fn storage_base(storage: &str) -> String {
     format!("file://{}", absolute.display())
 }
 
-fn run(args: &Args, seed: u64) -> i32 {
+fn run(args: &Args, seed: u64, tmpfs: Option<&Tmpfs>) -> i32 {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("a tokio runtime");
+    cleanup::on_signal(runtime.handle());
+    let mut proxies = std::collections::BTreeMap::new();
+    if args.faults.iter().any(|f| f.needs_proxies()) {
+        let storage = args.storage.as_deref().unwrap_or_default();
+        let upstream = storage::s3_endpoint(storage).expect("the s3:// URL names its endpoint=");
+        for id in 1..=args.brokers {
+            let proxy = StorageProxy::start(runtime.handle(), upstream.clone())
+                .expect("a loopback port for a storage proxy");
+            proxies.insert(id, proxy);
+        }
+    }
+    let ports: std::collections::BTreeMap<i32, u16> = proxies
+        .iter()
+        .map(|(id, proxy)| (*id, proxy.port))
+        .collect();
+    let storage_url_of: Option<strata_tests::cluster::StorageUrlOf> =
+        (!ports.is_empty()).then(|| -> strata_tests::cluster::StorageUrlOf {
+            Box::new(move |id, url| match ports.get(&id) {
+                Some(port) => storage::with_endpoint_port(url, *port),
+                None => url.to_string(),
+            })
+        });
     let started = Instant::now();
     let history = History::new(started);
     let segment_interval = args.segment_interval.as_str();
-    let mut cluster = Cluster::start_with_env(
+    let mut cluster = Cluster::start_with_storage_urls(
         args.brokers,
         &args.lease,
         &args.heartbeat,
         &[("STRATA_LOG_SEGMENT_INTERVAL", segment_interval)],
+        storage_url_of,
     );
     println!(
         "cluster of {} brokers on {} up after {:?}",
@@ -164,7 +225,20 @@ fn run(args: &Args, seed: u64) -> i32 {
     let consumers = Consumers::start(&bootstrap, TOPIC, args.consumers, &history);
 
     let lease = parse_millis(&args.lease);
-    let mut nemesis = Nemesis::new(seed, args.faults.clone(), lease, TOPIC, args.partitions);
+    let targets = Targets {
+        proxies,
+        tmpfs: tmpfs.map(|t| t.path().to_path_buf()),
+        killer: Some(consumers.killer()),
+        members: args.consumers,
+    };
+    let mut nemesis = Nemesis::new(
+        seed,
+        args.faults.clone(),
+        lease,
+        TOPIC,
+        args.partitions,
+        targets,
+    );
     let faults_from = Instant::now();
     let faults_until = faults_from + args.duration;
     loop {
@@ -199,12 +273,12 @@ fn run(args: &Args, seed: u64) -> i32 {
 
     println!("\nfaults (seed {seed}):");
     println!(
-        "  {:<8} {:>8} {:>7} {:>7}",
+        "  {:<17} {:>8} {:>7} {:>7}",
         "kind", "injected", "failed", "fenced"
     );
     for (fault, tally) in &nemesis.tally {
         println!(
-            "  {:<8} {:>8} {:>7} {:>7}",
+            "  {:<17} {:>8} {:>7} {:>7}",
             fault.name(),
             tally.injected,
             tally.failed,
@@ -259,8 +333,9 @@ fn run(args: &Args, seed: u64) -> i32 {
     for failure in &nemesis.liveness {
         println!("  liveness: {failure}");
     }
-    if anomalies > 0 {
-        // Keep what a developer needs: the brokers' recent output and the shared storage.
+    if anomalies > 0 || !nemesis.unexpected_exits.is_empty() {
+        // Keep what a developer needs: the brokers' recent output (an unexpected exit is not an
+        // anomaly of the guarantees, but who fenced whom is only in these logs)...
         for (id, broker) in &cluster.brokers {
             let path = history_path.with_extension(format!("broker-{id}.log"));
             // Every kept line (the last few thousand), not just the short failure tail.
@@ -269,8 +344,24 @@ fn run(args: &Args, seed: u64) -> i32 {
                 println!("broker {id} log tail: {}", path.display());
             }
         }
+    }
+    if anomalies > 0 {
+        // ...and, on an anomaly, the shared storage.
         cluster.storage.keep();
-        println!("storage kept: {}", cluster.storage.url());
+        if let Some(tmpfs) = tmpfs {
+            // The tmpfs goes with the unmount: copy the storage out first.
+            let copy = history_path.with_extension("storage");
+            let copied = std::process::Command::new("cp")
+                .arg("-a")
+                .arg(tmpfs.path())
+                .arg(&copy)
+                .status();
+            if matches!(copied, Ok(status) if status.success()) {
+                println!("storage copied to {}", copy.display());
+            }
+        } else {
+            println!("storage kept: {}", cluster.storage.url());
+        }
     }
     drop(cluster);
     i32::from(anomalies > 0)

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
@@ -13,6 +14,8 @@ use strata_tests::cluster::Cluster;
 use strata_tests::wait::{wait_until, DEADLINE};
 
 use crate::history::{Event, History};
+use crate::storage::{Mode, StorageProxy};
+use crate::workload::MemberKiller;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Fault {
@@ -31,16 +34,36 @@ pub enum Fault {
     /// clients must wait, and nothing acknowledged may be lost. Opt-in (needs root and
     /// iptables); only the broker's own port is touched.
     Partition,
+    /// The local storage (a tmpfs the harness mounted) filled up by a file for 1-3 leases, then
+    /// the file is deleted: every broker's writes fail with ENOSPC meanwhile. Opt-in (root).
+    Full,
+    /// One broker's storage proxy blackholes its connections for 1-3 leases (the broker loses
+    /// the storage, the others do not). Opt-in, S3 only.
+    StoragePartition,
+    /// One broker's storage proxy delays every chunk by 50-300 ms for 1-3 leases. Opt-in, S3
+    /// only.
+    StorageSlow,
+    /// One broker's storage proxy resets every connection, open or new, for 1-3 leases.
+    /// Opt-in, S3 only.
+    StorageErrors,
+    /// A consumer-group member is destroyed without leaving the group (no LeaveGroup, no
+    /// commit), as a crashed application would be, and a new member takes its place.
+    ConsumerKill,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 6] = [
+    pub const ALL: [Fault; 11] = [
         Fault::Kill,
         Fault::Pause,
         Fault::Restart,
         Fault::Move,
         Fault::Drain,
         Fault::Partition,
+        Fault::Full,
+        Fault::StoragePartition,
+        Fault::StorageSlow,
+        Fault::StorageErrors,
+        Fault::ConsumerKill,
     ];
 
     pub fn name(self) -> &'static str {
@@ -51,7 +74,20 @@ impl Fault {
             Fault::Move => "move",
             Fault::Drain => "drain",
             Fault::Partition => "partition",
+            Fault::Full => "full",
+            Fault::StoragePartition => "storage-partition",
+            Fault::StorageSlow => "storage-slow",
+            Fault::StorageErrors => "storage-errors",
+            Fault::ConsumerKill => "consumer-kill",
         }
+    }
+
+    /// Needs the S3 storage behind per-broker proxies.
+    pub fn needs_proxies(self) -> bool {
+        matches!(
+            self,
+            Fault::StoragePartition | Fault::StorageSlow | Fault::StorageErrors
+        )
     }
 
     pub fn parse(text: &str) -> Result<Self, String> {
@@ -59,9 +95,8 @@ impl Fault {
             .into_iter()
             .find(|f| f.name() == text)
             .ok_or_else(|| {
-                format!(
-                    "unknown fault {text:?} (known: kill, pause, restart, move, drain, partition)"
-                )
+                let known: Vec<&str> = Self::ALL.iter().map(|f| f.name()).collect();
+                format!("unknown fault {text:?} (known: {})", known.join(", "))
             })
     }
 
@@ -69,7 +104,14 @@ impl Fault {
     fn weight(self) -> u32 {
         match self {
             Fault::Kill | Fault::Move => 3,
-            Fault::Pause | Fault::Restart | Fault::Partition => 2,
+            Fault::Pause
+            | Fault::Restart
+            | Fault::Partition
+            | Fault::Full
+            | Fault::StoragePartition
+            | Fault::StorageSlow
+            | Fault::StorageErrors
+            | Fault::ConsumerKill => 2,
             Fault::Drain => 1,
         }
     }
@@ -81,8 +123,21 @@ pub struct Tally {
     /// The fault's own command failed (a move or drain that timed out): reported, not an
     /// anomaly of the broker's guarantees.
     pub failed: usize,
-    /// A paused broker that exited (fenced) after SIGCONT.
+    /// A paused broker that exited (fenced) after SIGCONT, or a broker that exited after this
+    /// storage fault cut it off (found before the next fault).
     pub fenced: usize,
+}
+
+/// What the optional faults act on, beyond the cluster.
+#[derive(Default)]
+pub struct Targets {
+    /// Each broker's storage proxy (S3 only).
+    pub proxies: BTreeMap<i32, StorageProxy>,
+    /// The tmpfs the local storage lives on (`full` only).
+    pub tmpfs: Option<PathBuf>,
+    /// The consumer group's members.
+    pub killer: Option<MemberKiller>,
+    pub members: usize,
 }
 
 pub struct Nemesis {
@@ -91,9 +146,14 @@ pub struct Nemesis {
     lease: Duration,
     topic: String,
     partitions: i32,
+    targets: Targets,
     pub tally: BTreeMap<Fault, Tally>,
     /// Brokers that exited without being told to (outside a pause).
     pub unexpected_exits: Vec<String>,
+    /// The last storage fault and its broker (`None`: every broker, for `full`): a broker
+    /// that lost the storage past its lease is fenced and exits, which is that fault's
+    /// expected effect, not an unexpected exit.
+    storage_fault: Option<(Fault, Option<i32>)>,
     /// Brokers that did not come back, or a cluster that stopped answering: liveness failures.
     pub liveness: Vec<String>,
 }
@@ -105,6 +165,7 @@ impl Nemesis {
         lease: Duration,
         topic: &str,
         partitions: i32,
+        targets: Targets,
     ) -> Self {
         Self {
             rng: StdRng::seed_from_u64(seed),
@@ -112,8 +173,10 @@ impl Nemesis {
             lease,
             topic: topic.to_string(),
             partitions,
+            targets,
             tally: BTreeMap::new(),
             unexpected_exits: Vec::new(),
+            storage_fault: None,
             liveness: Vec::new(),
         }
     }
@@ -126,6 +189,7 @@ impl Nemesis {
     /// Injects one fault and heals it.
     pub fn step(&mut self, cluster: &mut Cluster, history: &History) {
         self.revive_exited(cluster, history);
+        self.storage_fault = None;
         if self.faults.is_empty() {
             return;
         }
@@ -146,8 +210,11 @@ impl Nemesis {
         let partition = self.rng.random_range(0..self.partitions);
         let target_pick = self.rng.random_range(0..ids.len().max(2) - 1);
 
+        let member = usize::try_from(partition).unwrap_or(0) % self.targets.members.max(1);
         let detail = match fault {
             Fault::Move => format!("partition {partition}"),
+            Fault::Full => "storage".to_string(),
+            Fault::ConsumerKill => format!("member {member}"),
             _ => format!("broker {victim}"),
         };
         history.record(Event::Fault {
@@ -157,6 +224,7 @@ impl Nemesis {
         self.tally.entry(fault).or_default().injected += 1;
         let lease = self.lease;
         let topic = self.topic.clone();
+        let targets = &self.targets;
         let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| -> Result<String, String> {
             match fault {
                 Fault::Kill => {
@@ -242,6 +310,53 @@ impl Nemesis {
                     rule.remove()?;
                     Ok(format!("port {port} dropped for {} ms", held.as_millis()))
                 }
+                Fault::Full => {
+                    let dir = targets
+                        .tmpfs
+                        .as_deref()
+                        .ok_or("the full fault needs the storage on the harness's tmpfs")?;
+                    let held = lease.mul_f64(1.0 + 2.0 * fraction);
+                    let (file, bytes) = crate::storage::fill(dir)?;
+                    std::thread::sleep(held);
+                    std::fs::remove_file(&file)
+                        .map_err(|e| format!("remove {}: {e}", file.display()))?;
+                    Ok(format!(
+                        "filled with {} MiB for {} ms",
+                        bytes >> 20,
+                        held.as_millis()
+                    ))
+                }
+                Fault::StoragePartition | Fault::StorageSlow | Fault::StorageErrors => {
+                    let proxy = targets
+                        .proxies
+                        .get(&victim)
+                        .ok_or("storage faults need --storage s3://... (per-broker proxies)")?;
+                    let held = lease.mul_f64(1.0 + 2.0 * fraction);
+                    // The delay reuses the duration's draw, so no new draw shifts later faults.
+                    let delay = Duration::from_millis(50 + (250.0 * fraction) as u64);
+                    let (mode, what) = match fault {
+                        Fault::StoragePartition => (Mode::Blackhole, "blackholed".to_string()),
+                        Fault::StorageSlow => (
+                            Mode::Slow(delay),
+                            format!("delayed {} ms per chunk", delay.as_millis()),
+                        ),
+                        _ => (Mode::Reset, "reset".to_string()),
+                    };
+                    proxy.set(mode);
+                    std::thread::sleep(held);
+                    proxy.set(Mode::Forward);
+                    Ok(format!(
+                        "storage connections {what} for {} ms",
+                        held.as_millis()
+                    ))
+                }
+                Fault::ConsumerKill => {
+                    let killer = targets
+                        .killer
+                        .as_ref()
+                        .ok_or("no consumer group to kill members of")?;
+                    killer.kill(member)
+                }
                 Fault::Drain => {
                     let id = victim.to_string();
                     let finished =
@@ -257,6 +372,11 @@ impl Nemesis {
                 }
             }
         }));
+        self.storage_fault = match fault {
+            Fault::Full => Some((fault, None)),
+            _ if fault.needs_proxies() => Some((fault, Some(victim))),
+            _ => None,
+        };
         let error = match outcome {
             Ok(Ok(done)) => {
                 if fault == Fault::Pause && done.contains("exited") {
@@ -305,6 +425,22 @@ impl Nemesis {
             match outcome {
                 Ok(None) => {}
                 Ok(Some((status, why))) => {
+                    if let Some((fault, victims)) = self.storage_fault {
+                        if victims.is_none_or(|v| v == id) {
+                            self.tally.entry(fault).or_default().fenced += 1;
+                            history.record(Event::FaultDone {
+                                kind: "revive".to_string(),
+                                detail: format!(
+                                    "broker {id} exited after losing the storage ({}, {status}); \
+                                     restarted. Last error: {}",
+                                    fault.name(),
+                                    why.trim()
+                                ),
+                                error: None,
+                            });
+                            continue;
+                        }
+                    }
                     let text = format!(
                         "broker {id} exited on its own ({status}); restarted. Last error: {}",
                         why.trim()
@@ -355,6 +491,7 @@ struct DropRule {
 impl DropRule {
     fn insert(port: u16) -> Result<Self, String> {
         iptables("-I", port)?;
+        crate::cleanup::register(crate::cleanup::Undo::DropRule(port));
         Ok(Self {
             port,
             removed: false,
@@ -363,6 +500,7 @@ impl DropRule {
 
     fn remove(mut self) -> Result<(), String> {
         self.removed = true;
+        crate::cleanup::unregister(&crate::cleanup::Undo::DropRule(self.port));
         iptables("-D", self.port)
     }
 }
@@ -370,12 +508,13 @@ impl DropRule {
 impl Drop for DropRule {
     fn drop(&mut self) {
         if !self.removed {
+            crate::cleanup::unregister(&crate::cleanup::Undo::DropRule(self.port));
             let _ = iptables("-D", self.port);
         }
     }
 }
 
-fn iptables(action: &str, port: u16) -> Result<(), String> {
+pub(crate) fn iptables(action: &str, port: u16) -> Result<(), String> {
     let port = port.to_string();
     let output = std::process::Command::new("iptables")
         .args([

@@ -246,6 +246,7 @@ fn group_config(bootstrap: &str) -> ClientConfig {
 /// The consumer-group members and the committed-offset observer, each on its own thread.
 pub struct Consumers {
     stop: Arc<AtomicBool>,
+    kills: Arc<Vec<AtomicBool>>,
     members: Vec<JoinHandle<()>>,
     stop_observer: Arc<AtomicBool>,
     observer: JoinHandle<()>,
@@ -254,16 +255,19 @@ pub struct Consumers {
 impl Consumers {
     pub fn start(bootstrap: &str, topic: &str, members: usize, history: &History) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
+        let kills: Arc<Vec<AtomicBool>> =
+            Arc::new((0..members).map(|_| AtomicBool::new(false)).collect());
         let mut threads = Vec::new();
         for member in 0..members {
-            let (bootstrap, topic, history, stop) = (
+            let (bootstrap, topic, history, stop, kills) = (
                 bootstrap.to_string(),
                 topic.to_string(),
                 history.clone(),
                 Arc::clone(&stop),
+                Arc::clone(&kills),
             );
             threads.push(std::thread::spawn(move || {
-                consume(member, &bootstrap, &topic, &history, &stop);
+                consume(member, &bootstrap, &topic, &history, &stop, &kills[member]);
             }));
         }
         let stop_observer = Arc::new(AtomicBool::new(false));
@@ -278,9 +282,16 @@ impl Consumers {
         };
         Self {
             stop,
+            kills,
             members: threads,
             stop_observer,
             observer,
+        }
+    }
+
+    pub fn killer(&self) -> MemberKiller {
+        MemberKiller {
+            kills: Arc::clone(&self.kills),
         }
     }
 
@@ -295,13 +306,99 @@ impl Consumers {
     }
 }
 
-fn consume(member: usize, bootstrap: &str, topic: &str, history: &History, stop: &AtomicBool) {
+/// Kills group members on the nemesis's behalf: the member's thread destroys its consumer
+/// without leaving the group and starts a new one.
+pub struct MemberKiller {
+    kills: Arc<Vec<AtomicBool>>,
+}
+
+impl MemberKiller {
+    /// Asks member `member` to die and waits until its thread has destroyed the consumer.
+    pub fn kill(&self, member: usize) -> Result<String, String> {
+        let flag = self
+            .kills
+            .get(member)
+            .ok_or_else(|| format!("no member {member}"))?;
+        let asked = Instant::now();
+        flag.store(true, Ordering::SeqCst);
+        // A member blocks at most a commit's socket timeout (10 s) before it looks at the flag.
+        let deadline = asked + Duration::from_secs(30);
+        while flag.load(Ordering::SeqCst) {
+            if Instant::now() >= deadline {
+                flag.store(false, Ordering::SeqCst);
+                return Err(format!("member {member} did not notice the kill in 30 s"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(format!(
+            "destroyed without LeaveGroup after {} ms, replaced",
+            asked.elapsed().as_millis()
+        ))
+    }
+}
+
+/// Destroys the consumer the way a crash would look to the group: no LeaveGroup, no final
+/// commit. librdkafka's flag skips the consumer close; the Rust wrapper is leaked because its
+/// `Drop` would close (and leave) again on a destroyed handle.
+fn destroy_without_leaving(consumer: BaseConsumer<MemberContext>) {
+    let handle = consumer.client().native_ptr();
+    // SAFETY: the handle is live (the consumer is owned here) and is never used again: the
+    // wrapper that owns it is forgotten right after, so nothing destroys or polls it twice.
+    #[allow(
+        unsafe_code,
+        reason = "librdkafka's destroy-without-close has no safe wrapper"
+    )]
+    unsafe {
+        rdkafka::bindings::rd_kafka_destroy_flags(
+            handle,
+            rdkafka::bindings::RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE,
+        );
+    }
+    std::mem::forget(consumer);
+}
+
+fn consume(
+    member: usize,
+    bootstrap: &str,
+    topic: &str,
+    history: &History,
+    stop: &AtomicBool,
+    kill: &AtomicBool,
+) {
     let session = Arc::new(AtomicU64::new(0));
+    let mut incarnation = 0;
+    while !stop.load(Ordering::SeqCst) {
+        let Some(consumer) = member_incarnation(member, bootstrap, topic, history, &session) else {
+            return;
+        };
+        incarnation += 1;
+        let positions = consumer.context().positions.clone();
+        poll_and_commit(
+            member, &consumer, topic, history, stop, kill, &session, &positions,
+        );
+        if kill.load(Ordering::SeqCst) {
+            history.record(Event::ClientError {
+                who: format!("member {member}"),
+                error: format!("killed by the nemesis (incarnation {})", incarnation - 1),
+            });
+            destroy_without_leaving(consumer);
+            kill.store(false, Ordering::SeqCst);
+        }
+    }
+}
+
+fn member_incarnation(
+    member: usize,
+    bootstrap: &str,
+    topic: &str,
+    history: &History,
+    session: &Arc<AtomicU64>,
+) -> Option<BaseConsumer<MemberContext>> {
     let positions = Arc::new(Mutex::new(HashMap::new()));
     let context = MemberContext {
         member,
-        session: Arc::clone(&session),
-        positions: Arc::clone(&positions),
+        session: Arc::clone(session),
+        positions,
         history: history.clone(),
     };
     let consumer: BaseConsumer<MemberContext> =
@@ -312,7 +409,7 @@ fn consume(member: usize, bootstrap: &str, topic: &str, history: &History, stop:
                     who: format!("member {member}"),
                     error: error.to_string(),
                 });
-                return;
+                return None;
             }
         };
     if let Err(error) = consumer.subscribe(&[topic]) {
@@ -320,10 +417,27 @@ fn consume(member: usize, bootstrap: &str, topic: &str, history: &History, stop:
             who: format!("member {member}"),
             error: format!("subscribe: {error}"),
         });
-        return;
+        return None;
     }
+    Some(consumer)
+}
+
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one member's whole state, passed once"
+)]
+fn poll_and_commit(
+    member: usize,
+    consumer: &BaseConsumer<MemberContext>,
+    topic: &str,
+    history: &History,
+    stop: &AtomicBool,
+    kill: &AtomicBool,
+    session: &AtomicU64,
+    positions: &Mutex<HashMap<i32, i64>>,
+) {
     let mut last_commit = Instant::now();
-    while !stop.load(Ordering::SeqCst) {
+    while !stop.load(Ordering::SeqCst) && !kill.load(Ordering::SeqCst) {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(message)) => {
                 let value = message
@@ -386,51 +500,92 @@ fn observe_commits(bootstrap: &str, topic: &str, history: &History, stop: &Atomi
         Ok(observer) => observer,
         Err(error) => {
             history.record(Event::ClientError {
-                who: "commit observer".to_string(),
+                who: OBSERVER.to_string(),
                 error: error.to_string(),
             });
             return;
         }
     };
     let mut seen: HashMap<i32, i64> = HashMap::new();
+    // A failing look is recorded (once per distinct error), so a stale view is visible in the
+    // history rather than silently judged by "commit kept".
+    let mut last_error = None;
+    let mut failed = |error: String| {
+        if last_error.as_ref() != Some(&error) {
+            history.record(Event::ClientError {
+                who: OBSERVER.to_string(),
+                error: error.clone(),
+            });
+            last_error = Some(error);
+        }
+    };
     while !stop.load(Ordering::SeqCst) {
-        if let Some(committed) = fetch_committed(&observer, topic) {
-            for (partition, offset) in committed {
-                if seen.insert(partition, offset) != Some(offset) {
-                    history.record(Event::Committed { partition, offset });
+        match fetch_committed(&observer, topic) {
+            Ok(committed) => {
+                for (partition, offset) in committed {
+                    if seen.insert(partition, offset) != Some(offset) {
+                        history.record(Event::Committed { partition, offset });
+                    }
                 }
             }
+            Err(error) => failed(error),
         }
         std::thread::sleep(OBSERVE_EVERY);
     }
-    // One last look, after the members stopped committing.
-    if let Some(committed) = fetch_committed(&observer, topic) {
-        for (partition, offset) in committed {
-            history.record(Event::Committed { partition, offset });
+    // One last look, after the members stopped committing: the cluster has healed, so it is
+    // waited for (up to FINAL_LOOK) rather than taken from whatever the last poll saw.
+    let until = Instant::now() + FINAL_LOOK;
+    loop {
+        match fetch_committed(&observer, topic) {
+            Ok(committed) => {
+                for (partition, offset) in committed {
+                    history.record(Event::Committed { partition, offset });
+                }
+                return;
+            }
+            Err(error) if Instant::now() >= until => {
+                failed(format!("{FINAL_LOOK_FAILED} for {FINAL_LOOK:?}: {error}"));
+                return;
+            }
+            Err(error) => failed(error),
         }
+        std::thread::sleep(OBSERVE_EVERY);
     }
 }
 
-fn fetch_committed(observer: &BaseConsumer<TestContext>, topic: &str) -> Option<Vec<(i32, i64)>> {
+/// Who the observer is in the history.
+pub const OBSERVER: &str = "commit observer";
+/// How a failed final look starts in the history (the checker looks for it).
+pub const FINAL_LOOK_FAILED: &str = "final look failed";
+
+/// How long the observer's last look at the committed offsets may take after the faults.
+const FINAL_LOOK: Duration = Duration::from_secs(30);
+
+fn fetch_committed(
+    observer: &BaseConsumer<TestContext>,
+    topic: &str,
+) -> Result<Vec<(i32, i64)>, String> {
     let metadata = observer
         .fetch_metadata(Some(topic), Duration::from_secs(2))
-        .ok()?;
-    let partitions = metadata.topics().first()?.partitions().len();
+        .map_err(|e| format!("metadata: {e}"))?;
+    let partitions = metadata
+        .topics()
+        .first()
+        .map(|t| t.partitions().len())
+        .ok_or("metadata lists no topic")?;
     let mut list = TopicPartitionList::new();
     for partition in 0..partitions {
-        list.add_partition(topic, i32::try_from(partition).ok()?);
+        list.add_partition(topic, i32::try_from(partition).unwrap_or(i32::MAX));
     }
     let committed = observer
         .committed_offsets(list, Duration::from_secs(2))
-        .ok()?;
-    Some(
-        committed
-            .elements()
-            .iter()
-            .filter_map(|e| match e.offset() {
-                Offset::Offset(offset) => Some((e.partition(), offset)),
-                _ => None,
-            })
-            .collect(),
-    )
+        .map_err(|e| format!("OffsetFetch: {e}"))?;
+    Ok(committed
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(offset) => Some((e.partition(), offset)),
+            _ => None,
+        })
+        .collect())
 }

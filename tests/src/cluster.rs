@@ -25,8 +25,14 @@ pub struct Cluster {
     pub brokers: BTreeMap<i32, StrataProcess>,
     /// More environment for every broker (settings without a flag, e.g. the log's).
     broker_env: Vec<(String, String)>,
+    /// Rewrites the shared storage URL for one broker (e.g. the fault-injection harness points
+    /// each broker at its own proxy in front of the S3 endpoint); `None`: every broker uses it.
+    storage_url_of: Option<StorageUrlOf>,
     pub storage: SharedStorage,
 }
+
+/// Given a broker's node id and the cluster's storage URL, the URL that broker is started with.
+pub type StorageUrlOf = Box<dyn Fn(i32, &str) -> String + Send>;
 
 impl Cluster {
     /// Starts broker 1, lets it own every consumer-group shard and outlive the placement
@@ -45,8 +51,20 @@ impl Cluster {
 
     /// [`start`](Self::start) with more environment for every broker, now and on restarts.
     pub fn start_with_env(count: i32, lease: &str, heartbeat: &str, env: &[(&str, &str)]) -> Self {
+        Self::start_with_storage_urls(count, lease, heartbeat, env, None)
+    }
+
+    /// [`start_with_env`](Self::start_with_env), each broker's `--storage` URL (now and on
+    /// restarts) rewritten by `storage_url_of`. Admin commands keep the unrewritten URL.
+    pub fn start_with_storage_urls(
+        count: i32,
+        lease: &str,
+        heartbeat: &str,
+        env: &[(&str, &str)],
+        storage_url_of: Option<StorageUrlOf>,
+    ) -> Self {
         let settle = parse_millis(lease).min(Duration::from_secs(2)) + 2 * parse_millis(heartbeat);
-        let mut cluster = Self::unsettled(1, lease, heartbeat, env);
+        let mut cluster = Self::unsettled(1, lease, heartbeat, env, storage_url_of);
         let first_started = Instant::now();
         cluster.wait_until_settled();
         wait_for_clock(
@@ -67,10 +85,16 @@ impl Cluster {
 
     /// Starts brokers 1..=count back to back, without waiting for anything in between.
     pub fn start_unsettled(count: i32, lease: &str, heartbeat: &str) -> Self {
-        Self::unsettled(count, lease, heartbeat, &[])
+        Self::unsettled(count, lease, heartbeat, &[], None)
     }
 
-    fn unsettled(count: i32, lease: &str, heartbeat: &str, env: &[(&str, &str)]) -> Self {
+    fn unsettled(
+        count: i32,
+        lease: &str,
+        heartbeat: &str,
+        env: &[(&str, &str)],
+        storage_url_of: Option<StorageUrlOf>,
+    ) -> Self {
         let storage = SharedStorage::new();
         eprintln!("cluster storage: {}", storage.url());
         let mut cluster = Self {
@@ -79,6 +103,7 @@ impl Cluster {
                 .iter()
                 .map(|(name, value)| (name.to_string(), value.to_string()))
                 .collect(),
+            storage_url_of,
             storage,
         };
         for id in 1..=count {
@@ -88,24 +113,26 @@ impl Cluster {
     }
 
     pub fn add_broker(&mut self, id: i32, lease: &str, heartbeat: &str) {
-        let mut options = StrataOptions::default()
-            .with_storage_url(self.storage.url())
-            .with_args([
-                "--cluster".to_string(),
-                "true".to_string(),
-                "--node-id".to_string(),
-                id.to_string(),
-                "--lease-period".to_string(),
-                lease.to_string(),
-                "--heartbeat-interval".to_string(),
-                heartbeat.to_string(),
-                "--group-initial-rebalance-delay".to_string(),
-                "0s".to_string(),
-                "--group-shards".to_string(),
-                GROUP_SHARDS.to_string(),
-                "--metrics-listen".to_string(),
-                "127.0.0.1:0".to_string(),
-            ]);
+        let url = match &self.storage_url_of {
+            Some(url_of) => url_of(id, self.storage.url()),
+            None => self.storage.url().to_string(),
+        };
+        let mut options = StrataOptions::default().with_storage_url(url).with_args([
+            "--cluster".to_string(),
+            "true".to_string(),
+            "--node-id".to_string(),
+            id.to_string(),
+            "--lease-period".to_string(),
+            lease.to_string(),
+            "--heartbeat-interval".to_string(),
+            heartbeat.to_string(),
+            "--group-initial-rebalance-delay".to_string(),
+            "0s".to_string(),
+            "--group-shards".to_string(),
+            GROUP_SHARDS.to_string(),
+            "--metrics-listen".to_string(),
+            "127.0.0.1:0".to_string(),
+        ]);
         options.env.extend(self.broker_env.iter().cloned());
         self.brokers.insert(id, StrataProcess::start_with(options));
     }

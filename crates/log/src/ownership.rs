@@ -63,21 +63,25 @@ pub(crate) async fn acquire(
     for want in wanted {
         let tp = TopicPartition::new(want.topic.name.clone(), want.partition);
         if let Some(part) = shared.partition(&tp) {
-            let mut st = part.lock();
-            if !st.suspended {
+            let same_epoch = want.epoch.is_none_or(|e| e == part.epoch());
+            let resumed = {
+                let mut st = part.lock();
+                if !st.suspended {
+                    true
+                } else if same_epoch {
+                    // Serving again under the same epoch: nobody took it over meanwhile (that
+                    // would have been a new epoch), so our in-memory state is still the truth.
+                    st.suspended = false;
+                    tracing::info!(partition = %tp, epoch = part.epoch(), "serving partition again");
+                    true
+                } else {
+                    false
+                }
+            };
+            if resumed {
                 results.push((tp, Ok(())));
                 continue;
             }
-            if want.epoch.is_none_or(|e| e == part.epoch()) {
-                // Serving again under the same epoch: nobody took it over meanwhile (that
-                // would have been a new epoch), so our in-memory state is still the truth.
-                st.suspended = false;
-                drop(st);
-                tracing::info!(partition = %tp, epoch = part.epoch(), "serving partition again");
-                results.push((tp, Ok(())));
-                continue;
-            }
-            drop(st);
             if let Some(epoch) = want.epoch {
                 match resume_under_new_epoch(shared, &part, epoch).await {
                     Ok(true) => {
