@@ -52,6 +52,30 @@ async fn append(log: &LogManager, value: &str) -> i64 {
         .0
 }
 
+/// Broker `id` on `store`, with the catalog read and partition t/0 taken over at `epoch`.
+async fn owner(store: &Arc<dyn ObjectStore>, id: i32, epoch: u64) -> Arc<LogManager> {
+    let log = open_managed(store, id).await;
+    log.refresh_catalog().await.unwrap();
+    acquire(&log, epoch).await;
+    log
+}
+
+/// A fresh store with topic `t` (one partition) owned by broker 1 at epoch 1, which has
+/// acknowledged `a0`, `a1`, … (`count` records) and compacted none of them.
+async fn first_owner(count: usize) -> (Arc<dyn ObjectStore>, Arc<LogManager>, Vec<String>) {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let a = open_managed(&store, 1).await;
+    a.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    acquire(&a, 1).await;
+    let values: Vec<String> = (0..count).map(|i| format!("a{i}")).collect();
+    for v in &values {
+        append(&a, v).await;
+    }
+    (store, a, values)
+}
+
 fn expected(values: impl IntoIterator<Item = String>) -> Vec<(i64, String)> {
     values
         .into_iter()
@@ -65,20 +89,8 @@ fn expected(values: impl IntoIterator<Item = String>) -> Vec<(i64, String)> {
 /// with B (only the manifest was fenced), so B's records became unreadable.
 #[tokio::test]
 async fn a_deposed_owner_compacting_after_its_successor_cannot_damage_the_index() {
-    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-    let a = open_managed(&store, 1).await;
-    a.create_topic("t", Some(1), BTreeMap::new(), false)
-        .await
-        .unwrap();
-    acquire(&a, 1).await;
-    let mut values = Vec::new();
-    for i in 0..10 {
-        values.push(format!("a{i}"));
-        append(&a, &values[i]).await;
-    }
-    let b = open_managed(&store, 2).await;
-    b.refresh_catalog().await.unwrap();
-    acquire(&b, 2).await;
+    let (store, a, mut values) = first_owner(10).await;
+    let b = owner(&store, 2, 2).await;
     for i in 0..10 {
         values.push(format!("b{i}"));
         assert_eq!(append(&b, &values[10 + i]).await, 10 + i as i64);
@@ -92,9 +104,7 @@ async fn a_deposed_owner_compacting_after_its_successor_cannot_damage_the_index(
     ));
     assert!(*a.fenced().borrow(), "a deposed compaction must fence A");
 
-    let c = open_managed(&store, 3).await;
-    c.refresh_catalog().await.unwrap();
-    acquire(&c, 3).await;
+    let c = owner(&store, 3, 3).await;
     assert_eq!(records(&c, "t").await, expected(values.clone()));
     c.collect_garbage().await.unwrap();
     assert_eq!(records(&c, "t").await, expected(values));
@@ -105,20 +115,8 @@ async fn a_deposed_owner_compacting_after_its_successor_cannot_damage_the_index(
 /// compaction replaces them; A learns from the manifest that it was deposed.
 #[tokio::test]
 async fn a_deposed_owner_compacting_first_leaves_nothing_its_successor_reads() {
-    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-    let a = open_managed(&store, 1).await;
-    a.create_topic("t", Some(1), BTreeMap::new(), false)
-        .await
-        .unwrap();
-    acquire(&a, 1).await;
-    let mut values = Vec::new();
-    for i in 0..10 {
-        values.push(format!("a{i}"));
-        append(&a, &values[i]).await;
-    }
-    let b = open_managed(&store, 2).await;
-    b.refresh_catalog().await.unwrap();
-    acquire(&b, 2).await;
+    let (store, a, mut values) = first_owner(10).await;
+    let b = owner(&store, 2, 2).await;
     assert!(a.compact_now(&tp("t", 0)).await.is_err());
     assert!(*a.fenced().borrow(), "a deposed compaction must fence A");
     for i in 0..10 {
@@ -129,9 +127,7 @@ async fn a_deposed_owner_compacting_first_leaves_nothing_its_successor_reads() {
     b.compact_now(&tp("t", 0)).await.unwrap();
     assert_eq!(records(&b, "t").await, expected(values.clone()));
 
-    let c = open_managed(&store, 3).await;
-    c.refresh_catalog().await.unwrap();
-    acquire(&c, 3).await;
+    let c = owner(&store, 3, 3).await;
     assert_eq!(records(&c, "t").await, expected(values));
 }
 
@@ -154,9 +150,7 @@ async fn a_successor_whose_cached_chunk_a_deposed_owner_rewrote_still_compacts()
             a.compact_now(&tp("t", 0)).await.unwrap();
         }
     }
-    let b = open_managed(&store, 2).await;
-    b.refresh_catalog().await.unwrap();
-    acquire(&b, 2).await;
+    let b = owner(&store, 2, 2).await;
     // B reads the compacted part, caching index chunk 0.
     assert_eq!(records(&b, "t").await, expected(values.clone()));
     assert!(a.compact_now(&tp("t", 0)).await.is_err());
@@ -168,9 +162,7 @@ async fn a_successor_whose_cached_chunk_a_deposed_owner_rewrote_still_compacts()
     assert!(!*b.fenced().borrow());
     assert_eq!(records(&b, "t").await, expected(values.clone()));
 
-    let c = open_managed(&store, 3).await;
-    c.refresh_catalog().await.unwrap();
-    acquire(&c, 3).await;
+    let c = owner(&store, 3, 3).await;
     assert_eq!(records(&c, "t").await, expected(values));
 }
 
@@ -423,9 +415,7 @@ async fn a_sealed_broker_refuses_to_take_partitions_over() {
         .unwrap();
     acquire(&a, 1).await;
     append(&a, "a0").await;
-    let b = open_managed(&store, 2).await;
-    b.refresh_catalog().await.unwrap();
-    acquire(&b, 2).await;
+    let b = owner(&store, 2, 2).await;
     // A resumes and is offered partition 1, which nobody else holds.
     assert!(matches!(
         a.acquire(vec![("t".into(), 1, 1)]).await,
@@ -480,20 +470,8 @@ async fn a_claim_that_landed_but_reported_failure_is_claimed_again() {
 /// the deposed owner is refused even at an equal epoch.
 #[tokio::test]
 async fn owners_at_equal_epochs_are_still_ordered_by_their_claims() {
-    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-    let a = open_managed(&store, 1).await;
-    a.create_topic("t", Some(1), BTreeMap::new(), false)
-        .await
-        .unwrap();
-    acquire(&a, 1).await;
-    let mut values = Vec::new();
-    for i in 0..10 {
-        values.push(format!("a{i}"));
-        append(&a, &values[i]).await;
-    }
-    let b = open_managed(&store, 2).await;
-    b.refresh_catalog().await.unwrap();
-    acquire(&b, 1).await;
+    let (store, a, mut values) = first_owner(10).await;
+    let b = owner(&store, 2, 1).await;
     for i in 0..10 {
         values.push(format!("b{i}"));
         append(&b, &values[10 + i]).await;
@@ -502,8 +480,6 @@ async fn owners_at_equal_epochs_are_still_ordered_by_their_claims() {
     assert!(a.compact_now(&tp("t", 0)).await.is_err());
     assert!(*a.fenced().borrow());
 
-    let c = open_managed(&store, 3).await;
-    c.refresh_catalog().await.unwrap();
-    acquire(&c, 2).await;
+    let c = owner(&store, 3, 2).await;
     assert_eq!(records(&c, "t").await, expected(values));
 }
