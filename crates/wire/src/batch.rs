@@ -796,24 +796,12 @@ pub fn rewrite_for_append(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::{fix_crc, BatchBuilder, Rng, TestRecord};
+    use crate::testutil::{fix_crc, three_records, BatchBuilder, Rng, TestRecord};
 
     fn one_batch(bytes: Vec<u8>) -> Result<BatchView, BatchError> {
         let mut batches = split_batches(&Bytes::from(bytes))?;
         assert_eq!(batches.len(), 1);
         Ok(batches.remove(0))
-    }
-
-    fn three_records() -> BatchBuilder {
-        BatchBuilder::new()
-            .base_timestamp(1_000)
-            .record(TestRecord::new(Some("k0"), Some("v0")).timestamp_delta(5))
-            .record(
-                TestRecord::new(None, Some("v1"))
-                    .timestamp_delta(9)
-                    .header("h", Some("x")),
-            )
-            .record(TestRecord::new(Some("k2"), None).timestamp_delta(2))
     }
 
     #[test]

@@ -457,7 +457,7 @@ mod tests {
 
     use super::*;
     use crate::batch::{split_batches, BATCH_HEADER_LEN};
-    use crate::testutil::{fix_crc, BatchBuilder, Rng, TestRecord};
+    use crate::testutil::{fix_crc, three_records, BatchBuilder, Rng, TestRecord};
 
     const LIMIT: u64 = 1 << 20;
 
@@ -531,18 +531,6 @@ mod tests {
             .raw_records(payload, count)
             .build();
         split_batches(&Bytes::from(bytes)).unwrap().remove(0)
-    }
-
-    fn three_records() -> BatchBuilder {
-        BatchBuilder::new()
-            .base_timestamp(1_000)
-            .record(TestRecord::new(Some("k0"), Some("v0")).timestamp_delta(5))
-            .record(
-                TestRecord::new(None, Some("v1"))
-                    .timestamp_delta(9)
-                    .header("h", Some("x")),
-            )
-            .record(TestRecord::new(Some("k2"), None).timestamp_delta(2))
     }
 
     fn check(codec: Codec, plain: &[u8], count: i32) -> Result<RecordsCheck, BatchError> {

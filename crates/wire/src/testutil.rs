@@ -180,6 +180,20 @@ impl BatchBuilder {
 }
 
 /// Recomputes the CRC of the batch that fills `batch` exactly.
+/// Three records with keys, a null key, a null value and a header: the shape every batch check
+/// is tried on.
+pub fn three_records() -> BatchBuilder {
+    BatchBuilder::new()
+        .base_timestamp(1_000)
+        .record(TestRecord::new(Some("k0"), Some("v0")).timestamp_delta(5))
+        .record(
+            TestRecord::new(None, Some("v1"))
+                .timestamp_delta(9)
+                .header("h", Some("x")),
+        )
+        .record(TestRecord::new(Some("k2"), None).timestamp_delta(2))
+}
+
 pub fn fix_crc(batch: &mut [u8]) {
     let crc = crc32c::crc32c(&batch[21..]);
     batch[17..21].copy_from_slice(&crc.to_be_bytes());
