@@ -377,8 +377,8 @@ mod tests {
         )
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn endpoint_serves_metrics_and_health_over_tcp() {
+    /// A memory store under the production wrapper stack, and the metrics source over it.
+    fn memory_source() -> (Arc<dyn Clock>, StorageStack, Arc<MetricsSource>) {
         let clock: Arc<dyn Clock> = SystemClock::shared();
         let stack = StorageStack::build(
             Arc::new(MemoryStore::new()),
@@ -391,6 +391,12 @@ mod tests {
             Arc::clone(&stack.health),
             Arc::clone(&clock),
         ));
+        (clock, stack, source)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn endpoint_serves_metrics_and_health_over_tcp() {
+        let (clock, stack, source) = memory_source();
         // Opening the log and creating a topic write to storage, so the counters are not zero;
         // the log is attached only later, to see the endpoint without it first.
         let log = LogManager::open(
@@ -502,18 +508,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn idle_connections_do_not_delay_health() {
-        let clock: Arc<dyn Clock> = SystemClock::shared();
-        let stack = StorageStack::build(
-            Arc::new(MemoryStore::new()),
-            &StackConfig::default(),
-            Arc::clone(&clock),
-        );
-        let source = Arc::new(MetricsSource::new(
-            stack.store.backend_name(),
-            Arc::clone(&stack.metrics),
-            Arc::clone(&stack.health),
-            Arc::clone(&clock),
-        ));
+        let (_, _, source) = memory_source();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         // Idle clients would be dropped after an hour: only making room can serve /health.
