@@ -483,3 +483,53 @@ async fn owners_at_equal_epochs_are_still_ordered_by_their_claims() {
     let c = owner(&store, 3, 2).await;
     assert_eq!(records(&c, "t").await, expected(values));
 }
+
+/// A compaction whose manifest update failed leaves a segment of our own stream that no
+/// manifest lists; the next pass may replace it (different batches, same key). A deposed owner
+/// must not: it re-reads the manifest first, finds the successor's claim, and stops — the
+/// segment keeps its bytes and the successor's log is whole.
+#[tokio::test]
+async fn a_deposed_owner_does_not_replace_its_orphan_segment() {
+    use strata_storage::{FaultConfig, FaultInjectingStore, InjectedError, ObjectKey, OpKind};
+    let backend: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let faulty = Arc::new(FaultInjectingStore::new(
+        backend.clone(),
+        FaultConfig::none(),
+        1,
+    ));
+    let store: Arc<dyn ObjectStore> = faulty.clone();
+    let a = open_managed(&store, 1).await;
+    a.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    acquire(&a, 1).await;
+    let mut values: Vec<String> = (0..3).map(|i| format!("a{i}")).collect();
+    for v in &values {
+        append(&a, v).await;
+    }
+    // The pass writes its segment and chunk, then its manifest update fails.
+    faulty.fail_next(OpKind::PutUpdate, InjectedError::Unavailable);
+    assert!(a.compact_now(&tp("t", 0)).await.is_err());
+    let topic = a.topic("t").unwrap().id;
+    let orphan = ObjectKey::new(crate::manifest::segment_key(
+        topic,
+        0,
+        crate::index::SegmentRef {
+            base_offset: 0,
+            stream: a.stream(),
+        },
+    ))
+    .unwrap();
+    let (orphan_bytes, _) = backend.get(&orphan).await.unwrap();
+    values.push("a3".into());
+    append(&a, "a3").await;
+
+    let b = owner(&backend, 2, 2).await;
+    // A resumes: its pass would write different bytes under the orphan's key.
+    assert!(a.compact_now(&tp("t", 0)).await.is_err());
+    assert!(*a.fenced().borrow());
+    assert_eq!(backend.get(&orphan).await.unwrap().0, orphan_bytes);
+    b.compact_now(&tp("t", 0)).await.unwrap();
+    let c = owner(&backend, 3, 3).await;
+    assert_eq!(records(&c, "t").await, expected(values));
+}
