@@ -250,6 +250,19 @@ async fn a_full_storage_gives_prompt_errors_keeps_reads_and_recovers_without_los
         DEADLINE,
         || (!broker.log_lines_containing("reads still served").is_empty()).then_some(()),
     );
+    // A lease later still, the broker's own registration drops out of its membership view
+    // (its heartbeat has not changed). It must still list itself in Metadata, or the leader
+    // it names is unknown to clients and they hold their produces until they time out.
+    wait_until(
+        "the broker's own registration drops out of its view",
+        DEADLINE,
+        || {
+            let (_, body) = http_get(&broker, "/metrics");
+            body.lines()
+                .any(|l| l.trim() == "strata_cluster_live_brokers 0")
+                .then_some(())
+        },
+    );
     let suspended_probe = producer(
         &bootstrap,
         &[

@@ -195,18 +195,32 @@ impl<'a> Leaders<'a> {
     }
 
     /// Every broker clients may connect to: id, host, port.
+    ///
+    /// The answering broker is always among them. Our own registration drops out of our view
+    /// when our heartbeats stop landing (a full or unreachable storage), yet we still name
+    /// ourselves leader of what we keep readable; a leader missing from the broker list is
+    /// "no leader" to clients, and librdkafka then holds produces until they time out instead
+    /// of getting the retriable storage error we answer with.
     pub(crate) fn brokers(&self, broker: &Broker) -> Vec<(i32, String, u16)> {
+        let me = (
+            self.node_id,
+            broker.settings.advertised_host.clone(),
+            broker.settings.advertised_port,
+        );
         match &self.cluster {
-            None => vec![(
-                self.node_id,
-                broker.settings.advertised_host.clone(),
-                broker.settings.advertised_port,
-            )],
-            Some((_, view, _)) => view
-                .members
-                .iter()
-                .map(|(id, m)| (id.0, m.registration.host.clone(), m.registration.port))
-                .collect(),
+            None => vec![me],
+            Some((_, view, _)) => {
+                let mut brokers: Vec<_> = view
+                    .members
+                    .iter()
+                    .map(|(id, m)| (id.0, m.registration.host.clone(), m.registration.port))
+                    .collect();
+                if !brokers.iter().any(|(id, _, _)| *id == self.node_id) {
+                    brokers.push(me);
+                    brokers.sort_by_key(|(id, _, _)| *id);
+                }
+                brokers
+            }
         }
     }
 
