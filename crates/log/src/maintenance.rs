@@ -20,7 +20,7 @@ use crate::manager::{
     release_wal, Shared,
 };
 use crate::manifest::{self, Manifest, SegmentMeta};
-use crate::partition::{LoadedChunk, Partition, TailEntry};
+use crate::partition::{LoadedChunk, Partition, Serving, TailEntry};
 use crate::wal;
 use crate::{LogError, LogResult};
 
@@ -82,9 +82,8 @@ async fn on_failure(shared: &Shared, part: &Arc<Partition>, what: &str, error: &
     if deposed {
         let hw = {
             let mut st = part.lock();
-            st.suspended = true;
             // A successor owns it: even reads of old data must go there now.
-            st.readable_while_suspended = false;
+            st.serving = Serving::Suspended { readable: false };
             st.high_watermark
         };
         part.hw.send_replace(strata_core::Offset(hw));
@@ -126,7 +125,7 @@ pub(crate) async fn compact(shared: &Shared, part: &Arc<Partition>) -> LogResult
         compact_pass(shared, part).await?;
         let st = part.lock();
         match st.tail.front() {
-            Some(front) if !st.deleted && front.base_offset <= target => {}
+            Some(front) if st.serving != Serving::Gone && front.base_offset <= target => {}
             _ => return Ok(()),
         }
     }
@@ -137,7 +136,7 @@ async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
     let _serial = part.maintenance.lock().await;
     let (entries, cached, manifest, manifest_version, left_streams) = {
         let st = part.lock();
-        if st.deleted || st.tail.is_empty() {
+        if st.serving == Serving::Gone || st.tail.is_empty() {
             return Ok(());
         }
         let limit = shared.config.segment_bytes.max(1);

@@ -18,7 +18,7 @@ use crate::config::{LogConfig, TimestampType, TopicConfig};
 use crate::index::{self, IndexEntry};
 use crate::manifest::{self, Manifest};
 use crate::ownership;
-use crate::partition::{LoadedChunk, Partition, TailEntry};
+use crate::partition::{LoadedChunk, Partition, Serving, TailEntry};
 use crate::producer::{ProducerStates, SeqCheck};
 use crate::wal::{self, WalEntry};
 use crate::writer::{self, PendingAppend, WriterContext, WriterQueue};
@@ -611,7 +611,7 @@ impl LogManager {
             for part in gone {
                 let tail: Vec<TailEntry> = {
                     let mut st = part.lock();
-                    st.deleted = true;
+                    st.serving = Serving::Gone;
                     st.tail.drain(..).collect()
                 };
                 for key in release_wal(shared, &tail) {
@@ -652,7 +652,7 @@ impl LogManager {
 
     fn partition(&self, tp: &TopicPartition) -> LogResult<Arc<Partition>> {
         let p = self.partition_readable(tp)?;
-        if p.lock().suspended {
+        if p.lock().serving.is_suspended() {
             return Err(LogError::NotOwner);
         }
         Ok(p)
@@ -663,7 +663,7 @@ impl LogManager {
     fn partition_readable(&self, tp: &TopicPartition) -> LogResult<Arc<Partition>> {
         if let Some(p) = self.shared.partition(tp) {
             let st = p.lock();
-            if st.suspended && !st.readable_while_suspended {
+            if !st.serving.is_readable() {
                 return Err(LogError::NotOwner);
             }
             drop(st);
@@ -680,10 +680,7 @@ impl LogManager {
     pub fn readable_epoch(&self, tp: &TopicPartition) -> Option<u64> {
         self.shared
             .partition(tp)
-            .filter(|p| {
-                let st = p.lock();
-                !st.suspended || st.readable_while_suspended
-            })
+            .filter(|p| p.lock().serving.is_readable())
             .map(|p| p.epoch())
     }
 
@@ -691,7 +688,7 @@ impl LogManager {
     pub fn served_epoch(&self, tp: &TopicPartition) -> Option<u64> {
         self.shared
             .partition(tp)
-            .filter(|p| !p.lock().suspended)
+            .filter(|p| !p.lock().serving.is_suspended())
             .map(|p| p.epoch())
     }
 
@@ -699,7 +696,7 @@ impl LogManager {
     pub fn served(&self) -> Vec<(TopicPartition, u64)> {
         read(&self.shared.partitions)
             .values()
-            .filter(|p| !p.lock().suspended)
+            .filter(|p| !p.lock().serving.is_suspended())
             .map(|p| (p.tp.clone(), p.epoch()))
             .collect()
     }
@@ -770,8 +767,9 @@ impl LogManager {
         if let Some(part) = self.shared.partition(tp) {
             let hw = {
                 let mut st = part.lock();
-                st.suspended = true;
-                st.readable_while_suspended = false;
+                if st.serving != Serving::Gone {
+                    st.serving = Serving::Suspended { readable: false };
+                }
                 st.high_watermark
             };
             part.hw.send_replace(Offset(hw));
@@ -790,11 +788,13 @@ impl LogManager {
         if let Some(part) = self.shared.partition(tp) {
             {
                 let mut st = part.lock();
-                if st.suspended && !st.readable_while_suspended {
+                if matches!(
+                    st.serving,
+                    Serving::Gone | Serving::Suspended { readable: false }
+                ) {
                     return;
                 }
-                st.suspended = true;
-                st.readable_while_suspended = true;
+                st.serving = Serving::Suspended { readable: true };
             }
             tracing::warn!(partition = %tp, "refusing appends to partition (our lease is in doubt); reads still served");
         }
@@ -864,7 +864,7 @@ impl LogManager {
     ) -> LogResult<AppendTicket> {
         let shared = &self.shared;
         let part = self.partition_readable(tp)?;
-        if part.lock().suspended {
+        if part.lock().serving.is_suspended() {
             // Kept readable while our lease is in doubt: say why appends are refused. The
             // storage refusing our heartbeats is the usual cause, and the client retries.
             shared.queue.check_accepting()?;
@@ -946,7 +946,7 @@ impl LogManager {
         let (first_base, log_start) = {
             let mut st = part.lock();
             // Suspended since the check above: refused like a handover racing the append.
-            if st.deleted || st.releasing || st.suspended {
+            if st.serving != Serving::Active {
                 return Err(LogError::NotOwner);
             }
             let decisions = check_producers(&st.producers, &batches)?;
@@ -1306,7 +1306,7 @@ fn publish(shared: &Arc<Shared>, seq: u64, object: &Bytes, items: Vec<(PendingAp
         let bytes = object.slice(entry.position as usize..(entry.position + entry.length) as usize);
         let hw = {
             let mut st = part.lock();
-            if st.deleted {
+            if st.serving == Serving::Gone {
                 None
             } else {
                 let tail = TailEntry {

@@ -27,7 +27,7 @@ use crate::cache::CachedBatch;
 use crate::catalog::{TopicId, TopicInfo};
 use crate::manager::{read_manifest, write_partitions, Shared};
 use crate::manifest::Manifest;
-use crate::partition::{PartState, Partition, TailEntry};
+use crate::partition::{PartState, Partition, Serving, TailEntry};
 use crate::wal;
 use crate::{LogError, LogResult};
 
@@ -66,12 +66,12 @@ pub(crate) async fn acquire(
             let same_epoch = want.epoch.is_none_or(|e| e == part.epoch());
             let resumed = {
                 let mut st = part.lock();
-                if !st.suspended {
+                if !st.serving.is_suspended() {
                     true
                 } else if same_epoch {
                     // Serving again under the same epoch: nobody took it over meanwhile (that
                     // would have been a new epoch), so our in-memory state is still the truth.
-                    st.suspended = false;
+                    st.serving = Serving::Active;
                     tracing::info!(partition = %tp, epoch = part.epoch(), "serving partition again");
                     true
                 } else {
@@ -284,8 +284,7 @@ async fn resume_under_new_epoch(
         let mut st = part.lock();
         st.manifest = next;
         st.manifest_version = Some(new_version);
-        st.suspended = false;
-        st.readable_while_suspended = false;
+        st.serving = Serving::Active;
     }
     let previous = part.epoch();
     part.set_epoch(epoch);
@@ -398,7 +397,11 @@ pub(crate) async fn release(shared: &Arc<Shared>, tp: &TopicPartition) -> LogRes
     }
     {
         let mut st = part.lock();
-        st.releasing = true;
+        // A suspended partition stays suspended: it is released all the same (its manifest
+        // is marked released for the successor), but serves nothing meanwhile.
+        if st.serving == Serving::Active {
+            st.serving = Serving::Releasing;
+        }
     }
     // Appends already queued keep their place in the group commit; wait for them.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -414,12 +417,12 @@ pub(crate) async fn release(shared: &Arc<Shared>, tp: &TopicPartition) -> LogRes
             .await
             .is_err()
         {
-            part.lock().releasing = false;
+            end_release(&part);
             return Err(LogError::Timeout);
         }
     }
     if let Err(e) = crate::maintenance::compact(shared, &part).await {
-        part.lock().releasing = false;
+        end_release(&part);
         return Err(e);
     }
     let _serial = part.maintenance.lock().await;
@@ -432,7 +435,7 @@ pub(crate) async fn release(shared: &Arc<Shared>, tp: &TopicPartition) -> LogRes
         .await?;
     let hw = {
         let mut st = part.lock();
-        st.deleted = true;
+        st.serving = Serving::Gone;
         st.high_watermark
     };
     write_partitions(shared).remove(tp);
@@ -440,6 +443,15 @@ pub(crate) async fn release(shared: &Arc<Shared>, tp: &TopicPartition) -> LogRes
     part.hw.send_replace(Offset(hw));
     tracing::info!(partition = %tp, high_watermark = hw, "handed partition over");
     Ok(Offset(hw))
+}
+
+/// A handover that failed before the manifest was released: serve appends again (unless the
+/// partition was suspended meanwhile, which the failed handover does not undo).
+fn end_release(part: &Partition) {
+    let mut st = part.lock();
+    if st.serving == Serving::Releasing {
+        st.serving = Serving::Active;
+    }
 }
 
 /// Partitions of `topics` not yet served here.
