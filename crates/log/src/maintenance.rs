@@ -11,16 +11,17 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
+use strata_core::{Offset, TopicPartition};
 use strata_storage::{ObjectKey, PutMode, StorageError, Version};
 use tokio::sync::watch;
 
 use crate::index::{self, ChunkStamp, IndexEntry, SegmentRef};
-use crate::manager::{
-    concat, index_entry_for, load_chunk, load_chunk_from_storage, read_manifest, read_range,
-    release_wal, Shared,
-};
+use crate::manager::LogManager;
+use crate::manifest::read_manifest;
 use crate::manifest::{self, Manifest, SegmentMeta};
 use crate::partition::{LoadedChunk, Partition, Serving, TailEntry};
+use crate::read::{index_entry_for, load_chunk, load_chunk_from_storage, read_range};
+use crate::shared::{concat, release_wal, Shared};
 use crate::wal;
 use crate::{LogError, LogResult};
 
@@ -666,7 +667,7 @@ pub(crate) async fn collect_garbage(shared: &Shared) -> LogResult<usize> {
                     Some(m) => m.clone(),
                     None => {
                         let (m, _) =
-                            crate::manager::read_manifest(shared, e.topic_id, e.partition).await?;
+                            crate::manifest::read_manifest(shared, e.topic_id, e.partition).await?;
                         manifests.insert((e.topic_id, e.partition), m.clone());
                         m
                     }
@@ -727,4 +728,31 @@ fn parse_segment_key(key: &str) -> Option<(i64, u32)> {
     let name = key.rsplit('/').next()?;
     let (base, stream) = name.split_once('-')?;
     Some((base.parse().ok()?, u32::from_str_radix(stream, 16).ok()?))
+}
+
+// The manager's maintenance API, for operators and tests (the background task above runs
+// the same passes on its own schedule).
+impl LogManager {
+    /// Moves the log start to `before` (None = the high watermark). Returns the new log start.
+    pub async fn delete_records(
+        &self,
+        tp: &TopicPartition,
+        before: Option<Offset>,
+    ) -> LogResult<Offset> {
+        let part = self.partition(tp)?;
+        crate::maintenance::delete_records(&self.shared, &part, before.map(|o| o.0)).await
+    }
+
+    /// Runs the garbage collector once (it also runs with retention); returns objects deleted.
+    pub async fn collect_garbage(&self) -> LogResult<usize> {
+        crate::maintenance::collect_garbage(&self.shared).await
+    }
+
+    /// Runs one compaction of `tp` now, as the maintenance task would (including what it does
+    /// when the pass finds this broker deposed), whether or not it is due.
+    #[cfg(test)]
+    pub(crate) async fn compact_now(&self, tp: &TopicPartition) -> LogResult<()> {
+        let part = self.partition(tp)?;
+        crate::maintenance::compact_now(&self.shared, &part).await
+    }
 }
