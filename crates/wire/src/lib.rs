@@ -15,6 +15,9 @@
 //! ([`compressed::validate_compressed_records`]), streaming and without keeping the result. Everything here is a pure function of its input, which is
 //! what lets the request decoder and the batch validator be fuzzed.
 
+// Tests may use real time and ambient randomness (see clippy.toml).
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
+
 pub mod batch;
 pub mod builder;
 pub mod compressed;

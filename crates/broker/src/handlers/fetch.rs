@@ -16,7 +16,6 @@
 //! [`Splices`]); only records under 512 bytes are copied into the response buffer.
 
 use std::collections::HashMap;
-use std::pin::Pin;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -28,7 +27,6 @@ use kafka_protocol::protocol::HeaderVersion;
 use strata_core::{Offset, TopicPartition};
 use strata_log::{LogError, Watermarks};
 use tokio::sync::watch;
-use tokio::time::Sleep;
 
 use super::{check_leader_epoch, leader_epoch_of, topic_id_of};
 use crate::errors::{code, error_code};
@@ -149,8 +147,7 @@ async fn fetch(
             }
         }
     }
-    let deadline = tokio::time::sleep(max_wait);
-    tokio::pin!(deadline);
+    let mut deadline = broker.clock.sleep(max_wait);
     let mut shutdown = ctx.shutdown.clone();
 
     let found = loop {
@@ -158,7 +155,7 @@ async fn fetch(
         if !may_wait || bytes >= min_bytes || any_error || *shutdown.borrow() {
             break found;
         }
-        match wait_for_append(&mut watermarks, deadline.as_mut(), &mut shutdown).await {
+        match wait_for_append(&mut watermarks, &mut deadline, &mut shutdown).await {
             Wake::Appended => continue,
             Wake::Deadline | Wake::Shutdown => {
                 // Read once more: data may have landed as the wait ended.
@@ -282,7 +279,7 @@ enum Wake {
 /// Waits until any watched high watermark moves, the deadline passes, or shutdown starts.
 async fn wait_for_append(
     watermarks: &mut Vec<watch::Receiver<Offset>>,
-    deadline: Pin<&mut Sleep>,
+    deadline: &mut strata_core::Sleep,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Wake {
     // A partition deleted while we wait closes its channel; stop watching it so it cannot wake
