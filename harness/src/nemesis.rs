@@ -334,15 +334,28 @@ impl Nemesis {
                     let cut = targets.rados_cut.as_ref().ok_or("no RADOS cut")?;
                     let held = lease.mul_f64(1.0 + 2.0 * fraction);
                     let rules = cut.drop_rules(victim);
-                    for rule in &rules {
-                        iptables_rule("-I", rule)?;
+                    let remove = |rules: &[Vec<String>]| -> Result<(), String> {
+                        let mut failed = Ok(());
+                        for rule in rules {
+                            crate::cleanup::unregister(&crate::cleanup::Undo::Iptables(
+                                rule.clone(),
+                            ));
+                            if let Err(e) = iptables_rule("-D", rule) {
+                                failed = Err(e);
+                            }
+                        }
+                        failed
+                    };
+                    for (inserted, rule) in rules.iter().enumerate() {
+                        if let Err(e) = iptables_rule("-I", rule) {
+                            // Never leave half a cut behind.
+                            let _ = remove(&rules[..inserted]);
+                            return Err(e);
+                        }
                         crate::cleanup::register(crate::cleanup::Undo::Iptables(rule.clone()));
                     }
                     std::thread::sleep(held);
-                    for rule in &rules {
-                        crate::cleanup::unregister(&crate::cleanup::Undo::Iptables(rule.clone()));
-                        iptables_rule("-D", rule)?;
-                    }
+                    remove(&rules)?;
                     Ok(format!(
                         "traffic with the Ceph daemons dropped for {} ms",
                         held.as_millis()
