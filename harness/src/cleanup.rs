@@ -9,6 +9,8 @@ use std::sync::Mutex;
 pub enum Undo {
     /// `iptables -D` of the DROP rule for this loopback port.
     DropRule(u16),
+    /// `iptables -D` of this rule (chain first).
+    Iptables(Vec<String>),
     Unmount(PathBuf),
 }
 
@@ -17,6 +19,7 @@ impl Undo {
     pub fn run(&self) {
         let result = match self {
             Undo::DropRule(port) => crate::nemesis::iptables("-D", *port),
+            Undo::Iptables(rule) => crate::storage::iptables_rule("-D", rule),
             Undo::Unmount(path) => unmount(path),
         };
         if let Err(error) = result {

@@ -34,11 +34,11 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use strata_tests::clients::create_topic;
-use strata_tests::cluster::{parse_millis, Cluster};
+use strata_tests::cluster::{parse_millis, BrokerHooks, Cluster};
 
 use crate::history::History;
 use crate::nemesis::{Fault, Nemesis, Targets};
-use crate::storage::{StorageProxy, Tmpfs};
+use crate::storage::{RadosCut, StorageProxy, Tmpfs};
 use crate::workload::{Consumers, Producers};
 
 const TOPIC: &str = "harness";
@@ -87,7 +87,8 @@ struct Args {
     /// (which CI's seeds replay): consumer-kill; opt-in:
     /// partition (needs root and iptables), full (needs root: the local storage goes on a
     /// tmpfs the harness mounts; not with --storage), storage-partition, storage-slow,
-    /// storage-errors (need --storage s3://...: each broker reaches S3 through its own proxy).
+    /// storage-errors (need --storage s3://...: each broker reaches S3 through its own proxy;
+    /// storage-partition also works on rados://, by iptables: needs root).
     #[arg(long, value_delimiter = ',', default_value = "kill,pause,restart,move,drain",
           value_parser = Fault::parse)]
     faults: Vec<Fault>,
@@ -123,8 +124,21 @@ fn main() {
         );
         std::process::exit(2);
     }
-    if wants_proxies && !is_s3 {
-        eprintln!("strata-harness: storage-partition/slow/errors need --storage s3://...");
+    let is_rados = args
+        .storage
+        .as_deref()
+        .is_some_and(|s| s.starts_with("rados://"));
+    // On RADOS only the partition exists (by iptables, see storage::RadosCut).
+    let rados_partition_only = is_rados
+        && args
+            .faults
+            .iter()
+            .all(|f| !f.needs_proxies() || *f == Fault::StoragePartition);
+    if wants_proxies && !is_s3 && !rados_partition_only {
+        eprintln!(
+            "strata-harness: storage-slow/errors need --storage s3://..., storage-partition \
+             s3:// or rados://"
+        );
         std::process::exit(2);
     }
     let tmpfs = wants_full.then(|| match Tmpfs::mount(args.full_size_mib) {
@@ -173,8 +187,11 @@ fn run(args: &Args, seed: u64, tmpfs: Option<&Tmpfs>) -> i32 {
         .expect("a tokio runtime");
     cleanup::on_signal(runtime.handle());
     let mut proxies = std::collections::BTreeMap::new();
-    if args.faults.iter().any(|f| f.needs_proxies()) {
-        let storage = args.storage.as_deref().unwrap_or_default();
+    let storage = args.storage.as_deref().unwrap_or_default();
+    let rados_cut = (storage.starts_with("rados://")
+        && args.faults.contains(&Fault::StoragePartition))
+    .then(|| RadosCut::install(storage, args.brokers).expect("iptables rules for the RADOS cut"));
+    if rados_cut.is_none() && args.faults.iter().any(|f| f.needs_proxies()) {
         let upstream = storage::s3_endpoint(storage).expect("the s3:// URL names its endpoint=");
         for id in 1..=args.brokers {
             let proxy = StorageProxy::start(runtime.handle(), upstream.clone())
@@ -196,12 +213,18 @@ fn run(args: &Args, seed: u64, tmpfs: Option<&Tmpfs>) -> i32 {
     let started = Instant::now();
     let history = History::new(started);
     let segment_interval = args.segment_interval.as_str();
-    let mut cluster = Cluster::start_with_storage_urls(
+    let hooks = BrokerHooks {
+        storage_url_of,
+        gid_of: rados_cut
+            .is_some()
+            .then_some(storage::broker_gid as fn(i32) -> u32),
+    };
+    let mut cluster = Cluster::start_with_hooks(
         args.brokers,
         &args.lease,
         &args.heartbeat,
         &[("STRATA_LOG_SEGMENT_INTERVAL", segment_interval)],
-        storage_url_of,
+        hooks,
     );
     println!(
         "cluster of {} brokers on {} up after {:?}",
@@ -227,6 +250,7 @@ fn run(args: &Args, seed: u64, tmpfs: Option<&Tmpfs>) -> i32 {
     let lease = parse_millis(&args.lease);
     let targets = Targets {
         proxies,
+        rados_cut,
         tmpfs: tmpfs.map(|t| t.path().to_path_buf()),
         killer: Some(consumers.killer()),
         members: args.consumers,
@@ -288,6 +312,18 @@ fn run(args: &Args, seed: u64, tmpfs: Option<&Tmpfs>) -> i32 {
     for exit in &nemesis.unexpected_exits {
         println!("  unexpected exit: {exit}");
     }
+    let live_seals: Vec<String> = cluster
+        .brokers
+        .iter()
+        .flat_map(|(id, broker)| {
+            unjudged_seals(&broker.log_lines_containing("stream"))
+                .into_iter()
+                .map(move |line| format!("broker {id}: {line}"))
+        })
+        .collect();
+    for seal in &live_seals {
+        println!("  seal of a stream whose owner nobody judged dead: {seal}");
+    }
     println!(
         "\noperations: {} sent, {} acknowledged, {} failed ({} of them stored), {} producer \
          fatal errors; {} stored; {} group reads, {} commits ok, {} failed, {} rebalances, {} \
@@ -333,7 +369,7 @@ fn run(args: &Args, seed: u64, tmpfs: Option<&Tmpfs>) -> i32 {
     for failure in &nemesis.liveness {
         println!("  liveness: {failure}");
     }
-    if anomalies > 0 || !nemesis.unexpected_exits.is_empty() {
+    if anomalies > 0 || !nemesis.unexpected_exits.is_empty() || !live_seals.is_empty() {
         // Keep what a developer needs: the brokers' recent output (an unexpected exit is not an
         // anomaly of the guarantees, but who fenced whom is only in these logs)...
         for (id, broker) in &cluster.brokers {
@@ -365,4 +401,63 @@ fn run(args: &Args, seed: u64, tmpfs: Option<&Tmpfs>) -> i32 {
     }
     drop(cluster);
     i32::from(anomalies > 0)
+}
+
+/// Seals placed (fence.rs logs `stream sealed` only when it puts one) by a broker life that had
+/// not judged that stream's owner dead first (`owner is dead; sealing its stream`): a takeover
+/// that found a live broker's stream in a manifest whose record was Released, which fences a
+/// live broker (the RELIABILITY finding fixed by d2e765b). Lines carry the harness's `[#N`
+/// prefix naming the broker's life.
+fn unjudged_seals(lines: &[String]) -> Vec<String> {
+    let stream_after = |line: &str, marker: &str| -> Option<String> {
+        let rest = &line[line.find(marker)? + marker.len()..];
+        Some(rest.chars().take_while(char::is_ascii_hexdigit).collect())
+    };
+    let life = |line: &str| line.split_whitespace().next().unwrap_or("").to_string();
+    let mut judged = std::collections::BTreeSet::new();
+    let mut found = Vec::new();
+    for line in lines {
+        if line.contains("sealing its stream before claiming") {
+            if let Some(stream) = stream_after(line, " stream=") {
+                judged.insert((life(line), stream));
+            }
+        } else if line.contains("stream sealed") {
+            if let Some(stream) = stream_after(line, "stream sealed stream=") {
+                if !judged.contains(&(life(line), stream)) {
+                    found.push(line.trim().to_string());
+                }
+            }
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unjudged_seals;
+
+    #[test]
+    fn a_seal_without_a_judgement_of_its_owner_is_reported() {
+        let lines: Vec<String> = [
+            // Judged dead first: the expected failover.
+            "[#2 err] 2026-12-01T10:53:24.273554Z  INFO strata_cluster::runner: owner is dead; \
+             sealing its stream before claiming resource=\"r/3\" dead_owner=3 stream=00000003",
+            "[#2 err] 2026-12-01T10:53:24.276960Z  INFO strata_cluster::fence: stream sealed \
+             stream=00000003 seal_seq=92 by=2",
+            // Seed 205: a Released record, and the takeover sealed a live broker's stream.
+            "[#2 err] 2026-12-01T10:53:34.909504Z  INFO strata_cluster::ownership: claimed \
+             resource=\"r/1\" owner=2 epoch=6",
+            "[#2 err] 2026-12-01T10:53:34.912623Z  INFO strata_cluster::fence: stream sealed \
+             stream=00000006 seal_seq=29 by=2",
+            // A later life's judgement does not cover an earlier life's seal, nor the reverse.
+            "[#3 err] 2026-12-01T10:54:00.000000Z  INFO strata_cluster::fence: stream sealed \
+             stream=00000003 seal_seq=93 by=2",
+        ]
+        .map(String::from)
+        .to_vec();
+        let found = unjudged_seals(&lines);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(found[0].contains("stream=00000006"));
+        assert!(found[1].starts_with("[#3 "));
+    }
 }

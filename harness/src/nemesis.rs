@@ -14,7 +14,7 @@ use strata_tests::cluster::Cluster;
 use strata_tests::wait::{wait_until, DEADLINE};
 
 use crate::history::{Event, History};
-use crate::storage::{Mode, StorageProxy};
+use crate::storage::{iptables_rule, Mode, RadosCut, StorageProxy};
 use crate::workload::MemberKiller;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -37,8 +37,9 @@ pub enum Fault {
     /// The local storage (a tmpfs the harness mounted) filled up by a file for 1-3 leases, then
     /// the file is deleted: every broker's writes fail with ENOSPC meanwhile. Opt-in (root).
     Full,
-    /// One broker's storage proxy blackholes its connections for 1-3 leases (the broker loses
-    /// the storage, the others do not). Opt-in, S3 only.
+    /// One broker loses the storage for 1-3 leases, the others do not: on S3 its storage proxy
+    /// blackholes its connections, on RADOS iptables drops its traffic with the Ceph daemons
+    /// (see [`crate::storage::RadosCut`]; needs root). Opt-in.
     StoragePartition,
     /// One broker's storage proxy delays every chunk by 50-300 ms for 1-3 leases. Opt-in, S3
     /// only.
@@ -133,6 +134,8 @@ pub struct Tally {
 pub struct Targets {
     /// Each broker's storage proxy (S3 only).
     pub proxies: BTreeMap<i32, StorageProxy>,
+    /// How to cut one broker off a RADOS cluster (`storage-partition` on RADOS only).
+    pub rados_cut: Option<RadosCut>,
     /// The tmpfs the local storage lives on (`full` only).
     pub tmpfs: Option<PathBuf>,
     /// The consumer group's members.
@@ -150,10 +153,12 @@ pub struct Nemesis {
     pub tally: BTreeMap<Fault, Tally>,
     /// Brokers that exited without being told to (outside a pause).
     pub unexpected_exits: Vec<String>,
-    /// The last storage fault and its broker (`None`: every broker, for `full`): a broker
-    /// that lost the storage past its lease is fenced and exits, which is that fault's
-    /// expected effect, not an unexpected exit.
-    storage_fault: Option<(Fault, Option<i32>)>,
+    /// Per broker, the last storage fault it suffered in its current life and when that fault
+    /// was healed (`full` hits every broker). A broker that lost the storage past its lease is
+    /// fenced and exits, which is that fault's expected effect, not an unexpected exit; it
+    /// often notices only after the fault healed and the next fault began, so the attribution
+    /// cannot be to the latest fault alone (seeds 304 and 305 misreported four such exits).
+    storage_faulted: BTreeMap<i32, (Fault, Instant)>,
     /// Brokers that did not come back, or a cluster that stopped answering: liveness failures.
     pub liveness: Vec<String>,
 }
@@ -176,7 +181,7 @@ impl Nemesis {
             targets,
             tally: BTreeMap::new(),
             unexpected_exits: Vec::new(),
-            storage_fault: None,
+            storage_faulted: BTreeMap::new(),
             liveness: Vec::new(),
         }
     }
@@ -189,7 +194,6 @@ impl Nemesis {
     /// Injects one fault and heals it.
     pub fn step(&mut self, cluster: &mut Cluster, history: &History) {
         self.revive_exited(cluster, history);
-        self.storage_fault = None;
         if self.faults.is_empty() {
             return;
         }
@@ -326,6 +330,37 @@ impl Nemesis {
                         held.as_millis()
                     ))
                 }
+                Fault::StoragePartition if targets.rados_cut.is_some() => {
+                    let cut = targets.rados_cut.as_ref().ok_or("no RADOS cut")?;
+                    let held = lease.mul_f64(1.0 + 2.0 * fraction);
+                    let rules = cut.drop_rules(victim);
+                    let remove = |rules: &[Vec<String>]| -> Result<(), String> {
+                        let mut failed = Ok(());
+                        for rule in rules {
+                            crate::cleanup::unregister(&crate::cleanup::Undo::Iptables(
+                                rule.clone(),
+                            ));
+                            if let Err(e) = iptables_rule("-D", rule) {
+                                failed = Err(e);
+                            }
+                        }
+                        failed
+                    };
+                    for (inserted, rule) in rules.iter().enumerate() {
+                        if let Err(e) = iptables_rule("-I", rule) {
+                            // Never leave half a cut behind.
+                            let _ = remove(&rules[..inserted]);
+                            return Err(e);
+                        }
+                        crate::cleanup::register(crate::cleanup::Undo::Iptables(rule.clone()));
+                    }
+                    std::thread::sleep(held);
+                    remove(&rules)?;
+                    Ok(format!(
+                        "traffic with the Ceph daemons dropped for {} ms",
+                        held.as_millis()
+                    ))
+                }
                 Fault::StoragePartition | Fault::StorageSlow | Fault::StorageErrors => {
                     let proxy = targets
                         .proxies
@@ -372,11 +407,25 @@ impl Nemesis {
                 }
             }
         }));
-        self.storage_fault = match fault {
-            Fault::Full => Some((fault, None)),
-            _ if fault.needs_proxies() => Some((fault, Some(victim))),
-            _ => None,
-        };
+        let healed = Instant::now();
+        match fault {
+            Fault::Full => {
+                for id in &ids {
+                    self.storage_faulted.insert(*id, (fault, healed));
+                }
+            }
+            _ if fault.needs_proxies() => {
+                self.storage_faulted.insert(victim, (fault, healed));
+            }
+            // A new incarnation: whatever storage fault its predecessor suffered is not its own.
+            Fault::Kill | Fault::Restart | Fault::Drain => {
+                self.storage_faulted.remove(&victim);
+            }
+            Fault::Pause if matches!(&outcome, Ok(Ok(done)) if done.contains("exited")) => {
+                self.storage_faulted.remove(&victim);
+            }
+            _ => {}
+        }
         let error = match outcome {
             Ok(Ok(done)) => {
                 if fault == Fault::Pause && done.contains("exited") {
@@ -425,8 +474,10 @@ impl Nemesis {
             match outcome {
                 Ok(None) => {}
                 Ok(Some((status, why))) => {
-                    if let Some((fault, victims)) = self.storage_fault {
-                        if victims.is_none_or(|v| v == id) {
+                    // Revived: a new incarnation from here on.
+                    let faulted = self.storage_faulted.remove(&id);
+                    if let Some((fault, healed)) = faulted {
+                        if healed.elapsed() <= STORAGE_FAULT_AFTERMATH {
                             self.tally.entry(fault).or_default().fenced += 1;
                             history.record(Event::FaultDone {
                                 kind: "revive".to_string(),
@@ -461,6 +512,28 @@ impl Nemesis {
 
     /// After the last fault: every broker runs and every partition has a live owner.
     pub fn heal(&mut self, cluster: &mut Cluster, history: &History) {
+        // A broker cut off from the storage by the last faults finds out it was fenced only
+        // once it reaches the storage again: give it the time a paused broker gets to exit,
+        // so it is revived here rather than found dead by the liveness check (seed 304).
+        let recent: Vec<i32> = self
+            .storage_faulted
+            .iter()
+            .filter(|(_, (_, healed))| healed.elapsed() <= STORAGE_FAULT_AFTERMATH)
+            .map(|(id, _)| *id)
+            .collect();
+        if !recent.is_empty() {
+            let until = Instant::now() + 3 * self.lease;
+            wait_until(
+                "a storage-faulted broker exits or the wait ends",
+                DEADLINE,
+                || {
+                    let exited = recent
+                        .iter()
+                        .any(|id| cluster.broker(*id).try_exit_status().is_some());
+                    (exited || Instant::now() >= until).then_some(())
+                },
+            );
+        }
         self.revive_exited(cluster, history);
         let ids = cluster.all_ids();
         let topic = self.topic.clone();
@@ -480,6 +553,11 @@ impl Nemesis {
         }
     }
 }
+
+/// How long after a storage fault healed its broker's exit is still taken for the fault's
+/// effect: the exit is noticed only at the next step, after the next gap and fault (a move may
+/// take its whole 20 s timeout).
+const STORAGE_FAULT_AFTERMATH: Duration = Duration::from_secs(30);
 
 /// An iptables rule dropping every packet sent to `port` on loopback; removed when dropped, so
 /// a panic between insert and remove cannot leave it behind.

@@ -3,6 +3,10 @@
 //! - [`StorageProxy`]: on S3, each broker talks to the endpoint through its own TCP proxy in the
 //!   harness process, so one broker at a time can be cut off from the storage, slowed down, or
 //!   have its connections reset while the others (and the admin commands) reach it directly.
+//! - [`RadosCut`]: on RADOS, librados talks to the monitor and to every OSD, so a proxy would
+//!   have to rewrite the OSD map. Instead each broker runs under a group id of its own and
+//!   iptables' owner match drops that broker's packets to the Ceph ports, while the others (and
+//!   the admin commands, under the harness's group) reach the cluster directly.
 //! - [`Tmpfs`]: on the local backend, the shared storage lives on a small tmpfs the harness
 //!   mounts, so the nemesis can fill it up (ENOSPC for every broker at once).
 //!
@@ -181,6 +185,148 @@ pub fn with_endpoint_port(url: &str, port: u16) -> String {
     format!("{head}?{}", query.join("&"))
 }
 
+/// Ceph's default range of OSD (and mgr) ports (`ms_bind_port_min`, `ms_bind_port_max`): below
+/// the kernel's ephemeral ports, so a Kafka client's port never falls in it.
+const CEPH_DAEMON_PORTS: &str = "6800:7568";
+
+/// Group ids of the brokers' processes on RADOS: broker `n` runs under `RADOS_GID_BASE + n`.
+const RADOS_GID_BASE: u32 = 60_000;
+
+/// The group id broker `id` runs under when the RADOS storage partition is in the mix.
+pub fn broker_gid(id: i32) -> u32 {
+    RADOS_GID_BASE + id.unsigned_abs()
+}
+
+/// Cuts one broker off a RADOS cluster, both ways, with iptables:
+///
+/// - out: the broker's packets to the monitor's and the OSDs' ports, matched by its group id
+///   (`-m owner --gid-owner`, which only the OUTPUT chain has);
+/// - in: what the Ceph daemons send back on those connections, matched by a connection mark
+///   that a rule installed for the whole run puts on every connection the broker opens to them
+///   (the owner of an incoming packet is unknown to iptables).
+///
+/// Packets are dropped, not refused: TCP retransmits them once the rules go, as after a healed
+/// link (the S3 proxy holds its bytes the same way).
+pub struct RadosCut {
+    /// `13300,13301,6800:7568`: the monitor's ports from the Ceph configuration, then the OSDs'.
+    ports: String,
+    /// The per-broker marking rules, removed when this is dropped.
+    marks: Vec<Vec<String>>,
+}
+
+impl RadosCut {
+    /// Reads the monitor's ports from the `conf=` file of `url` and installs the marking rule
+    /// of each broker in `brokers`.
+    pub fn install(url: &str, brokers: i32) -> Result<Self, String> {
+        let conf = url
+            .split_once('?')
+            .and_then(|(_, query)| query.split('&').find_map(|p| p.strip_prefix("conf=")))
+            .ok_or("the rados:// URL names no conf= file (needed for the monitor's ports)")?;
+        let text = std::fs::read_to_string(conf).map_err(|e| format!("read {conf}: {e}"))?;
+        let mon_ports = monitor_ports(&text);
+        if mon_ports.is_empty() {
+            return Err(format!("no mon_host with ports in {conf}"));
+        }
+        let mut ports = mon_ports;
+        ports.push(CEPH_DAEMON_PORTS.to_string());
+        let mut cut = Self {
+            ports: ports.join(","),
+            marks: Vec::new(),
+        };
+        for id in 1..=brokers {
+            let gid = broker_gid(id).to_string();
+            let mut rule = cut.out_match(&gid);
+            rule.extend(["-j", "CONNMARK", "--set-mark", &gid].map(String::from));
+            iptables_rule("-I", &rule)?;
+            cleanup::register(cleanup::Undo::Iptables(rule.clone()));
+            cut.marks.push(rule);
+        }
+        Ok(cut)
+    }
+
+    /// `OUTPUT ... owner gid ... Ceph ports`: the broker's own packets to the Ceph daemons.
+    fn out_match(&self, gid: &str) -> Vec<String> {
+        [
+            "OUTPUT",
+            "-o",
+            "lo",
+            "-p",
+            "tcp",
+            "-m",
+            "owner",
+            "--gid-owner",
+            gid,
+            "-m",
+            "multiport",
+            "--dports",
+            &self.ports,
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
+    /// The two DROP rules that cut broker `id` off; insert them, and delete them to heal.
+    pub fn drop_rules(&self, id: i32) -> [Vec<String>; 2] {
+        let gid = broker_gid(id).to_string();
+        let mut out = self.out_match(&gid);
+        out.extend(["-j", "DROP"].map(String::from));
+        let back = [
+            "INPUT", "-i", "lo", "-p", "tcp", "-m", "connmark", "--mark", &gid, "-j", "DROP",
+        ]
+        .map(String::from)
+        .to_vec();
+        [out, back]
+    }
+}
+
+impl Drop for RadosCut {
+    fn drop(&mut self) {
+        for rule in &self.marks {
+            let undo = cleanup::Undo::Iptables(rule.clone());
+            undo.run();
+            cleanup::unregister(&undo);
+        }
+    }
+}
+
+/// The ports of the `mon_host` (or `mon host`) line: `[v2:127.0.0.1:13300,v1:127.0.0.1:13301]`
+/// gives 13300 and 13301.
+fn monitor_ports(conf: &str) -> Vec<String> {
+    let Some(line) = conf.lines().find(|l| {
+        let key = l.trim_start().replace(' ', "_");
+        key.starts_with("mon_host")
+    }) else {
+        return Vec::new();
+    };
+    let value = line.split_once('=').map_or("", |(_, v)| v);
+    value
+        .split([',', '[', ']', ' '])
+        .filter_map(|addr| addr.rsplit_once(':'))
+        .map(|(_, port)| port.trim())
+        .filter(|port| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
+        .map(str::to_string)
+        .collect()
+}
+
+/// `iptables -w <action> <rule...>`.
+pub fn iptables_rule(action: &str, rule: &[String]) -> Result<(), String> {
+    let output = std::process::Command::new("iptables")
+        .arg("-w")
+        .arg(action)
+        .args(rule)
+        .output()
+        .map_err(|e| format!("cannot run iptables: {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "iptables {action} {}: {}",
+            rule.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
+}
+
 /// A tmpfs of `size_mib` mounted under a temporary directory; unmounted when dropped (and by
 /// the signal handler).
 pub struct Tmpfs {
@@ -253,6 +399,14 @@ mod tests {
 
     const URL: &str =
         "s3://strata/test/run1?endpoint=http://127.0.0.1:9320&region=us-east-1&allow_http=true";
+
+    #[test]
+    fn the_monitor_ports_are_read_from_the_ceph_configuration() {
+        let conf = "[global]\nfsid = x\nmon_host = [v2:127.0.0.1:13300,v1:127.0.0.1:13301]\n";
+        assert_eq!(monitor_ports(conf), ["13300", "13301"]);
+        assert_eq!(monitor_ports("mon host = 10.0.0.1:6789\n"), ["6789"]);
+        assert!(monitor_ports("[global]\n").is_empty());
+    }
 
     #[test]
     fn the_endpoint_is_read_and_rewritten() {

@@ -25,14 +25,24 @@ pub struct Cluster {
     pub brokers: BTreeMap<i32, StrataProcess>,
     /// More environment for every broker (settings without a flag, e.g. the log's).
     broker_env: Vec<(String, String)>,
-    /// Rewrites the shared storage URL for one broker (e.g. the fault-injection harness points
-    /// each broker at its own proxy in front of the S3 endpoint); `None`: every broker uses it.
-    storage_url_of: Option<StorageUrlOf>,
+    hooks: BrokerHooks,
     pub storage: SharedStorage,
 }
 
 /// Given a broker's node id and the cluster's storage URL, the URL that broker is started with.
 pub type StorageUrlOf = Box<dyn Fn(i32, &str) -> String + Send>;
+
+/// How each broker is started differently from the others, now and on restarts.
+#[derive(Default)]
+pub struct BrokerHooks {
+    /// Rewrites the shared storage URL for one broker (e.g. the fault-injection harness points
+    /// each broker at its own proxy in front of the S3 endpoint); `None`: every broker uses it.
+    pub storage_url_of: Option<StorageUrlOf>,
+    /// The group id a broker's process runs under (its user stays the harness's), so that
+    /// iptables' owner match can tell one broker's traffic from the others' (the harness cuts
+    /// one broker off a RADOS cluster that way). `None`: the harness's own group.
+    pub gid_of: Option<fn(i32) -> u32>,
+}
 
 impl Cluster {
     /// Starts broker 1, lets it own every consumer-group shard and outlive the placement
@@ -51,20 +61,20 @@ impl Cluster {
 
     /// [`start`](Self::start) with more environment for every broker, now and on restarts.
     pub fn start_with_env(count: i32, lease: &str, heartbeat: &str, env: &[(&str, &str)]) -> Self {
-        Self::start_with_storage_urls(count, lease, heartbeat, env, None)
+        Self::start_with_hooks(count, lease, heartbeat, env, BrokerHooks::default())
     }
 
-    /// [`start_with_env`](Self::start_with_env), each broker's `--storage` URL (now and on
-    /// restarts) rewritten by `storage_url_of`. Admin commands keep the unrewritten URL.
-    pub fn start_with_storage_urls(
+    /// [`start_with_env`](Self::start_with_env), each broker started as `hooks` says (now and
+    /// on restarts). Admin commands keep the unrewritten storage URL and the harness's group.
+    pub fn start_with_hooks(
         count: i32,
         lease: &str,
         heartbeat: &str,
         env: &[(&str, &str)],
-        storage_url_of: Option<StorageUrlOf>,
+        hooks: BrokerHooks,
     ) -> Self {
         let settle = parse_millis(lease).min(Duration::from_secs(2)) + 2 * parse_millis(heartbeat);
-        let mut cluster = Self::unsettled(1, lease, heartbeat, env, storage_url_of);
+        let mut cluster = Self::unsettled(1, lease, heartbeat, env, hooks);
         let first_started = Instant::now();
         cluster.wait_until_settled();
         wait_for_clock(
@@ -85,7 +95,7 @@ impl Cluster {
 
     /// Starts brokers 1..=count back to back, without waiting for anything in between.
     pub fn start_unsettled(count: i32, lease: &str, heartbeat: &str) -> Self {
-        Self::unsettled(count, lease, heartbeat, &[], None)
+        Self::unsettled(count, lease, heartbeat, &[], BrokerHooks::default())
     }
 
     fn unsettled(
@@ -93,7 +103,7 @@ impl Cluster {
         lease: &str,
         heartbeat: &str,
         env: &[(&str, &str)],
-        storage_url_of: Option<StorageUrlOf>,
+        hooks: BrokerHooks,
     ) -> Self {
         let storage = SharedStorage::new();
         eprintln!("cluster storage: {}", storage.url());
@@ -103,7 +113,7 @@ impl Cluster {
                 .iter()
                 .map(|(name, value)| (name.to_string(), value.to_string()))
                 .collect(),
-            storage_url_of,
+            hooks,
             storage,
         };
         for id in 1..=count {
@@ -113,7 +123,7 @@ impl Cluster {
     }
 
     pub fn add_broker(&mut self, id: i32, lease: &str, heartbeat: &str) {
-        let url = match &self.storage_url_of {
+        let url = match &self.hooks.storage_url_of {
             Some(url_of) => url_of(id, self.storage.url()),
             None => self.storage.url().to_string(),
         };
@@ -134,6 +144,7 @@ impl Cluster {
             "127.0.0.1:0".to_string(),
         ]);
         options.env.extend(self.broker_env.iter().cloned());
+        options.gid = self.hooks.gid_of.map(|gid_of| gid_of(id));
         self.brokers.insert(id, StrataProcess::start_with(options));
     }
 

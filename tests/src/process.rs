@@ -47,6 +47,8 @@ pub struct StrataOptions {
     /// A storage URL to use instead of one derived from `storage` (several brokers sharing
     /// one storage as a cluster: see [`SharedStorage`]).
     pub storage_url: Option<String>,
+    /// The group id the broker process runs under (see [`crate::cluster::BrokerHooks`]).
+    pub gid: Option<u32>,
 }
 
 impl Default for StrataOptions {
@@ -57,6 +59,7 @@ impl Default for StrataOptions {
             extra_args: Vec::new(),
             env: Vec::new(),
             storage_url: None,
+            gid: None,
         }
     }
 }
@@ -422,6 +425,9 @@ impl StrataProcess {
         }
         if let Some(config) = &self.config_file {
             command.arg("--config").arg(config);
+        }
+        if let Some(gid) = self.options.gid {
+            std::os::unix::process::CommandExt::gid(&mut command, gid);
         }
         // The listening line is logged at info; STRATA_TEST_LOG=debug shows more on failures.
         let log_filter = std::env::var("STRATA_TEST_LOG").unwrap_or_else(|_| "info".to_string());

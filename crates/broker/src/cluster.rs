@@ -821,6 +821,14 @@ impl LogHost {
         }
     }
 
+    /// The partition `resource` names, if its topic is known (whether the log holds it is
+    /// for the log to say).
+    fn partition_of(&self, resource: &str) -> Option<TopicPartition> {
+        let (id, partition) = parse_resource(resource)?;
+        let info = self.log.topic_by_id(id)?;
+        Some(TopicPartition::new(Arc::clone(&info.name), partition))
+    }
+
     fn cluster_error(&self, resource: &str, error: LogError) -> ClusterError {
         if *self.log.fenced().borrow() {
             return ClusterError::Fenced;
@@ -833,6 +841,22 @@ impl LogHost {
             LogError::Storage(e) => ClusterError::Storage(e),
             other => ClusterError::Invalid(format!("{resource}: {other}")),
         }
+    }
+}
+
+/// The host a cluster node runs its ownership over, for tests that drive it by hand.
+#[cfg(test)]
+pub(crate) fn log_host(
+    log: Arc<LogManager>,
+    groups: Arc<GroupCoordinator>,
+    clock: Arc<dyn Clock>,
+) -> impl ResourceHost {
+    LogHost {
+        log,
+        groups,
+        clock,
+        stats: Arc::new(OwnershipStats::default()),
+        served: std::sync::Mutex::new(HashMap::new()),
     }
 }
 
@@ -918,8 +942,20 @@ impl ResourceHost for LogHost {
     }
 
     async fn stop_serving(&self, resource: &str, reason: StopReason) -> ClusterResult<()> {
-        let Some(tp) = self.served().get(resource).cloned() else {
-            return Ok(());
+        let served = self.served().get(resource).cloned();
+        let was_served = served.is_some();
+        let tp = match served {
+            Some(tp) => tp,
+            // Not served, yet the log may still hold it: suspended when our lease was in
+            // doubt, or abandoned after a failed start or handover. Handing it over must then
+            // mark the manifest released. Otherwise the record says Released while the
+            // manifest still names our stream as its unreleased writer, and the successor's
+            // takeover seals our stream: a live broker fenced (RELIABILITY, finding (a)).
+            None if reason == StopReason::Handover => match self.partition_of(resource) {
+                Some(tp) => tp,
+                None => return Ok(()),
+            },
+            None => return Ok(()),
         };
         if &*tp.topic == OFFSETS_TOPIC {
             // Before the log stops: the shard's pending writes then fail as NOT_COORDINATOR
@@ -929,6 +965,9 @@ impl ResourceHost for LogHost {
         let started = self.clock.monotonic();
         let outcome = if reason == StopReason::Handover {
             match self.log.release(&tp).await {
+                // Never held here (a claim whose start failed before the log loaded it):
+                // nothing of ours to release.
+                Err(LogError::NotOwner) if !was_served => Ok(()),
                 Ok(_) | Err(LogError::NotOwner) => {
                     let elapsed = self.clock.monotonic().saturating_sub(started);
                     OwnershipStats::record(

@@ -376,3 +376,88 @@ async fn a_dead_brokers_partitions_are_taken_over_with_every_acknowledged_record
     assert_eq!(found.error_code, 0);
     assert_eq!(found.node_id.0, 2);
 }
+
+/// A broker whose lease was in doubt suspends its partitions (appends refused, the state kept)
+/// and may then be asked to hand one over while its record still names it: placement moved
+/// the partition meanwhile (another broker came back from a pause, say). The handover used to
+/// find the partition not served and answer at once, so the runner released the ownership
+/// record while the manifest still named this broker's stream as its unreleased writer; the
+/// successor's takeover then sealed that stream, and this live broker, fenced, had to exit
+/// (RELIABILITY.md, finding (a): seed 205 shows exactly this sequence).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handing_over_a_suspended_partition_releases_it_so_the_successor_seals_nothing() {
+    use crate::coordinator::GroupCoordinator;
+    use strata_cluster::{ResourceHost, StopReason};
+    use strata_core::Epoch;
+    use strata_log::Acks;
+
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let clock = SystemClock::shared();
+    let open = |id: i32| {
+        LogManager::open_with(
+            Arc::clone(&store),
+            Arc::clone(&clock),
+            LogConfig::default(),
+            BrokerId(id),
+            LogOwnership::Managed,
+        )
+    };
+    let first = open(1).await.unwrap();
+    let groups = GroupCoordinator::start(
+        Arc::clone(&first),
+        Arc::clone(&clock),
+        BrokerSettings::default().group_config(),
+        1,
+        rand_seed(),
+        false,
+    )
+    .await
+    .unwrap();
+    let topic = first
+        .create_topic("suspended", Some(2), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    let host = crate::cluster::log_host(Arc::clone(&first), groups, Arc::clone(&clock));
+    let (moving, staying) = (resource_name(topic.id, 0), resource_name(topic.id, 1));
+    let (tp0, tp1) = (
+        TopicPartition::new("suspended", 0),
+        TopicPartition::new("suspended", 1),
+    );
+    host.start_serving(&moving, Epoch(1)).await.unwrap();
+    host.start_serving(&staying, Epoch(1)).await.unwrap();
+    let acks = Acks::Durable { timeout: PATIENCE };
+    first
+        .append(&tp0, record_batch(&[b"before"], 1_000), acks)
+        .await
+        .unwrap();
+
+    // The lease scare, then the handover the controller asks for once the lease is back.
+    host.stop_serving(&moving, StopReason::SelfLeaseExpired)
+        .await
+        .unwrap();
+    host.stop_serving(&moving, StopReason::Handover)
+        .await
+        .unwrap();
+
+    // The successor claims what the runner then marked Released (no fencing at that layer).
+    let second = open(2).await.unwrap();
+    second.refresh_catalog().await.unwrap();
+    for (tp, result) in second
+        .acquire(vec![("suspended".to_string(), 0, 2)])
+        .await
+        .unwrap()
+    {
+        result.unwrap_or_else(|e| panic!("{tp}: {e}"));
+    }
+    assert_eq!(second.watermarks(&tp0).unwrap().high.get(), 1);
+
+    // The first broker is live and still serves its other partition.
+    let appended = first
+        .append(&tp1, record_batch(&[b"after"], 1_000), acks)
+        .await;
+    assert!(appended.is_ok(), "append after the handover: {appended:?}");
+    assert!(
+        !*first.fenced().borrow(),
+        "the successor sealed the stream of a live broker"
+    );
+}
