@@ -8,6 +8,7 @@
 //! It never speaks the Kafka wire protocol (the broker converts) and never touches a file or a
 //! socket directly: all durable state goes through [`strata_storage::ObjectStore`].
 
+mod append;
 mod cache;
 pub mod catalog;
 pub mod config;
@@ -20,15 +21,19 @@ mod ownership;
 mod partition;
 mod producer;
 mod read;
+mod shared;
+mod topics;
 mod wal;
 mod writer;
 
 #[cfg(test)]
 mod tests;
 
+pub use append::{Acks, AppendOutcome, AppendTicket};
 pub use catalog::{TopicId, TopicInfo};
 pub use config::{default_concurrent_decompressions, LogConfig, TimestampType, TopicConfig};
 pub use error::{LogError, LogResult};
-pub use manager::{
-    Acks, AppendOutcome, AppendTicket, LogManager, NewTopic, Ownership, ReadOutcome, Watermarks,
-};
+pub use manager::LogManager;
+pub use read::{ReadOutcome, Watermarks};
+pub use shared::Ownership;
+pub use topics::NewTopic;

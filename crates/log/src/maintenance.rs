@@ -11,16 +11,17 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
+use strata_core::{Offset, TopicPartition};
 use strata_storage::{ObjectKey, PutMode, StorageError, Version};
 use tokio::sync::watch;
 
 use crate::index::{self, ChunkStamp, IndexEntry, SegmentRef};
-use crate::manager::{
-    concat, index_entry_for, load_chunk, load_chunk_from_storage, read_manifest, read_range,
-    release_wal, Shared,
-};
+use crate::manager::LogManager;
+use crate::manifest::read_manifest;
 use crate::manifest::{self, Manifest, SegmentMeta};
-use crate::partition::{LoadedChunk, Partition, TailEntry};
+use crate::partition::{LoadedChunk, Partition, Serving, TailEntry};
+use crate::read::{index_entry_for, load_chunk, load_chunk_from_storage, read_range};
+use crate::shared::{concat, release_wal, Shared};
 use crate::wal;
 use crate::{LogError, LogResult};
 
@@ -82,9 +83,8 @@ async fn on_failure(shared: &Shared, part: &Arc<Partition>, what: &str, error: &
     if deposed {
         let hw = {
             let mut st = part.lock();
-            st.suspended = true;
             // A successor owns it: even reads of old data must go there now.
-            st.readable_while_suspended = false;
+            st.serving = Serving::Suspended { readable: false };
             st.high_watermark
         };
         part.hw.send_replace(strata_core::Offset(hw));
@@ -126,7 +126,7 @@ pub(crate) async fn compact(shared: &Shared, part: &Arc<Partition>) -> LogResult
         compact_pass(shared, part).await?;
         let st = part.lock();
         match st.tail.front() {
-            Some(front) if !st.deleted && front.base_offset <= target => {}
+            Some(front) if st.serving != Serving::Gone && front.base_offset <= target => {}
             _ => return Ok(()),
         }
     }
@@ -137,7 +137,7 @@ async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
     let _serial = part.maintenance.lock().await;
     let (entries, cached, manifest, manifest_version, left_streams) = {
         let st = part.lock();
-        if st.deleted || st.tail.is_empty() {
+        if st.serving == Serving::Gone || st.tail.is_empty() {
             return Ok(());
         }
         let limit = shared.config.segment_bytes.max(1);
@@ -667,7 +667,7 @@ pub(crate) async fn collect_garbage(shared: &Shared) -> LogResult<usize> {
                     Some(m) => m.clone(),
                     None => {
                         let (m, _) =
-                            crate::manager::read_manifest(shared, e.topic_id, e.partition).await?;
+                            crate::manifest::read_manifest(shared, e.topic_id, e.partition).await?;
                         manifests.insert((e.topic_id, e.partition), m.clone());
                         m
                     }
@@ -728,4 +728,31 @@ fn parse_segment_key(key: &str) -> Option<(i64, u32)> {
     let name = key.rsplit('/').next()?;
     let (base, stream) = name.split_once('-')?;
     Some((base.parse().ok()?, u32::from_str_radix(stream, 16).ok()?))
+}
+
+// The manager's maintenance API, for operators and tests (the background task above runs
+// the same passes on its own schedule).
+impl LogManager {
+    /// Moves the log start to `before` (None = the high watermark). Returns the new log start.
+    pub async fn delete_records(
+        &self,
+        tp: &TopicPartition,
+        before: Option<Offset>,
+    ) -> LogResult<Offset> {
+        let part = self.partition(tp)?;
+        crate::maintenance::delete_records(&self.shared, &part, before.map(|o| o.0)).await
+    }
+
+    /// Runs the garbage collector once (it also runs with retention); returns objects deleted.
+    pub async fn collect_garbage(&self) -> LogResult<usize> {
+        crate::maintenance::collect_garbage(&self.shared).await
+    }
+
+    /// Runs one compaction of `tp` now, as the maintenance task would (including what it does
+    /// when the pass finds this broker deposed), whether or not it is due.
+    #[cfg(test)]
+    pub(crate) async fn compact_now(&self, tp: &TopicPartition) -> LogResult<()> {
+        let part = self.partition(tp)?;
+        crate::maintenance::compact_now(&self.shared, &part).await
+    }
 }

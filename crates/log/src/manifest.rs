@@ -5,10 +5,13 @@
 //! everything from `checkpoint` on is replayed from write-ahead objects at recovery.
 
 use serde::{Deserialize, Serialize};
+use strata_storage::{ObjectKey, StorageError};
 
 use crate::catalog::TopicId;
 use crate::index::SegmentRef;
 use crate::producer::ProducerStates;
+use crate::shared::Shared;
+use crate::{LogError, LogResult};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -66,4 +69,21 @@ pub fn segment_key(topic: TopicId, partition: i32, segment: SegmentRef) -> Strin
         "log/{topic}/{partition}/seg/{:020}-{:08x}",
         segment.base_offset, segment.stream
     )
+}
+
+pub(crate) async fn read_manifest(
+    shared: &Shared,
+    topic: TopicId,
+    partition: i32,
+) -> LogResult<(Manifest, Option<strata_storage::Version>)> {
+    let key = ObjectKey::new(manifest_key(topic, partition))?;
+    match shared.store.get(&key).await {
+        Ok((bytes, version)) => {
+            let m: Manifest = serde_json::from_slice(&bytes)
+                .map_err(|e| LogError::CorruptStorage(format!("manifest {key}: {e}")))?;
+            Ok((m, Some(version)))
+        }
+        Err(StorageError::NotFound(_)) => Ok((Manifest::default(), None)),
+        Err(e) => Err(e.into()),
+    }
 }

@@ -25,9 +25,11 @@ use strata_storage::{ObjectKey, StorageError, Version};
 
 use crate::cache::CachedBatch;
 use crate::catalog::{TopicId, TopicInfo};
-use crate::manager::{read_manifest, write_partitions, Shared};
+use crate::manager::LogManager;
+use crate::manifest::read_manifest;
 use crate::manifest::Manifest;
-use crate::partition::{PartState, Partition, TailEntry};
+use crate::partition::{PartState, Partition, Serving, TailEntry};
+use crate::shared::{read_lock, write_partitions, Shared};
 use crate::wal;
 use crate::{LogError, LogResult};
 
@@ -66,12 +68,12 @@ pub(crate) async fn acquire(
             let same_epoch = want.epoch.is_none_or(|e| e == part.epoch());
             let resumed = {
                 let mut st = part.lock();
-                if !st.suspended {
+                if !st.serving.is_suspended() {
                     true
                 } else if same_epoch {
                     // Serving again under the same epoch: nobody took it over meanwhile (that
                     // would have been a new epoch), so our in-memory state is still the truth.
-                    st.suspended = false;
+                    st.serving = Serving::Active;
                     tracing::info!(partition = %tp, epoch = part.epoch(), "serving partition again");
                     true
                 } else {
@@ -284,8 +286,7 @@ async fn resume_under_new_epoch(
         let mut st = part.lock();
         st.manifest = next;
         st.manifest_version = Some(new_version);
-        st.suspended = false;
-        st.readable_while_suspended = false;
+        st.serving = Serving::Active;
     }
     let previous = part.epoch();
     part.set_epoch(epoch);
@@ -398,7 +399,11 @@ pub(crate) async fn release(shared: &Arc<Shared>, tp: &TopicPartition) -> LogRes
     }
     {
         let mut st = part.lock();
-        st.releasing = true;
+        // A suspended partition stays suspended: it is released all the same (its manifest
+        // is marked released for the successor), but serves nothing meanwhile.
+        if st.serving == Serving::Active {
+            st.serving = Serving::Releasing;
+        }
     }
     // Appends already queued keep their place in the group commit; wait for them.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -414,12 +419,12 @@ pub(crate) async fn release(shared: &Arc<Shared>, tp: &TopicPartition) -> LogRes
             .await
             .is_err()
         {
-            part.lock().releasing = false;
+            end_release(&part);
             return Err(LogError::Timeout);
         }
     }
     if let Err(e) = crate::maintenance::compact(shared, &part).await {
-        part.lock().releasing = false;
+        end_release(&part);
         return Err(e);
     }
     let _serial = part.maintenance.lock().await;
@@ -432,7 +437,7 @@ pub(crate) async fn release(shared: &Arc<Shared>, tp: &TopicPartition) -> LogRes
         .await?;
     let hw = {
         let mut st = part.lock();
-        st.deleted = true;
+        st.serving = Serving::Gone;
         st.high_watermark
     };
     write_partitions(shared).remove(tp);
@@ -440,6 +445,15 @@ pub(crate) async fn release(shared: &Arc<Shared>, tp: &TopicPartition) -> LogRes
     part.hw.send_replace(Offset(hw));
     tracing::info!(partition = %tp, high_watermark = hw, "handed partition over");
     Ok(Offset(hw))
+}
+
+/// A handover that failed before the manifest was released: serve appends again (unless the
+/// partition was suspended meanwhile, which the failed handover does not undo).
+fn end_release(part: &Partition) {
+    let mut st = part.lock();
+    if st.serving == Serving::Releasing {
+        st.serving = Serving::Active;
+    }
 }
 
 /// Partitions of `topics` not yet served here.
@@ -458,4 +472,167 @@ pub(crate) fn missing(shared: &Shared, topics: &BTreeMap<String, Arc<TopicInfo>>
         }
     }
     out
+}
+
+// The manager's ownership API: which partitions this broker serves, taking them over and
+// handing them on (the functions above do the work).
+impl LogManager {
+    pub(crate) fn partition(&self, tp: &TopicPartition) -> LogResult<Arc<Partition>> {
+        let p = self.partition_readable(tp)?;
+        if p.lock().serving.is_suspended() {
+            return Err(LogError::NotOwner);
+        }
+        Ok(p)
+    }
+
+    /// [`Self::partition`], but also a partition suspended by [`Self::suspend_writes`]: its
+    /// data below the high watermark is durable and never rewritten, so it can still be read.
+    pub(crate) fn partition_readable(&self, tp: &TopicPartition) -> LogResult<Arc<Partition>> {
+        if let Some(p) = self.shared.partition(tp) {
+            let st = p.lock();
+            if !st.serving.is_readable() {
+                return Err(LogError::NotOwner);
+            }
+            drop(st);
+            return Ok(p);
+        }
+        match self.topic(&tp.topic) {
+            Some(t) if tp.partition >= 0 && tp.partition < t.partitions => Err(LogError::NotOwner),
+            _ => Err(LogError::UnknownTopicOrPartition),
+        }
+    }
+
+    /// Whether this broker serves reads of the partition now (also while appends are suspended
+    /// by [`Self::suspend_writes`]), and under which epoch.
+    pub fn readable_epoch(&self, tp: &TopicPartition) -> Option<u64> {
+        self.shared
+            .partition(tp)
+            .filter(|p| p.lock().serving.is_readable())
+            .map(|p| p.epoch())
+    }
+
+    /// Whether this broker serves the partition now, and under which epoch.
+    pub fn served_epoch(&self, tp: &TopicPartition) -> Option<u64> {
+        self.shared
+            .partition(tp)
+            .filter(|p| !p.lock().serving.is_suspended())
+            .map(|p| p.epoch())
+    }
+
+    /// Partitions served here.
+    pub fn served(&self) -> Vec<(TopicPartition, u64)> {
+        read_lock(&self.shared.partitions)
+            .values()
+            .filter(|p| !p.lock().serving.is_suspended())
+            .map(|p| (p.tp.clone(), p.epoch()))
+            .collect()
+    }
+
+    /// Takes partitions over (cluster mode): fence the previous owner if it did not release,
+    /// replay its uncompacted tail, claim the manifest under `epoch`. No record data is copied
+    /// from the previous owner; the partition's data stays where it is in storage.
+    pub async fn acquire(
+        &self,
+        wanted: Vec<(String, i32, u64)>,
+    ) -> LogResult<Vec<(TopicPartition, LogResult<()>)>> {
+        // A broker paused past its lease can come back, see itself alive (its next heartbeat
+        // succeeds) and be given partitions again before anything tells it that a successor
+        // sealed its stream. Claiming then would seal the successor in turn and advertise us as
+        // leader of partitions we can no longer write. So look first; a takeover is rare
+        // enough for one listing of our own stream.
+        if !wanted.is_empty() && self.is_sealed().await? {
+            tracing::error!(
+                stream = self.shared.stream,
+                "refusing to take partitions over: a successor sealed our write-ahead stream"
+            );
+            self.shared.fenced.send_replace(true);
+            return Err(LogError::Fenced);
+        }
+        let mut list = Vec::new();
+        let mut results = Vec::new();
+        for (topic, partition, epoch) in wanted {
+            match self.topic(&topic) {
+                Some(info) if partition >= 0 && partition < info.partitions => list.push(Acquire {
+                    topic: info,
+                    partition,
+                    epoch: Some(epoch),
+                }),
+                _ => results.push((
+                    TopicPartition::new(topic, partition),
+                    Err(LogError::UnknownTopicOrPartition),
+                )),
+            }
+        }
+        results.extend(acquire(&self.shared, list).await?);
+        Ok(results)
+    }
+
+    /// Hands a partition over gracefully; returns its final high watermark.
+    pub async fn release(&self, tp: &TopicPartition) -> LogResult<Offset> {
+        release(&self.shared, tp).await
+    }
+
+    /// Stops serving a partition at once, without flushing or checkpointing: ownership is in
+    /// doubt (our lease may have lapsed) or lost. Appends and reads are refused from now on;
+    /// appends already queued still become durable. The state is kept: `acquire` under the
+    /// same epoch resumes it, and if another broker took over instead, it sealed our stream and
+    /// nothing more can be acknowledged here anyway.
+    pub fn abandon(&self, tp: &TopicPartition) {
+        if let Some(part) = self.shared.partition(tp) {
+            let hw = {
+                let mut st = part.lock();
+                if st.serving != Serving::Gone {
+                    st.serving = Serving::Suspended { readable: false };
+                }
+                st.high_watermark
+            };
+            part.hw.send_replace(Offset(hw));
+            tracing::warn!(partition = %tp, "stopped serving partition (ownership in doubt)");
+        }
+    }
+
+    /// Stops accepting appends to a partition at once but keeps serving reads: our own lease
+    /// is in doubt (our heartbeats stopped landing, typically because the storage refuses
+    /// writes), while nobody is known to hold the partition instead. Appends already queued
+    /// still become durable. Data below the high watermark is durable, immutable and exactly
+    /// what a successor replays at the same offsets, so reading it is safe (docs/ARCHITECTURE.md,
+    /// "Storage full or failing"). `acquire` under the same epoch resumes appends; `abandon`
+    /// stops the reads too.
+    pub fn suspend_writes(&self, tp: &TopicPartition) {
+        if let Some(part) = self.shared.partition(tp) {
+            {
+                let mut st = part.lock();
+                if matches!(
+                    st.serving,
+                    Serving::Gone | Serving::Suspended { readable: false }
+                ) {
+                    return;
+                }
+                st.serving = Serving::Suspended { readable: true };
+            }
+            tracing::warn!(partition = %tp, "refusing appends to partition (our lease is in doubt); reads still served");
+        }
+    }
+
+    /// Whether another broker has sealed this incarnation's stream (looked up in storage, not
+    /// waited for): a broker that was paused past its lease checks this before claiming
+    /// anything again, instead of learning it from its next write.
+    pub async fn is_sealed(&self) -> LogResult<bool> {
+        let listed = self
+            .shared
+            .store
+            .list(&wal::stream_prefix(self.shared.stream))
+            .await?;
+        // A seal sits after the last object the writer landed, with late writes of its
+        // in-flight window possibly above it: look at that many of the newest objects.
+        let window = self.shared.config.max_inflight_flushes + 2;
+        for meta in listed.iter().rev().take(window) {
+            match self.shared.store.get(&meta.key).await {
+                Ok((bytes, _)) if wal::is_seal(&bytes) => return Ok(true),
+                Ok(_) | Err(StorageError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(false)
+    }
 }

@@ -44,6 +44,37 @@ pub struct LoadedChunk {
 /// Index chunks kept in memory per partition; older ones are dropped and re-read on demand.
 pub const CHUNKS_KEPT: usize = 16;
 
+/// What this broker does with a partition it holds in memory. One state, so that every path
+/// that refuses appends or reads asks the same question.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Serving {
+    /// Appends and reads are served.
+    Active,
+    /// A graceful handover is under way: appends are refused, reads still served.
+    Releasing,
+    /// Serving stopped without a handover (our lease was in doubt, or a newer owner deposed
+    /// us). Everything is kept, so serving again under the same epoch resumes exactly here —
+    /// the uncompacted tail lives in our own stream, which a fresh load would not replay.
+    /// `readable`: reads below the high watermark are still served, because the suspension
+    /// came from our own lease being in doubt, not from someone else holding the partition.
+    Suspended { readable: bool },
+    /// The topic was deleted or the partition handed over: it is leaving the partition map,
+    /// and nothing more is appended to or published for it.
+    Gone,
+}
+
+impl Serving {
+    pub fn is_suspended(self) -> bool {
+        matches!(self, Serving::Suspended { .. })
+    }
+
+    /// Reads are served: not suspended without reads. (A `Gone` partition is still read by
+    /// requests that found it before it left the map.)
+    pub fn is_readable(self) -> bool {
+        self != Serving::Suspended { readable: false }
+    }
+}
+
 #[derive(Debug)]
 pub struct PartState {
     /// Next offset to assign (includes appends not yet durable).
@@ -63,17 +94,8 @@ pub struct PartState {
     pub manifest: Manifest,
     pub manifest_version: Option<Version>,
     pub chunks: BTreeMap<i64, LoadedChunk>,
-    /// The topic was deleted or the partition handed over: appends are refused.
-    pub deleted: bool,
-    /// A graceful handover is under way: appends are refused, reads still served.
-    pub releasing: bool,
-    /// Serving stopped without a handover (our lease was in doubt). Everything is kept, so
-    /// serving again under the same epoch resumes exactly here — the uncompacted tail lives in
-    /// our own stream, which a fresh load would not replay.
-    pub suspended: bool,
-    /// While suspended, reads below the high watermark are still served: the suspension came
-    /// from our own lease being in doubt, not from someone else holding the partition.
-    pub readable_while_suspended: bool,
+    /// Whether appends and reads are served; see [`Serving`].
+    pub serving: Serving,
 }
 
 #[derive(Debug)]
@@ -153,10 +175,7 @@ impl PartState {
             manifest,
             manifest_version,
             chunks: BTreeMap::new(),
-            deleted: false,
-            releasing: false,
-            suspended: false,
-            readable_while_suspended: false,
+            serving: Serving::Active,
         }
     }
 

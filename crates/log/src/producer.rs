@@ -7,8 +7,11 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use strata_storage::{ObjectKey, PutMode, StorageError};
 
+use crate::manager::LogManager;
 use crate::{LogError, LogResult};
 
 /// Batches remembered per producer: Kafka's max.in.flight.requests.per.connection bound for
@@ -136,6 +139,50 @@ impl ProducerStates {
             entry.batches.pop_front();
         }
     }
+}
+
+// Producer ids: allocated in blocks so that one storage write serves a thousand producers.
+#[derive(Debug, Default)]
+pub(crate) struct ProducerIdBlock {
+    next: i64,
+    end: i64,
+}
+
+const PRODUCER_ID_BLOCK: i64 = 1000;
+
+const PRODUCER_ID_PREFIX: &str = "meta/producer-ids/";
+
+impl LogManager {
+    /// Allocates a new idempotent producer id (unique across restarts and brokers) with
+    /// epoch 0. Ids come in blocks claimed by create-only writes, so brokers sharing the
+    /// storage never hand out the same id.
+    pub async fn init_producer_id(&self) -> LogResult<(i64, i16)> {
+        let mut block = self.shared.producer_ids.lock().await;
+        if block.next >= block.end {
+            let store = self.shared.store.as_ref();
+            let mut candidate = match store.list(PRODUCER_ID_PREFIX).await?.last() {
+                Some(meta) => parse_tail_number(meta.key.as_str()).map_or(0, |n| n + 1),
+                None => 0,
+            };
+            loop {
+                let key = ObjectKey::new(format!("{PRODUCER_ID_PREFIX}{candidate:020}"))?;
+                match store.put(&key, Bytes::new(), PutMode::Create).await {
+                    Ok(_) => break,
+                    Err(StorageError::AlreadyExists(_)) => candidate += 1,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            block.next = candidate as i64 * PRODUCER_ID_BLOCK;
+            block.end = block.next + PRODUCER_ID_BLOCK;
+        }
+        let id = block.next;
+        block.next += 1;
+        Ok((id, 0))
+    }
+}
+
+fn parse_tail_number(key: &str) -> Option<u64> {
+    key.rsplit('/').next()?.parse().ok()
 }
 
 #[cfg(test)]

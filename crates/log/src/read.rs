@@ -5,13 +5,33 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use strata_core::Offset;
+use strata_core::TopicPartition;
+use strata_storage::{ObjectKey, ObjectStore, StorageError};
+use tokio::sync::watch;
 
-use crate::index;
-use crate::manager::{load_chunk, read_range, ReadOutcome, Shared, Watermarks};
+use crate::index::{self, IndexEntry};
+use crate::manager::LogManager;
 use crate::manifest;
+use crate::partition::LoadedChunk;
 use crate::partition::{Partition, TailEntry};
+use crate::shared::Shared;
 use crate::wal;
 use crate::{LogError, LogResult};
+
+/// A partition's bounds as readers see them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watermarks {
+    pub log_start: Offset,
+    /// One past the last durable offset: readers never see beyond it.
+    pub high: Offset,
+}
+
+/// Record batches read from a partition, as stored (the client's bytes, base offset rewritten).
+#[derive(Debug, Clone, Default)]
+pub struct ReadOutcome {
+    pub batches: Vec<Bytes>,
+    pub watermarks: Option<Watermarks>,
+}
 
 /// Adds batches to a response while they fit; the first always fits when `min_one`.
 struct Budget {
@@ -323,4 +343,126 @@ async fn first_batch_reaching(
         }));
     }
     Ok(None)
+}
+
+// The manager's read API: each call finds the partition, then runs the fetch path above.
+impl LogManager {
+    /// Reads batches starting with the one containing `offset`, up to `max_bytes` (the first
+    /// batch is returned whole even if larger, as Kafka does, when `min_one_batch`).
+    /// OffsetOutOfRange if `offset` is below the log start or above the high watermark.
+    pub async fn read(
+        &self,
+        tp: &TopicPartition,
+        offset: Offset,
+        max_bytes: usize,
+        min_one_batch: bool,
+    ) -> LogResult<ReadOutcome> {
+        let part = self.partition_readable(tp)?;
+        crate::read::read(&self.shared, &part, offset.0, max_bytes, min_one_batch).await
+    }
+
+    pub fn watermarks(&self, tp: &TopicPartition) -> LogResult<Watermarks> {
+        let part = self.partition_readable(tp)?;
+        let st = part.lock();
+        Ok(Watermarks {
+            log_start: Offset(st.log_start),
+            high: Offset(st.high_watermark),
+        })
+    }
+
+    /// A channel whose value is the partition's high watermark; long-poll fetches wait on it.
+    pub fn subscribe(&self, tp: &TopicPartition) -> LogResult<watch::Receiver<Offset>> {
+        Ok(self.partition_readable(tp)?.hw.subscribe())
+    }
+
+    /// The earliest offset whose record timestamp is >= `timestamp`, with that timestamp;
+    /// None when every record is older.
+    pub async fn offset_for_timestamp(
+        &self,
+        tp: &TopicPartition,
+        timestamp: i64,
+    ) -> LogResult<Option<(Offset, i64)>> {
+        let part = self.partition_readable(tp)?;
+        crate::read::offset_for_timestamp(&self.shared, &part, timestamp).await
+    }
+
+    /// The largest timestamp in the partition and its offset (ListOffsets MAX_TIMESTAMP).
+    pub async fn max_timestamp(&self, tp: &TopicPartition) -> LogResult<Option<(Offset, i64)>> {
+        let part = self.partition_readable(tp)?;
+        crate::read::max_timestamp(&self.shared, &part).await
+    }
+}
+
+/// Reads one stored range of a write-ahead object or segment.
+pub(crate) async fn read_range(
+    store: &dyn ObjectStore,
+    key: &str,
+    position: u32,
+    length: u32,
+) -> LogResult<Bytes> {
+    let key = ObjectKey::new(key)?;
+    let start = position as u64;
+    let bytes = store.get_range(&key, start..start + length as u64).await?;
+    if bytes.len() != length as usize {
+        return Err(LogError::CorruptStorage(format!(
+            "{key}: wanted {length} bytes at {position}, got {}",
+            bytes.len()
+        )));
+    }
+    Ok(bytes)
+}
+
+/// Loads index chunk `k` of a partition (from memory, else storage; missing = empty).
+pub(crate) async fn load_chunk(
+    shared: &Shared,
+    part: &Partition,
+    k: i64,
+) -> LogResult<LoadedChunk> {
+    if let Some(c) = part.lock().chunks.get(&k) {
+        return Ok(c.clone());
+    }
+    load_chunk_from_storage(shared, part, k).await
+}
+
+/// Loads index chunk `k` from storage, bypassing (and refreshing) the in-memory copy: for a
+/// writer whose compare-and-swap found the cached version stale.
+pub(crate) async fn load_chunk_from_storage(
+    shared: &Shared,
+    part: &Partition,
+    k: i64,
+) -> LogResult<LoadedChunk> {
+    let key = ObjectKey::new(manifest::chunk_key(part.topic_id, part.tp.partition, k))?;
+    let chunk = match shared.store.get(&key).await {
+        Ok((bytes, version)) => {
+            let (stamp, entries) = index::decode_chunk(&bytes)?;
+            LoadedChunk {
+                entries: Arc::new(entries),
+                stamp,
+                version: Some(version),
+            }
+        }
+        Err(StorageError::NotFound(_)) => LoadedChunk {
+            entries: Arc::new(Vec::new()),
+            stamp: index::ChunkStamp::default(),
+            version: None,
+        },
+        Err(e) => return Err(e.into()),
+    };
+    part.lock().remember_chunk(k, chunk.clone());
+    Ok(chunk)
+}
+
+pub(crate) fn index_entry_for(
+    tail: &TailEntry,
+    segment: index::SegmentRef,
+    position: u32,
+) -> IndexEntry {
+    IndexEntry {
+        base_offset: tail.base_offset,
+        last_offset_delta: (tail.last_offset - tail.base_offset) as u32,
+        length: tail.length,
+        position,
+        segment,
+        max_timestamp: tail.max_timestamp,
+    }
 }

@@ -7,6 +7,8 @@
 //! client's CRC, so a torn or foreign object is detected before anything is replayed.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use strata_core::{BrokerId, Clock};
+use strata_storage::{ObjectKey, ObjectStore, PutMode, StorageError};
 
 use crate::catalog::TopicId;
 use crate::{LogError, LogResult};
@@ -180,6 +182,38 @@ pub async fn seal_stream(
     strata_cluster::seal_stream(store, stream, &options)
         .await
         .map_err(|e| LogError::Storage(strata_storage::StorageError::Unavailable(e.to_string())))
+}
+
+// Stream registrations: one create-only object per broker incarnation names its stream.
+const STREAM_PREFIX: &str = "meta/streams/";
+
+/// Claims a new write-ahead stream id for this broker incarnation (create-only, so two
+/// brokers, or a broker and its restarted self, never share one).
+pub(crate) async fn register_stream(
+    store: &dyn ObjectStore,
+    broker: BrokerId,
+    clock: &dyn Clock,
+) -> LogResult<u32> {
+    let mut candidate = match store.list(STREAM_PREFIX).await?.last() {
+        Some(meta) => parse_hex_tail(meta.key.as_str()).map_or(1, |n| n + 1),
+        None => 1,
+    };
+    loop {
+        let key = ObjectKey::new(format!("{STREAM_PREFIX}{candidate:08x}"))?;
+        let body = serde_json::json!({ "broker": broker.0, "started_ms": clock.wall_millis() });
+        match store
+            .put(&key, Bytes::from(body.to_string()), PutMode::Create)
+            .await
+        {
+            Ok(_) => return Ok(candidate),
+            Err(StorageError::AlreadyExists(_)) => candidate += 1,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+fn parse_hex_tail(key: &str) -> Option<u32> {
+    u32::from_str_radix(key.rsplit('/').next()?, 16).ok()
 }
 
 #[cfg(test)]
