@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use strata_core::BrokerId;
-use strata_layout::cluster::{partition_resource, DrainRequest};
+use strata_layout::cluster::{partition_resource as resource_of, DrainRequest};
 use strata_layout::schema;
 use strata_layout::{CatalogReader, LayoutError};
 use strata_storage::{ObjectStore, PutMode, StorageError};
@@ -61,7 +61,7 @@ pub async fn set_placement(
 }
 
 /// The resource name of `topic`'s `partition`, from the newest catalog.
-pub async fn partition_resource_of(
+pub async fn partition_resource(
     store: &dyn ObjectStore,
     topic: &str,
     partition: i32,
@@ -82,7 +82,7 @@ pub async fn partition_resource_of(
             info.partitions
         )));
     }
-    Ok(partition_resource(info.id, partition))
+    Ok(resource_of(info.id, partition))
 }
 
 /// The registration of `broker`, if it is registered (it may still be dead: liveness needs
@@ -175,7 +175,7 @@ mod tests {
     async fn finds_a_partition_and_drains_the_registered_incarnation() {
         let store = MemoryStore::new();
         assert!(matches!(
-            partition_resource_of(&store, "orders", 0).await,
+            partition_resource(&store, "orders", 0).await,
             Err(AdminError::NotFound(m)) if m == "no topics exist yet"
         ));
         let id = TopicId([7; 16]);
@@ -189,15 +189,15 @@ mod tests {
         )
         .await;
         assert_eq!(
-            partition_resource_of(&store, "orders", 1).await.unwrap(),
+            partition_resource(&store, "orders", 1).await.unwrap(),
             format!("{id}/1")
         );
         assert!(matches!(
-            partition_resource_of(&store, "orders", 2).await,
+            partition_resource(&store, "orders", 2).await,
             Err(AdminError::NotFound(_))
         ));
         assert!(matches!(
-            partition_resource_of(&store, "other", 0).await,
+            partition_resource(&store, "other", 0).await,
             Err(AdminError::NotFound(m)) if m.contains("no topic")
         ));
 
