@@ -94,24 +94,6 @@ impl ClusterError {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn classifiers_separate_transient_from_fenced() {
-        let transient = ClusterError::Storage(StorageError::Unavailable("down".into()));
-        assert!(transient.is_retryable() && !transient.is_fenced());
-        let lost = ClusterError::Lost {
-            resource: "t/0".into(),
-        };
-        assert!(lost.is_fenced() && !lost.is_retryable());
-        assert!(ClusterError::Fenced.is_fenced());
-        let corrupt = ClusterError::corrupt("k", "bad json");
-        assert!(!corrupt.is_fenced() && !corrupt.is_retryable());
-    }
-}
-
 impl From<LayoutError> for ClusterError {
     fn from(e: LayoutError) -> Self {
         match e {
@@ -129,5 +111,23 @@ impl From<LayoutError> for ClusterError {
             },
             e @ LayoutError::Encode { .. } => ClusterError::Invalid(e.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifiers_separate_transient_from_fenced() {
+        let transient = ClusterError::Storage(StorageError::Unavailable("down".into()));
+        assert!(transient.is_retryable() && !transient.is_fenced());
+        let lost = ClusterError::Lost {
+            resource: "t/0".into(),
+        };
+        assert!(lost.is_fenced() && !lost.is_retryable());
+        assert!(ClusterError::Fenced.is_fenced());
+        let corrupt = ClusterError::corrupt("k", "bad json");
+        assert!(!corrupt.is_fenced() && !corrupt.is_retryable());
     }
 }

@@ -376,3 +376,52 @@ async fn a_dead_brokers_partitions_are_taken_over_with_every_acknowledged_record
     assert_eq!(found.error_code, 0);
     assert_eq!(found.node_id.0, 2);
 }
+
+/// `strata broker drain` writes its request through `strata_cluster::admin`; the broker reads
+/// it through the same definition and hands every partition over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_requested_offline_moves_every_partition_away() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let a = Member::start(&store, 1).await;
+    let b = Member::start(&store, 2).await;
+    let tp = create(&a, "drained").await;
+    let resource = resource_name(a.broker.log.topic("drained").unwrap().id, tp.partition);
+    strata_cluster::Ownership::new(Arc::clone(&store))
+        .set_placement_override(&resource, BrokerId(1))
+        .await
+        .unwrap();
+    eventually("broker 1 serves the partition", || {
+        a.broker
+            .cluster()?
+            .status()
+            .serving
+            .contains_key(&resource)
+            .then_some(())
+    })
+    .await;
+
+    let incarnation = strata_cluster::admin::request_drain(store.as_ref(), BrokerId(1))
+        .await
+        .unwrap();
+    eventually("broker 2 serves the drained partition", || {
+        b.broker
+            .cluster()?
+            .status()
+            .serving
+            .contains_key(&resource)
+            .then_some(())
+    })
+    .await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while strata_cluster::admin::partitions_held(Arc::clone(&store), BrokerId(1), incarnation)
+        .await
+        .unwrap()
+        > 0
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "broker 1 still holds partitions"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
