@@ -42,15 +42,20 @@ pub async fn register(
     registration: &StreamRegistration,
 ) -> LayoutResult<u32> {
     let mut candidate = match store.list(PREFIX).await?.last() {
-        Some(meta) => parse_key(meta.key.as_str()).map_or(1, |n| n.saturating_add(1)),
-        None => 1,
-    };
+        Some(meta) => parse_key(meta.key.as_str()).map_or(Some(1), |n| n.checked_add(1)),
+        None => Some(1),
+    }
+    .ok_or_else(|| StorageError::Invalid("every write-ahead stream id is taken".into()))?;
     let body = schema::encode(registration)?;
     loop {
         let key = ObjectKey::new(key(candidate))?;
         match store.put(&key, body.clone(), PutMode::Create).await {
             Ok(_) => return Ok(candidate),
-            Err(StorageError::AlreadyExists(_)) => candidate = candidate.saturating_add(1),
+            Err(StorageError::AlreadyExists(_)) => {
+                candidate = candidate.checked_add(1).ok_or_else(|| {
+                    StorageError::Invalid("every write-ahead stream id is taken".into())
+                })?;
+            }
             Err(e) => return Err(e.into()),
         }
     }
@@ -127,5 +132,29 @@ mod tests {
             .await
             .unwrap()
             .is_empty());
+    }
+
+    /// The old code added one to the highest id: a panic in a debug build, and in a release
+    /// build stream 0, which manifests use for "no stream".
+    #[tokio::test]
+    async fn exhausted_stream_ids_are_an_error_not_stream_zero() {
+        let store = MemoryStore::new();
+        store
+            .put(
+                &ObjectKey::new(key(u32::MAX)).unwrap(),
+                Bytes::from_static(br#"{"broker":1,"started_ms":0}"#),
+                PutMode::Create,
+            )
+            .await
+            .unwrap();
+        let registration = StreamRegistration {
+            broker: BrokerId(2),
+            started_ms: 0,
+        };
+        assert!(matches!(
+            register(&store, &registration).await,
+            Err(crate::LayoutError::Storage(StorageError::Invalid(_)))
+        ));
+        assert_eq!(store.object_count(), 1);
     }
 }
