@@ -36,6 +36,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
 use strata_cluster::admin::drain_request;
 use strata_cluster::{
     join_with_allocated_id, Claimant, ClusterError, ClusterResult, ClusterView, ControllerConfig,
@@ -43,7 +45,7 @@ use strata_cluster::{
     OsProcessTable, OwnerRecord, OwnerState, Ownership, OwnershipRunner, OwnershipStatus,
     ResourceHost, RunnerConfig, RunnerHandle, StopReason,
 };
-use strata_core::{BrokerId, Clock, Epoch, TopicPartition};
+use strata_core::{BrokerId, Clock, Epoch, Ticker, TopicPartition};
 
 /// The node-id ranges (hand-set ids up to the first, allocated ids from the second), for the
 /// server's settings.
@@ -146,9 +148,11 @@ impl ClusterNode {
         settings: &ClusterSettings,
         node_id: Option<BrokerId>,
         advertised: (String, u16),
+        seed: u64,
     ) -> Result<Joined, ClusterStartError> {
-        // Random, not a counter: a restarted process must never reuse its predecessor's.
-        let incarnation = Incarnation::random(&mut rand::rng());
+        // Random (from the process's seed), not a counter: a restarted process must never
+        // reuse its predecessor's.
+        let incarnation = Incarnation::random(&mut StdRng::seed_from_u64(seed));
         let config = MembershipConfig {
             heartbeat_interval: settings.heartbeat_interval,
             lease_period: settings.lease_period,
@@ -280,6 +284,7 @@ impl ClusterNode {
         node.refresh_owners().await;
         let refresher = tokio::spawn(refresh_loop(
             Arc::downgrade(&node),
+            Arc::clone(&clock),
             settings.ownership_interval,
             status.clone(),
         ));
@@ -450,7 +455,11 @@ impl ClusterNode {
                 "handing partitions over before leaving"
             );
             let mut status = self.status.clone();
-            let handed_over = tokio::time::timeout(patience, status.wait_for(|s| s.holds_nothing));
+            let handed_over = strata_core::timeout(
+                self.clock.as_ref(),
+                patience,
+                status.wait_for(|s| s.holds_nothing),
+            );
             if !matches!(handed_over.await, Ok(Ok(_))) {
                 warn!(
                     still_held = self.status().serving.len(),
@@ -487,7 +496,7 @@ impl ClusterNode {
             let _ = runner.stop().await;
         }
         if let Some(membership) = self.membership.lock().await.take() {
-            match tokio::time::timeout(patience, membership.leave()).await {
+            match strata_core::timeout(self.clock.as_ref(), patience, membership.leave()).await {
                 Ok(Ok(())) => info!("withdrew this broker's registration"),
                 Ok(Err(e)) => warn!(error = %e, "could not withdraw this broker's registration"),
                 Err(_) => warn!(
@@ -624,11 +633,11 @@ fn lock_watchdog(
 
 async fn refresh_loop(
     node: Weak<ClusterNode>,
+    clock: Arc<dyn Clock>,
     interval: Duration,
     mut status: watch::Receiver<OwnershipStatus>,
 ) {
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticker = Ticker::new(Arc::clone(&clock), interval);
     let mut until_drain_poll = DRAIN_POLL_EVERY;
     // Until when (node clock) to refresh fast: what we serve changed, so a partition is
     // changing hands and the cache is about to be wrong for it.
@@ -650,7 +659,7 @@ async fn refresh_loop(
                 }
                 false
             }
-            _ = tokio::time::sleep(HANDOVER_REFRESH), if fast => false,
+            _ = clock.sleep(HANDOVER_REFRESH), if fast => false,
         };
         let Some(node) = node.upgrade() else { return };
         node.refresh_owners().await;

@@ -13,14 +13,15 @@ use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures::stream::{FuturesOrdered, StreamExt};
+use strata_core::Clock;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 use tracing::{debug, error, warn};
 
 use crate::dispatch::{self, Reply};
@@ -72,8 +73,10 @@ impl Connection {
         let mut charging: Option<Pin<Box<dyn Future<Output = Option<MemoryCharge>> + Send>>> = None;
         // When the frame being received started arriving (or got its memory): it must be
         // complete within `read_timeout`.
-        let mut frame_started: Option<Instant> = None;
-        let mut last_active = Instant::now();
+        // Times on the broker's clock (monotonic).
+        let clock = Arc::clone(&self.broker.clock);
+        let mut frame_started: Option<Duration> = None;
+        let mut last_active = clock.monotonic();
 
         loop {
             if *self.shutdown.borrow() {
@@ -115,7 +118,7 @@ impl Connection {
                             // alive (uncharged) after the request is done: copy it out.
                             buf = BytesMut::from(&buf[..]);
                         }
-                        frame_started = (!buf.is_empty()).then(Instant::now);
+                        frame_started = (!buf.is_empty()).then(|| clock.monotonic());
                         let is_produce = frame.len() >= 2 && frame[0] == 0 && frame[1] == 0;
                         let turn = is_produce.then(|| {
                             let ticket = next_produce_ticket;
@@ -155,9 +158,9 @@ impl Connection {
             let deadline = if !buf.is_empty() {
                 frame_started
                     .filter(|_| charging.is_none())
-                    .map(|started| (started + read_timeout, Expiry::SlowRequest))
+                    .map(|started| (started.saturating_add(read_timeout), Expiry::SlowRequest))
             } else if inflight.is_empty() {
-                Some((last_active + idle_timeout, Expiry::Idle))
+                Some((last_active.saturating_add(idle_timeout), Expiry::Idle))
             } else {
                 None
             };
@@ -171,9 +174,9 @@ impl Connection {
                             debug!(peer = %self.peer, error = %e, "write failed; closing");
                             break;
                         }
-                        last_active = Instant::now();
+                        last_active = clock.monotonic();
                     }
-                    Ok(Reply::Nothing) => last_active = Instant::now(),
+                    Ok(Reply::Nothing) => last_active = clock.monotonic(),
                     Ok(Reply::Close) => break,
                     Err(e) => {
                         error!(peer = %self.peer, error = %e, "request task failed; closing connection");
@@ -186,7 +189,7 @@ impl Connection {
                         Some(granted) => {
                             charge = Some(granted);
                             // The client was not the one slow: its clock starts now.
-                            frame_started = Some(Instant::now());
+                            frame_started = Some(clock.monotonic());
                         }
                         None => reading = false,
                     }
@@ -199,7 +202,7 @@ impl Connection {
                         reading = false;
                     }
                     Ok(_) => {
-                        last_active = Instant::now();
+                        last_active = clock.monotonic();
                         if frame_started.is_none() {
                             frame_started = Some(last_active);
                         }
@@ -209,7 +212,7 @@ impl Connection {
                         break;
                     }
                 },
-                _ = sleep_until_some(deadline), if reading && deadline.is_some() => {
+                _ = sleep_until_some(clock.as_ref(), deadline), if reading && deadline.is_some() => {
                     match deadline.map(|(_, why)| why) {
                         Some(Expiry::SlowRequest) => warn!(peer = %self.peer, timeout = ?read_timeout,
                             bytes = buf.len(), "request not received in time; closing connection"),
@@ -240,9 +243,9 @@ enum Expiry {
     Idle,
 }
 
-async fn sleep_until_some(deadline: Option<(Instant, Expiry)>) {
+async fn sleep_until_some(clock: &dyn Clock, deadline: Option<(Duration, Expiry)>) {
     match deadline {
-        Some((at, _)) => tokio::time::sleep_until(at).await,
+        Some((at, _)) => clock.sleep_until(at).await,
         None => std::future::pending().await,
     }
 }

@@ -29,9 +29,6 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// `max.message.bytes` of the offsets topic: Kafka's default request size limit (100 MiB).
 const OFFSETS_MAX_BATCH_BYTES: i32 = 100 << 20;
 
-/// How long a persist may take before the coordinator answers COORDINATOR_NOT_AVAILABLE.
-const PERSIST_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// Commands a shard task executes in arrival order.
 enum Command {
     Respond(Request, oneshot::Sender<Response>),
@@ -143,7 +140,14 @@ impl GroupCoordinator {
         let records = replay(&self.log, &tp).await?;
         // Nothing else writes this partition until the shard task starts below, which is
         // what makes rewriting its head safe here.
-        let records = compact_shard(&self.log, &tp, records, self.clock.wall_millis()).await;
+        let records = compact_shard(
+            &self.log,
+            &tp,
+            records,
+            self.clock.wall_millis(),
+            self.config.offsets_commit_timeout,
+        )
+        .await;
         let loaded = records.len();
         let state = GroupsState::replay(
             self.config.clone(),
@@ -347,6 +351,7 @@ async fn compact_shard(
     tp: &TopicPartition,
     records: Vec<PersistRecord>,
     now_ms: i64,
+    timeout: Duration,
 ) -> Vec<PersistRecord> {
     let mut newest: HashMap<strata_groups::PersistKey, PersistRecord> = HashMap::new();
     for r in &records {
@@ -374,7 +379,7 @@ async fn compact_shard(
         Err(_) => return records,
     };
     for chunk in live.chunks(COMPACT_BATCH_RECORDS) {
-        if let PersistOutcome::Failed(_) = persist(log, tp, chunk, now_ms).await {
+        if let PersistOutcome::Failed(_) = persist(log, tp, chunk, now_ms, timeout).await {
             tracing::warn!(partition = %tp, "compacting a group shard failed; keeping its full log");
             return records;
         }
@@ -492,7 +497,7 @@ async fn run_shard(
                 }
             }
             Some((id, outcome)) = done_rx.recv() => state.persist_completed(clock.monotonic(), id, outcome),
-            _ = sleep_or_forever(sleep_for) => state.tick(clock.monotonic()),
+            _ = sleep_or_forever(clock.as_ref(), sleep_for) => state.tick(clock.monotonic()),
         };
         for output in outputs {
             match output {
@@ -506,8 +511,9 @@ async fn run_shard(
                     let tp = tp.clone();
                     let done = done_tx.clone();
                     let now_ms = clock.wall_millis();
+                    let timeout = state.config().offsets_commit_timeout;
                     tokio::spawn(async move {
-                        let outcome = persist(&log, &tp, &records, now_ms).await;
+                        let outcome = persist(&log, &tp, &records, now_ms, timeout).await;
                         let _ = done.send((id, outcome));
                     });
                 }
@@ -516,9 +522,9 @@ async fn run_shard(
     }
 }
 
-async fn sleep_or_forever(d: Option<Duration>) {
+async fn sleep_or_forever(clock: &dyn Clock, d: Option<Duration>) {
     match d {
-        Some(d) => tokio::time::sleep(d).await,
+        Some(d) => clock.sleep(d).await,
         None => std::future::pending().await,
     }
 }
@@ -529,6 +535,7 @@ async fn persist(
     tp: &TopicPartition,
     records: &[PersistRecord],
     now_ms: i64,
+    timeout: Duration,
 ) -> PersistOutcome {
     let mut simple = Vec::with_capacity(records.len());
     for r in records {
@@ -544,16 +551,7 @@ async fn persist(
         }
     }
     let batch = build_batch(&simple, now_ms);
-    match log
-        .append(
-            tp,
-            batch,
-            Acks::Durable {
-                timeout: PERSIST_TIMEOUT,
-            },
-        )
-        .await
-    {
+    match log.append(tp, batch, Acks::Durable { timeout }).await {
         Ok(_) => PersistOutcome::Durable,
         Err(LogError::Fenced | LogError::NotOwner | LogError::UnknownTopicOrPartition) => {
             PersistOutcome::Failed(PersistFailure::NotCoordinator)
@@ -602,11 +600,14 @@ mod tests {
         // 1,200 commits of two partitions: only the last of each matters.
         for seq in 0..1200u64 {
             let r = commit(seq, (seq % 2) as i32, seq as i64);
-            assert_eq!(persist(&log, &tp, &[r], 0).await, PersistOutcome::Durable);
+            assert_eq!(
+                persist(&log, &tp, &[r], 0, Duration::from_secs(30)).await,
+                PersistOutcome::Durable
+            );
         }
         let replayed = replay(&log, &tp).await.unwrap();
         assert_eq!(replayed.len(), 1200);
-        let compacted = compact_shard(&log, &tp, replayed, 0).await;
+        let compacted = compact_shard(&log, &tp, replayed, 0, Duration::from_secs(30)).await;
         assert_eq!(
             compacted,
             vec![commit(1198, 0, 1198), commit(1199, 1, 1199)]

@@ -90,8 +90,8 @@ pub(crate) async fn handle_frame(
                 "produce names more partitions than the request memory can hold; closing connection");
             return Reply::Close;
         }
-        match tokio::time::timeout(broker.settings.request_read_timeout, memory.charge(cost)).await
-        {
+        let patience = broker.settings.request_read_timeout;
+        match strata_core::timeout(broker.clock.as_ref(), patience, memory.charge(cost)).await {
             Ok(Some(charge)) => Some(charge),
             _ => {
                 warn!(%peer, partitions, correlation_id = ctx.correlation_id,

@@ -1,10 +1,11 @@
 //! The broker's use of `strata-wire` framing: turning response messages into the chunks of one
-//! frame, plain or with record batches spliced in by reference (vectored write).
+//! frame, plain or, for Fetch, with record batches as chunks of their own (vectored write).
 //!
 //! Kept in one module so the connection and dispatch code never touch frame bytes directly.
 
 use bytes::Bytes;
 use kafka_protocol::protocol::Encodable;
+use strata_wire::FetchResponseChunks;
 
 pub(crate) use strata_wire::frame::EncodeError;
 
@@ -35,22 +36,14 @@ pub(crate) fn encode_response<R: Encodable>(
     })
 }
 
-/// Encodes `body` at `version`, writing each of `shared` (record batches the body carries)
-/// as its own chunk instead of copying it.
-pub(crate) fn encode_response_vectored<R: Encodable>(
+/// Encodes a Fetch response at `version`, each record batch of 512 bytes or more as its own
+/// chunk, written from the log's buffer.
+pub(crate) fn encode_fetch_response(
     correlation_id: i32,
-    header_version: i16,
-    body: &R,
+    body: &FetchResponseChunks,
     version: i16,
-    shared: &[Bytes],
 ) -> Result<ResponseFrame, EncodeError> {
-    let frame = strata_wire::frame::encode_response_frame(
-        correlation_id,
-        header_version,
-        body,
-        version,
-        shared,
-    )?;
+    let frame = body.encode_frame(correlation_id, version)?;
     Ok(ResponseFrame {
         chunks: frame.into_parts(),
     })

@@ -90,6 +90,8 @@ impl Broker {
                 parts.settings.advertised_host.clone(),
                 parts.settings.advertised_port,
             ),
+            // Not the member-id seed itself: the two streams of numbers stay independent.
+            parts.member_id_seed.rotate_left(17) ^ 0x5851_f42d_4c95_7f2d,
         )
         .await?;
         Self::open_joined(parts, store, joined).await
@@ -177,7 +179,7 @@ impl Broker {
                     warn!(error = %e, "accept failed");
                     tokio::select! {
                         _ = &mut shutdown => break,
-                        _ = tokio::time::sleep(ACCEPT_ERROR_BACKOFF) => continue,
+                        _ = self.clock.sleep(ACCEPT_ERROR_BACKOFF) => continue,
                     }
                 }
             };
@@ -206,7 +208,8 @@ impl Broker {
         info!("stopped accepting connections; finishing in-flight requests");
         let _ = shutdown_tx.send(true);
         drop(done_tx);
-        if tokio::time::timeout(self.settings.shutdown_grace, done_rx.recv())
+        let grace = self.settings.shutdown_grace;
+        if strata_core::timeout(self.clock.as_ref(), grace, done_rx.recv())
             .await
             .is_err()
         {

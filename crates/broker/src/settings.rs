@@ -79,6 +79,9 @@ pub struct BrokerSettings {
     /// `group.max.session.timeout.ms`: JoinGroups asking for a longer session are refused
     /// (INVALID_SESSION_TIMEOUT).
     pub group_max_session_timeout: Duration,
+    /// How long a write of the group log may wait to become durable (see
+    /// `GroupConfig::offsets_commit_timeout`).
+    pub offsets_commit_timeout: Duration,
     /// Cluster mode: None serves every partition here (a broker alone on its storage); Some
     /// makes this broker one member of a cluster sharing the storage (see [`crate::cluster`]).
     pub cluster: Option<ClusterSettings>,
@@ -127,6 +130,7 @@ impl BrokerSettings {
             min_session_timeout: self.group_min_session_timeout,
             max_session_timeout: self.group_max_session_timeout,
             initial_rebalance_delay: self.group_initial_rebalance_delay,
+            offsets_commit_timeout: self.offsets_commit_timeout,
             ..GroupConfig::default()
         }
     }
@@ -161,6 +165,7 @@ impl Default for BrokerSettings {
             group_initial_rebalance_delay: groups.initial_rebalance_delay,
             group_min_session_timeout: groups.min_session_timeout,
             group_max_session_timeout: groups.max_session_timeout,
+            offsets_commit_timeout: groups.offsets_commit_timeout,
             cluster: None,
         }
     }

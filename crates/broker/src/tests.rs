@@ -202,7 +202,7 @@ fn zigzag_varint(out: &mut BytesMut, value: i64) {
 }
 
 /// A magic-2 record batch of uncompressed records without keys.
-fn record_batch(values: &[&[u8]], timestamp: i64) -> Bytes {
+pub(crate) fn record_batch(values: &[&[u8]], timestamp: i64) -> Bytes {
     let mut records = BytesMut::new();
     for (i, value) in values.iter().enumerate() {
         let mut record = BytesMut::new();

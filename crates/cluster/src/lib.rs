@@ -70,6 +70,9 @@
 //! - it never deletes the highest-sequence object of a stream that may still be written,
 //!   or a seal could land below the writer's next sequence number.
 
+// Tests may use real time and ambient randomness (see clippy.toml).
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
+
 pub mod admin;
 pub mod controller;
 mod error;

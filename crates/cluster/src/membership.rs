@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use strata_core::{BrokerId, Clock};
+use strata_core::{BrokerId, Clock, Ticker};
 use strata_storage::{ObjectKey, ObjectStore, PutMode, StorageError, Version};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -431,7 +431,7 @@ impl Membership {
                 }
                 Err(e) => return Err(e),
             }
-            tokio::time::sleep(self.config.heartbeat_interval).await;
+            self.clock.sleep(self.config.heartbeat_interval).await;
         }
         if let Err(e) = self.refresh().await {
             tracing::warn!(error = %e, "first membership listing failed; the next round retries");
@@ -616,8 +616,7 @@ impl Membership {
     }
 
     async fn run(mut self, mut commands: mpsc::Receiver<Command>) -> ClusterResult<()> {
-        let mut ticker = tokio::time::interval(self.config.heartbeat_interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ticker = Ticker::new(Arc::clone(&self.clock), self.config.heartbeat_interval);
         loop {
             tokio::select! {
                 command = commands.recv() => match command {
@@ -1060,12 +1059,14 @@ mod tests {
         assert_eq!(ids(&a.refresh().await.unwrap()), [1, 2]);
     }
 
-    #[tokio::test]
+    /// The spawned task heartbeats on its clock's ticks: the real clock here, on tokio's paused
+    /// time, so the test runs in virtual time.
+    #[tokio::test(start_paused = true)]
     async fn the_spawned_membership_publishes_views_drains_and_leaves() {
-        let (store, clock) = setup();
+        let (store, _) = setup();
         let mut m = Membership::new(
             store.clone(),
-            clock.clone(),
+            strata_core::SystemClock::shared(),
             MembershipConfig {
                 heartbeat_interval: Duration::from_millis(10),
                 ..MembershipConfig::default()

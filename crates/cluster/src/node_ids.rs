@@ -127,7 +127,7 @@ pub async fn join_with_allocated_id(
             }
             Err(e) => return Err(e),
         }
-        tokio::time::sleep(config.heartbeat_interval).await;
+        clock.sleep(config.heartbeat_interval).await;
     }
 }
 

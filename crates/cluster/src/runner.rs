@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use strata_core::{Clock, Epoch};
+use strata_core::{Clock, Epoch, Ticker};
 use strata_storage::{ObjectStore, Version};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -338,14 +338,12 @@ impl<H: ResourceHost> OwnershipRunner<H> {
         mut commands: mpsc::Receiver<RunnerCommand>,
         status: watch::Sender<OwnershipStatus>,
     ) -> ClusterResult<()> {
-        let mut ticker = tokio::time::interval(self.config.interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ticker = Ticker::new(Arc::clone(&self.clock), self.config.interval);
         // Never firing when the fast path is off; `pending()` keeps the select uniform.
-        let mut watcher = self.config.watch_interval.map(|period| {
-            let mut watcher = tokio::time::interval(period);
-            watcher.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            watcher
-        });
+        let mut watcher = self
+            .config
+            .watch_interval
+            .map(|period| Ticker::new(Arc::clone(&self.clock), period));
         loop {
             let watch_tick = async {
                 match watcher.as_mut() {

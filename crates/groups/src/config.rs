@@ -24,6 +24,11 @@ pub struct GroupConfig {
     pub new_member_join_timeout: Duration,
     /// `offset.metadata.max.bytes`: longer commit metadata gets OFFSET_METADATA_TOO_LARGE.
     pub offset_metadata_max_bytes: usize,
+    /// `offsets.commit.timeout.ms`: how long a write of the group log (a commit, a rebalance's
+    /// state) may wait to become durable before the request fails with
+    /// COORDINATOR_NOT_AVAILABLE and the client retries. Kafka's 5 s waits on replicas; ours
+    /// waits on the storage, so it gets more.
+    pub offsets_commit_timeout: Duration,
 }
 
 impl Default for GroupConfig {
@@ -35,6 +40,7 @@ impl Default for GroupConfig {
             max_group_size: i32::MAX as usize,
             new_member_join_timeout: Duration::from_millis(300_000),
             offset_metadata_max_bytes: 4096,
+            offsets_commit_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use strata_core::{Offset, TopicPartition};
+use strata_core::{timeout_at, Clock, Offset, TopicPartition};
 use strata_storage::StorageError;
 use strata_wire::batch::{self as wire_batch, BatchView, RecordsCheck};
 use tokio::sync::{oneshot, watch, Semaphore};
@@ -25,8 +25,9 @@ use crate::{LogError, LogResult};
 /// How long a produce waits for durability, from the request's acks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Acks {
-    /// acks=0: do not wait (the append is still queued and written).
-    None,
+    /// acks=0: do not wait for durability (the append is still queued and written).
+    /// `timeout` bounds only the wait for room in the in-flight budget.
+    None { timeout: Duration },
     /// acks=1 or acks=-1: wait until the batches are durable in storage. With no replicas
     /// besides the storage itself the two mean the same thing.
     Durable { timeout: Duration },
@@ -49,7 +50,9 @@ pub struct AppendTicket {
     /// A retried batch found queued but not yet durable: answer only once the high watermark
     /// passes this offset (one past its last), or a retry would acknowledge undurable data.
     durable_at: Option<(watch::Receiver<Offset>, i64)>,
-    deadline: tokio::time::Instant,
+    /// On `clock`'s monotonic time.
+    deadline: Duration,
+    clock: Arc<dyn Clock>,
     outcome: AppendOutcome,
 }
 
@@ -58,14 +61,15 @@ impl AppendTicket {
     /// the reason one was not (Timeout if the deadline passed first).
     pub async fn wait(self) -> LogResult<AppendOutcome> {
         for rx in self.waits {
-            match tokio::time::timeout_at(self.deadline, rx).await {
+            match timeout_at(self.clock.as_ref(), self.deadline, rx).await {
                 Err(_) => return Err(LogError::Timeout),
                 Ok(Err(_)) => return Err(LogError::ShuttingDown),
                 Ok(Ok(result)) => result?,
             }
         }
         if let Some((mut hw, end)) = self.durable_at {
-            match tokio::time::timeout_at(self.deadline, hw.wait_for(|hw| hw.0 >= end)).await {
+            let durable = hw.wait_for(|hw| hw.0 >= end);
+            match timeout_at(self.clock.as_ref(), self.deadline, durable).await {
                 Err(_) => return Err(LogError::Timeout),
                 Ok(Err(_)) => return Err(LogError::ShuttingDown),
                 Ok(Ok(_)) => {}
@@ -157,13 +161,13 @@ impl LogManager {
 
         // Backpressure: hold the request's bytes against the broker-wide in-flight budget.
         let timeout = match acks {
-            Acks::Durable { timeout } => timeout,
-            Acks::None => Duration::from_secs(30),
+            Acks::Durable { timeout } | Acks::None { timeout } => timeout,
         };
         let want = records
             .len()
             .clamp(1, shared.config.max_pending_bytes.max(1)) as u32;
-        let permit = match tokio::time::timeout(
+        let permit = match strata_core::timeout(
+            shared.clock.as_ref(),
             timeout,
             shared.pending_bytes.clone().acquire_many_owned(want),
         )
@@ -226,7 +230,7 @@ impl LogManager {
                     );
                 }
                 let done = match acks {
-                    Acks::None => None,
+                    Acks::None { .. } => None,
                     Acks::Durable { .. } => {
                         let (tx, rx) = oneshot::channel();
                         waits.push(rx);
@@ -269,7 +273,8 @@ impl LogManager {
         Ok(AppendTicket {
             waits,
             durable_at,
-            deadline: tokio::time::Instant::now() + timeout,
+            deadline: shared.clock.monotonic().saturating_add(timeout),
+            clock: Arc::clone(&shared.clock),
             outcome: AppendOutcome {
                 base_offset: Offset(first_base),
                 log_append_time: log_append_time.unwrap_or(-1),

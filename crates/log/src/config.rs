@@ -43,6 +43,12 @@ pub struct LogConfig {
     /// holds a decompressor's window (up to 16 MiB for zstd) or, for raw snappy, the whole
     /// decompressed batch, so this bounds that memory as well as the CPU.
     pub max_concurrent_decompressions: usize,
+    /// A graceful handover waits this long for the partition's queued appends to become
+    /// durable; past it the handover fails and the partition serves on (the cluster retries).
+    pub handover_timeout: Duration,
+    /// Shutdown waits this long for queued appends to become durable before failing them
+    /// (storage may be down).
+    pub shutdown_timeout: Duration,
 }
 
 impl Default for LogConfig {
@@ -60,6 +66,8 @@ impl Default for LogConfig {
             default_partitions: 1,
             max_decompressed_batch_bytes: 64 << 20,
             max_concurrent_decompressions: default_concurrent_decompressions(),
+            handover_timeout: Duration::from_secs(30),
+            shutdown_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -33,7 +33,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     loop {
         tokio::select! {
             _ = stop.changed() => return,
-            _ = tokio::time::sleep(tick) => {}
+            _ = shared.clock.sleep(tick) => {}
         }
         if *stop.borrow() {
             return;

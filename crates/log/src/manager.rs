@@ -5,7 +5,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
 
 use strata_core::{BrokerId, Clock};
 use strata_storage::ObjectStore;
@@ -201,7 +200,8 @@ impl LogManager {
         let writer = lock_mutex(&self.writer_task).take();
         if let Some(mut handle) = writer {
             // Storage may be down: bound the wait, then let pending appends fail.
-            if tokio::time::timeout(Duration::from_secs(30), &mut handle)
+            let patience = self.shared.config.shutdown_timeout;
+            if strata_core::timeout(self.shared.clock.as_ref(), patience, &mut handle)
                 .await
                 .is_err()
             {

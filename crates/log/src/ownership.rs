@@ -17,7 +17,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use strata_core::{Offset, TopicPartition};
@@ -406,7 +405,10 @@ pub(crate) async fn release(shared: &Arc<Shared>, tp: &TopicPartition) -> LogRes
         }
     }
     // Appends already queued keep their place in the group commit; wait for them.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let deadline = shared
+        .clock
+        .monotonic()
+        .saturating_add(shared.config.handover_timeout);
     loop {
         let (hw, next) = {
             let st = part.lock();
@@ -415,7 +417,7 @@ pub(crate) async fn release(shared: &Arc<Shared>, tp: &TopicPartition) -> LogRes
         if hw >= next {
             break;
         }
-        if tokio::time::timeout_at(deadline, hw_rx.changed())
+        if strata_core::timeout_at(shared.clock.as_ref(), deadline, hw_rx.changed())
             .await
             .is_err()
         {

@@ -993,7 +993,15 @@ async fn a_backlog_is_written_in_groups_of_at_most_flush_bytes() {
     // Forty batches queue before the writer runs (one runtime thread): one backlog of 10 KB,
     // like the one that builds up while a write is stuck.
     for _ in 0..40 {
-        log.append(&t0, one.clone(), Acks::None).await.unwrap();
+        log.append(
+            &t0,
+            one.clone(),
+            Acks::None {
+                timeout: Duration::from_secs(30),
+            },
+        )
+        .await
+        .unwrap();
     }
     wait_for_high_watermark(&log, &t0, 40).await;
     let header_room = 4096;

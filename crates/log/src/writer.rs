@@ -21,7 +21,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::stream::{FuturesOrdered, StreamExt};
-use strata_storage::{ObjectKey, ObjectStore, PutMode, StorageError};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use strata_core::Clock;
+use strata_storage::{full_jitter, holds_our_bytes, ObjectKey, ObjectStore, PutMode, StorageError};
 use tokio::sync::{oneshot, watch, Notify, OwnedSemaphorePermit};
 
 use crate::partition::Partition;
@@ -206,8 +209,9 @@ impl WriterQueue {
             };
             match wait {
                 None => notified.await,
+                // The same clock as the trigger above: a write is due when `clock` says so.
                 Some(d) => {
-                    let _ = tokio::time::timeout(d, notified).await;
+                    let _ = strata_core::timeout(clock, d, notified).await;
                 }
             }
         }
@@ -243,7 +247,7 @@ pub type OnDurable = dyn Fn(u64, &Bytes, Vec<(PendingAppend, WalEntry)>) + Send 
 /// What the writer needs from the log manager.
 pub struct WriterContext {
     pub store: Arc<dyn ObjectStore>,
-    pub clock: Arc<dyn strata_core::Clock>,
+    pub clock: Arc<dyn Clock>,
     pub queue: Arc<WriterQueue>,
     pub stream: u32,
     pub flush_bytes: usize,
@@ -257,6 +261,10 @@ pub struct WriterContext {
     /// Called once if another broker sealed this stream.
     pub on_fenced: Arc<dyn Fn() + Send + Sync>,
 }
+
+/// The write-ahead put's backoff ceiling: first retry, and the cap it doubles up to.
+const PUT_BACKOFF_FIRST: Duration = Duration::from_millis(2);
+const PUT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 type WriteResult = (u64, Bytes, Vec<PendingAppend>, Vec<WalEntry>, LogResult<()>);
 
@@ -296,8 +304,8 @@ pub async fn run(ctx: WriterContext) {
                     Some(items) => {
                         seq += 1;
                         inflight.push_back(Box::pin(write_group(
-                            ctx.store.clone(), ctx.queue.clone(), ctx.stream, seq, items,
-                            ctx.give_up.clone(),
+                            ctx.store.clone(), ctx.clock.clone(), ctx.queue.clone(), ctx.stream,
+                            seq, items, ctx.give_up.clone(),
                         )));
                     }
                     None => draining = true,
@@ -329,6 +337,7 @@ fn fail_all(items: Vec<PendingAppend>, e: &LogError) {
 
 async fn write_group(
     store: Arc<dyn ObjectStore>,
+    clock: Arc<dyn Clock>,
     queue: Arc<WriterQueue>,
     stream: u32,
     seq: u64,
@@ -344,7 +353,8 @@ async fn write_group(
     let mut stalled = false;
     let result = put_durably(
         store.as_ref(),
-        &wal::key(stream, seq),
+        clock.as_ref(),
+        (stream, seq),
         object.clone(),
         give_up,
         |error| {
@@ -376,29 +386,38 @@ async fn write_group(
     (seq, object, items, entries, result)
 }
 
-/// Writes a write-ahead object create-only, retrying transient failures with capped backoff.
+/// Writes a write-ahead object create-only until it lands, a seal refuses it, or `give_up`.
+///
+/// Two policies meet here, deliberately: each put goes through the storage stack's retry
+/// layer, which rides out seconds of trouble within a budget (`RetryPolicy`); once that budget
+/// is spent, this loop never abandons the write, because appends are waiting on it and giving
+/// up would leave the broker unable to accept any until restarted. Its waits are full-jitter
+/// backoff drawn from a generator seeded by the object's (stream, seq), so brokers that failed
+/// together spread out, and a replay waits the same.
 ///
 /// A retried create can find the object present because an earlier attempt did land even
-/// though we saw an error: reading it back and comparing tells ours (success) from somebody
-/// else's seal (we are fenced).
+/// though we saw an error: `holds_our_bytes` tells ours (success) from somebody else's seal
+/// (we are fenced).
 async fn put_durably(
     store: &dyn ObjectStore,
-    key: &str,
+    clock: &dyn Clock,
+    (stream, seq): (u32, u64),
     object: Bytes,
     mut give_up: watch::Receiver<bool>,
     mut on_failure: impl FnMut(&StorageError),
 ) -> LogResult<()> {
-    let key = ObjectKey::new(key)?;
-    let mut backoff = Duration::from_millis(2);
+    let key = ObjectKey::new(wal::key(stream, seq))?;
+    let mut rng = StdRng::seed_from_u64((u64::from(stream) << 40) ^ seq);
+    let mut ceiling = PUT_BACKOFF_FIRST;
     let mut attempts = 0u32;
     loop {
         attempts += 1;
         match store.put(&key, object.clone(), PutMode::Create).await {
             Ok(_) => return Ok(()),
             Err(StorageError::AlreadyExists(_)) => {
-                return match store.get(&key).await {
-                    Ok((existing, _)) if existing == object => Ok(()),
-                    Ok(_) => Err(LogError::Fenced),
+                return match holds_our_bytes(store, &key, &object).await {
+                    Ok(Some(_)) => Ok(()),
+                    Ok(None) => Err(LogError::Fenced),
                     Err(e) => Err(e.into()),
                 };
             }
@@ -414,10 +433,10 @@ async fn put_durably(
                     return Err(e.into());
                 }
                 tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = clock.sleep(full_jitter(ceiling, &mut rng)) => {}
                     _ = give_up.changed() => return Err(e.into()),
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(1));
+                ceiling = (ceiling * 2).min(PUT_BACKOFF_MAX);
             }
             Err(e) => return Err(e.into()),
         }

@@ -132,7 +132,7 @@ async fn move_partition(args: MoveArgs) -> anyhow::Result<()> {
                  the move stays requested"
             );
         }
-        tokio::time::sleep(POLL).await;
+        clock.sleep(POLL).await;
     }
 }
 
@@ -172,6 +172,6 @@ async fn drain(args: DrainArgs) -> anyhow::Result<()> {
             let _ = writeln!(stderr);
             bail!("broker {broker} still holds {held} partitions after {timeout:?}; it keeps draining");
         }
-        tokio::time::sleep(DRAIN_POLL).await;
+        clock.sleep(DRAIN_POLL).await;
     }
 }

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use strata_core::Clock;
+use strata_core::{Clock, Ticker};
 use strata_storage::{StorageHealth, StorageHealthSnapshot};
 use tracing::{info, warn};
 
@@ -75,8 +75,7 @@ impl HealthTransitions {
 
 /// Watches `health` forever, logging transitions. Spawn it and abort it at shutdown.
 pub async fn watch(backend: &'static str, health: Arc<StorageHealth>, clock: Arc<dyn Clock>) {
-    let mut ticks = tokio::time::interval(CHECK_INTERVAL);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks = Ticker::new(Arc::clone(&clock), CHECK_INTERVAL);
     let mut state = HealthTransitions::default();
     loop {
         ticks.tick().await;

@@ -55,7 +55,7 @@ pub async fn serve(listener: TcpListener, source: Arc<MetricsSource>, limits: Ht
             Err(error) => {
                 // Typically out of file descriptors: pausing lets some close instead of spinning.
                 debug!(%error, "metrics endpoint: accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                source.clock().sleep(Duration::from_millis(100)).await;
                 continue;
             }
         };
@@ -98,7 +98,7 @@ async fn handle(
     waiting: &AtomicBool,
     timeout: Duration,
 ) -> io::Result<()> {
-    let head = match tokio::time::timeout(timeout, read_head(&mut stream)).await {
+    let head = match strata_core::timeout(source.clock(), timeout, read_head(&mut stream)).await {
         Ok(head) => head?,
         Err(_) => return Ok(()), // Too slow to ask: drop it without a word.
     };
@@ -125,7 +125,7 @@ async fn handle(
         }
         Ok::<(), io::Error>(())
     };
-    match tokio::time::timeout(timeout, write).await {
+    match strata_core::timeout(source.clock(), timeout, write).await {
         Ok(result) => result,
         Err(_) => Ok(()),
     }

@@ -7,6 +7,9 @@
 //! actual port (tests start the binary with `--listen 127.0.0.1:0` and wait for that line).
 //! With `metrics_listen` set, `metrics on <address>` likewise reports the metrics endpoint.
 
+// Tests may use real time and ambient randomness (see clippy.toml).
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
+
 mod admin;
 mod health;
 mod http;
@@ -59,13 +62,14 @@ enum Command {
     /// request_read_timeout,
     /// max_inflight_requests_per_connection, shutdown_grace, group_shards,
     /// group_initial_rebalance_delay, group_min_session_timeout, group_max_session_timeout,
-    /// metrics_listen, metrics_max_connections, metrics_timeout, cluster, lease_period,
+    /// offsets_commit_timeout, metrics_listen, metrics_max_connections, metrics_timeout, cluster, lease_period,
     /// heartbeat_interval, ownership_interval, move_watch_interval, auto_rebalance,
     /// standalone_seal_check) and a [log] section (flush_interval,
     /// flush_bytes, max_pending_bytes, segment_bytes, segment_interval, cache_bytes,
     /// retention_check_interval, default_partitions, max_inflight_flushes,
     /// max_decompressed_batch_bytes [default: 64MiB], max_concurrent_decompressions [default:
-    /// CPU cores]). Environment
+    /// CPU cores], handover_timeout [default: 30s], shutdown_timeout [default: 30s]).
+    /// Environment
     /// variables: STRATA_ + the upper-cased key, STRATA_LOG_ + key for the [log] section
     /// (e.g. STRATA_LISTEN, STRATA_STORAGE, STRATA_NODE_ID, STRATA_LOG_FLUSH_INTERVAL).
     /// Durations are human-readable ("1ms", "30s", "5m"); byte sizes are integers or
@@ -301,6 +305,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // The process's one source of randomness, drawn here and handed down (retry jitter, group
     // member ids), so that brokers started together do not retry in lockstep and a run can be
     // told apart from another in the log.
+    #[allow(clippy::disallowed_methods)] // the one place the process draws its randomness
     let seed: u64 = rand::random();
     info!(seed, "randomness seed for retry jitter and member ids");
     let backend = open_backend(settings.storage.clone())
@@ -365,6 +370,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 cluster,
                 settings.node_id.map(BrokerId),
                 (advertised_host.clone(), advertised_port),
+                seed.rotate_left(17) ^ 0x5851_f42d_4c95_7f2d,
             )
             .await
             .context("joining the cluster")?,
@@ -393,7 +399,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     let parts = BrokerParts {
         log: Arc::clone(&log),
-        clock,
+        clock: Arc::clone(&clock),
         settings: BrokerSettings {
             node_id,
             advertised_host: advertised_host.clone(),
@@ -416,6 +422,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             group_initial_rebalance_delay: settings.group_initial_rebalance_delay,
             group_min_session_timeout: settings.group_min_session_timeout,
             group_max_session_timeout: settings.group_max_session_timeout,
+            offsets_commit_timeout: settings.offsets_commit_timeout,
             cluster: cluster_settings,
             ..BrokerSettings::default()
         },
@@ -449,7 +456,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             // storage seals our stream, and we would learn it only from our next write — while
             // answering Metadata as leader and serving stale reads. Watch for the seal instead,
             // and exit like a fenced cluster broker.
-            let sealed = watch_for_seal(Arc::clone(&log), settings.standalone_seal_check);
+            let sealed = watch_for_seal(
+                Arc::clone(&log),
+                Arc::clone(&clock),
+                settings.standalone_seal_check,
+            );
             tokio::select! {
                 () = broker.serve(listener, shutdown_signal()) => {}
                 () = sealed => anyhow::bail!(
@@ -493,7 +504,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
 /// Resolves once the log learns it is fenced: from a write that hit a seal, or from a look at
 /// our own stream every `every` (a listing of our stream and a few small reads).
-async fn watch_for_seal(log: Arc<LogManager>, every: Duration) {
+async fn watch_for_seal(log: Arc<LogManager>, clock: Arc<dyn Clock>, every: Duration) {
     let mut fenced = log.fenced();
     loop {
         if *fenced.borrow_and_update() {
@@ -506,7 +517,7 @@ async fn watch_for_seal(log: Arc<LogManager>, every: Duration) {
                     std::future::pending::<()>().await;
                 }
             }
-            () = tokio::time::sleep(every) => match log.is_sealed().await {
+            () = clock.sleep(every) => match log.is_sealed().await {
                 Ok(true) => return,
                 Ok(false) => {}
                 Err(e) => tracing::warn!(error = %e, "could not check whether our stream was sealed"),

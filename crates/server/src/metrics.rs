@@ -39,6 +39,11 @@ pub struct MetricsSource {
 }
 
 impl MetricsSource {
+    /// The clock the endpoint times its clients on.
+    pub fn clock(&self) -> &dyn Clock {
+        self.clock.as_ref()
+    }
+
     /// `backend` labels the storage series (the store's `backend_name()`, e.g. "s3", "file").
     pub fn new(
         backend: impl Into<String>,

@@ -87,6 +87,10 @@ pub struct Settings {
     /// Longest session timeout a consumer may ask for (`group.max.session.timeout.ms`).
     #[serde(with = "humantime_serde")]
     pub group_max_session_timeout: Duration,
+    /// How long a group write (offset commit, rebalance state) may wait to become durable
+    /// before the request fails with COORDINATOR_NOT_AVAILABLE (`offsets.commit.timeout.ms`).
+    #[serde(with = "humantime_serde")]
+    pub offsets_commit_timeout: Duration,
     /// Address of the HTTP endpoint serving `GET /metrics` (Prometheus text format) and
     /// `GET /health` (200 while storage answers, 503 after 3 failed requests in a row). Unset
     /// (the default) serves neither. Port 0 picks a free port (reported in the log as
@@ -171,6 +175,13 @@ pub struct LogSettings {
     /// up to 16MiB each for zstd, the whole batch for raw snappy); more wait. Default: the
     /// number of CPU cores.
     pub max_concurrent_decompressions: Option<usize>,
+    /// A graceful handover waits this long for the partition's queued appends to become
+    /// durable; past it the handover fails and the partition serves on.
+    #[serde(with = "humantime_serde")]
+    pub handover_timeout: Duration,
+    /// Shutdown waits this long for queued appends to become durable before failing them.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_timeout: Duration,
 }
 
 impl Default for Settings {
@@ -198,6 +209,7 @@ impl Default for Settings {
             group_initial_rebalance_delay: broker.group_initial_rebalance_delay,
             group_min_session_timeout: broker.group_min_session_timeout,
             group_max_session_timeout: broker.group_max_session_timeout,
+            offsets_commit_timeout: broker.offsets_commit_timeout,
             metrics_listen: None,
             metrics_max_connections: 64,
             metrics_timeout: Duration::from_secs(5),
@@ -232,6 +244,8 @@ impl Default for LogSettings {
             max_inflight_flushes: log.max_inflight_flushes,
             max_decompressed_batch_bytes: ByteSize(log.max_decompressed_batch_bytes as u64),
             max_concurrent_decompressions: None,
+            handover_timeout: log.handover_timeout,
+            shutdown_timeout: log.shutdown_timeout,
         }
     }
 }
@@ -274,6 +288,8 @@ impl LogSettings {
             max_concurrent_decompressions: self
                 .max_concurrent_decompressions
                 .unwrap_or_else(strata_log::default_concurrent_decompressions),
+            handover_timeout: self.handover_timeout,
+            shutdown_timeout: self.shutdown_timeout,
             ..LogConfig::default()
         })
     }
@@ -524,6 +540,11 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         &["group_max_session_timeout"],
         Kind::Text,
     ),
+    (
+        "STRATA_OFFSETS_COMMIT_TIMEOUT",
+        &["offsets_commit_timeout"],
+        Kind::Text,
+    ),
     ("STRATA_METRICS_LISTEN", &["metrics_listen"], Kind::Text),
     (
         "STRATA_METRICS_MAX_CONNECTIONS",
@@ -587,6 +608,16 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
     (
         "STRATA_LOG_RETENTION_CHECK_INTERVAL",
         &["log", "retention_check_interval"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_LOG_HANDOVER_TIMEOUT",
+        &["log", "handover_timeout"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_LOG_SHUTDOWN_TIMEOUT",
+        &["log", "shutdown_timeout"],
         Kind::Text,
     ),
     (
@@ -1040,6 +1071,16 @@ impl Settings {
         // Both binds would race for the port and the loser's error would not say why.
         if self.metrics_listen == Some(self.listen) && self.listen.port() != 0 {
             return bad("metrics_listen", "must differ from listen");
+        }
+        if self.offsets_commit_timeout.is_zero() {
+            return bad("offsets_commit_timeout", "must be more than 0");
+        }
+        // Zero would fail every handover and shutdown at once, losing nothing but availability.
+        if self.log.handover_timeout.is_zero() {
+            return bad("log.handover_timeout", "must be more than 0");
+        }
+        if self.log.shutdown_timeout.is_zero() {
+            return bad("log.shutdown_timeout", "must be more than 0");
         }
         // Zero would list our stream in a tight loop.
         if self.standalone_seal_check.is_zero() {

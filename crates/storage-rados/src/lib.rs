@@ -18,6 +18,9 @@
 //! librados is linked only with the cargo feature `rados` (needs `librados-dev`). Without it
 //! the crate still parses URLs, and [`open`] answers that this binary was built without RADOS.
 
+// Tests may use real time and ambient randomness (see clippy.toml).
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
+
 mod config;
 
 #[cfg(feature = "rados")]

@@ -5,11 +5,11 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use strata_core::{Clock, SystemClock};
 use strata_storage::{
     ListedKey, ObjectKey, ObjectMeta, ObjectStore, PutMode, StorageError, StorageResult, Version,
 };
 use tokio::sync::Semaphore;
-use tokio::time::Instant;
 
 use crate::config::RadosConfig;
 use crate::ffi::{errno_text, Cluster, Condition, Errno, IoCtx};
@@ -23,6 +23,8 @@ use crate::ffi::{errno_text, Cluster, Condition, Errno, IoCtx};
 pub struct RadosStore {
     shared: Arc<Shared>,
     in_flight: Arc<Semaphore>,
+    /// Times requests for error reports (the real clock unless [`Self::with_clock`]).
+    clock: Arc<dyn Clock>,
 }
 
 struct Shared {
@@ -95,7 +97,14 @@ impl RadosStore {
                 cluster,
             }),
             in_flight,
+            clock: SystemClock::shared(),
         })
+    }
+
+    /// Times requests on `clock` instead of the real clock.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// The parsed configuration.
@@ -114,7 +123,7 @@ impl RadosStore {
             .await
             .map_err(|_| OpError::Internal("RADOS store is shut down".to_string()))?;
         let shared = Arc::clone(&self.shared);
-        let started = Instant::now();
+        let started = self.clock.monotonic();
         let joined = tokio::task::spawn_blocking(move || {
             // Held by the blocking thread, so the limit counts operations really running, even
             // when the awaiting future has been dropped.
@@ -125,7 +134,7 @@ impl RadosStore {
             result.map_err(OpError::Errno)
         })
         .await;
-        let elapsed = started.elapsed();
+        let elapsed = self.clock.monotonic().saturating_sub(started);
         match joined {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(OpError::Errno(errno))) => Err(OpError::Timed(errno, elapsed)),

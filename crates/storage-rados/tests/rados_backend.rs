@@ -3,6 +3,8 @@
 //! variable, or in a build without the `rados` feature, every test prints a notice and passes as
 //! skipped: `cargo test -p strata-storage-rados --features rados`.
 
+// Tests run against a real server in real time (see clippy.toml).
+#![allow(clippy::disallowed_methods)]
 // Test helpers outside #[test] functions: a failed unwrap is how they report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

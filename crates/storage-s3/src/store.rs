@@ -12,10 +12,10 @@ use object_store::{
     GetOptions, GetRange, ObjectStore as _, ObjectStoreExt as _, PutMode as OsPutMode, PutOptions,
     PutPayload, UpdateVersion,
 };
+use strata_core::{Clock, SystemClock};
 use strata_storage::{
     ChangeTag, ObjectKey, ObjectMeta, ObjectStore, PutMode, StorageError, StorageResult, Version,
 };
-use tokio::time::Instant;
 
 use crate::config::{EtagQuoting, S3Config};
 use crate::errors::{http_status, is_final_server_error, map_error, Op};
@@ -36,6 +36,8 @@ pub struct S3Store {
     config: S3Config,
     /// For `EtagQuoting::Auto`: which `If-Match` form the server accepted last.
     learned_quoting: AtomicU8,
+    /// Times requests for error reports (the real clock unless [`Self::with_clock`]).
+    clock: Arc<dyn Clock>,
 }
 
 impl fmt::Debug for S3Store {
@@ -66,6 +68,7 @@ impl S3Store {
             inner: Arc::new(inner),
             config,
             learned_quoting: AtomicU8::new(LEARNED_NOTHING),
+            clock: SystemClock::shared(),
         })
     }
 
@@ -137,7 +140,7 @@ impl S3Store {
         mode: OsPutMode,
         expected: Option<&str>,
     ) -> Result<Version, PutFailure> {
-        let started = Instant::now();
+        let started = self.clock.monotonic();
         let err = match self.put_once(path, outgoing, mode).await {
             Ok(result) => return version_of(key, result.e_tag).map_err(PutFailure::Mapped),
             Err(object_store::Error::Precondition { .. }) => return Err(PutFailure::Rejected),
@@ -149,7 +152,12 @@ impl S3Store {
             Op::Create
         };
         let final_server_error = is_final_server_error(&err);
-        let original = map_error(err, op, Some(key), started.elapsed());
+        let original = map_error(
+            err,
+            op,
+            Some(key),
+            self.clock.monotonic().saturating_sub(started),
+        );
         if !final_server_error {
             return Err(PutFailure::Mapped(original));
         }
@@ -265,13 +273,20 @@ impl S3Store {
         // 412 to the quoted form on a server we know nothing about. If the object still carries
         // the ETag we sent, the server did not understand the quoted tag (RGW 16.2); asking again
         // unquoted is a fresh atomic If-Match, so this can never overwrite someone else's write.
-        let started = Instant::now();
+        let started = self.clock.monotonic();
         let current = match self.head(path).await {
             Ok(meta) => meta.e_tag,
             Err(object_store::Error::NotFound { .. }) => {
                 return Err(StorageError::Precondition(key.clone()))
             }
-            Err(err) => return Err(map_error(err, Op::Read, Some(key), started.elapsed())),
+            Err(err) => {
+                return Err(map_error(
+                    err,
+                    Op::Read,
+                    Some(key),
+                    self.clock.monotonic().saturating_sub(started),
+                ))
+            }
         };
         if current.as_deref().map(|tag| tag.trim_matches('"')) != Some(unquoted.as_str()) {
             return Err(StorageError::Precondition(key.clone()));
@@ -349,12 +364,15 @@ impl S3Store {
     }
 
     async fn size_of(&self, key: &ObjectKey, path: &Path) -> StorageResult<u64> {
-        let started = Instant::now();
-        let stored = self
-            .head(path)
-            .await
-            .map(|meta| meta.size)
-            .map_err(|err| map_error(err, Op::Read, Some(key), started.elapsed()))?;
+        let started = self.clock.monotonic();
+        let stored = self.head(path).await.map(|meta| meta.size).map_err(|err| {
+            map_error(
+                err,
+                Op::Read,
+                Some(key),
+                self.clock.monotonic().saturating_sub(started),
+            )
+        })?;
         self.visible_size(key, stored)
     }
 
@@ -458,11 +476,18 @@ impl ObjectStore for S3Store {
 
     async fn get(&self, key: &ObjectKey) -> StorageResult<(Bytes, Version)> {
         let path = self.path(key)?;
-        let started = Instant::now();
+        let started = self.clock.monotonic();
         let (stored, meta) = self
             .read(&path, GetOptions::default())
             .await
-            .map_err(|err| map_error(err, Op::Read, Some(key), started.elapsed()))?;
+            .map_err(|err| {
+                map_error(
+                    err,
+                    Op::Read,
+                    Some(key),
+                    self.clock.monotonic().saturating_sub(started),
+                )
+            })?;
         Ok((
             self.unwrap_stored(key, stored)?,
             version_of(key, meta.e_tag)?,
@@ -482,7 +507,7 @@ impl ObjectStore for S3Store {
             let size = self.size_of(key, &path).await?;
             return empty_or_invalid(key, &range, size);
         }
-        let started = Instant::now();
+        let started = self.clock.monotonic();
         let options = GetOptions {
             range: Some(GetRange::Bounded(range.clone())),
             ..GetOptions::default()
@@ -505,14 +530,22 @@ impl ObjectStore for S3Store {
                 }
                 Ok(bytes.slice(..keep))
             }
-            Err(err @ object_store::Error::NotFound { .. }) => {
-                Err(map_error(err, Op::Read, Some(key), started.elapsed()))
-            }
+            Err(err @ object_store::Error::NotFound { .. }) => Err(map_error(
+                err,
+                Op::Read,
+                Some(key),
+                self.clock.monotonic().saturating_sub(started),
+            )),
             Err(err) if unsatisfiable_range(&err) => {
                 let size = self.size_of(key, &path).await?;
                 empty_or_invalid(key, &range, size)
             }
-            Err(err) => Err(map_error(err, Op::Read, Some(key), started.elapsed())),
+            Err(err) => Err(map_error(
+                err,
+                Op::Read,
+                Some(key),
+                self.clock.monotonic().saturating_sub(started),
+            )),
         }
     }
 
@@ -529,7 +562,7 @@ impl ObjectStore for S3Store {
                 max_keys: self.config.list_page_size,
                 ..PaginatedListOptions::default()
             };
-            let started = Instant::now();
+            let started = self.clock.monotonic();
             // A raw string prefix, not object_store's `list`, which would treat "wal/1" as the
             // directory "wal/1/" and miss "wal/10/...". No delimiter: the whole subtree.
             let page = self
@@ -539,7 +572,14 @@ impl ObjectStore for S3Store {
                     options,
                 )
                 .await
-                .map_err(|err| map_error(err, Op::List, None, started.elapsed()))?;
+                .map_err(|err| {
+                    map_error(
+                        err,
+                        Op::List,
+                        None,
+                        self.clock.monotonic().saturating_sub(started),
+                    )
+                })?;
             for meta in page.result.objects {
                 let key = match self.key_of(meta.location.as_ref()) {
                     Ok(key) => key,
@@ -573,10 +613,15 @@ impl ObjectStore for S3Store {
 
     async fn delete(&self, key: &ObjectKey) -> StorageResult<()> {
         let path = self.path(key)?;
-        let started = Instant::now();
+        let started = self.clock.monotonic();
         match self.inner.delete(&path).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(err) => Err(map_error(err, Op::Delete, Some(key), started.elapsed())),
+            Err(err) => Err(map_error(
+                err,
+                Op::Delete,
+                Some(key),
+                self.clock.monotonic().saturating_sub(started),
+            )),
         }
     }
 

@@ -17,6 +17,7 @@ const MAGIC: &[u8; 8] = b"STRATAv1";
 
 /// A fresh trailer. The nonce only has to differ between writes, so it comes from the thread RNG
 /// rather than the injected one: it never influences any decision.
+#[allow(clippy::disallowed_methods)]
 pub(crate) fn new_trailer() -> Bytes {
     let nonce: [u8; 16] = rand::random();
     let mut trailer = Vec::with_capacity(TRAILER_LEN as usize);

@@ -2,6 +2,8 @@
 //! `STRATA_TEST_S3_URL` (moto from scripts/moto-up.sh, RGW from scripts/ceph-up.sh; `source` the
 //! env file they print). Without the variable every test prints a notice and passes as skipped.
 
+// Tests run against a real server in real time (see clippy.toml).
+#![allow(clippy::disallowed_methods)]
 // Test helpers outside #[test] functions: a failed unwrap is how they report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

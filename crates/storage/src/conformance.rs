@@ -13,6 +13,8 @@
 //! deletes what it wrote when it passes, so give each run a fresh prefix on shared storage. Checks
 //! panic with a message naming the backend and the broken rule; they are test code.
 
+// Test support: it measures real latencies and waits in real time.
+#![allow(clippy::disallowed_methods)]
 // A failed check is supposed to panic: unwrapping is how it reports.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

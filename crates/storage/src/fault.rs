@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use strata_core::{Clock, SystemClock};
 
 use crate::{
     ListedKey, ObjectKey, ObjectMeta, ObjectStore, OpKind, PutMode, StorageError, StorageResult,
@@ -108,6 +109,8 @@ impl FaultConfig {
 #[derive(Debug)]
 pub struct FaultInjectingStore {
     inner: Arc<dyn ObjectStore>,
+    /// Injected latency is slept on this clock (the real one unless [`Self::with_clock`]).
+    clock: Arc<dyn Clock>,
     state: Mutex<FaultState>,
     outage: AtomicBool,
     injected: AtomicU64,
@@ -139,6 +142,7 @@ impl FaultInjectingStore {
     pub fn new(inner: Arc<dyn ObjectStore>, config: FaultConfig, seed: u64) -> Self {
         Self {
             inner,
+            clock: SystemClock::shared(),
             state: Mutex::new(FaultState {
                 config,
                 rng: StdRng::seed_from_u64(seed),
@@ -147,6 +151,12 @@ impl FaultInjectingStore {
             outage: AtomicBool::new(false),
             injected: AtomicU64::new(0),
         }
+    }
+
+    /// Sleeps injected latency on `clock` (a simulation's) instead of the real clock.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     pub fn set_config(&self, config: FaultConfig) {
@@ -245,7 +255,7 @@ impl FaultInjectingStore {
     ) -> StorageResult<T> {
         let plan = self.plan(op);
         if !plan.delay.is_zero() {
-            tokio::time::sleep(plan.delay).await;
+            self.clock.sleep(plan.delay).await;
         }
         match plan.outcome {
             Outcome::Pass => request.await,

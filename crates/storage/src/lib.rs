@@ -29,6 +29,9 @@
 //! Errors are [`StorageError`], classified by meaning ([`StorageError::is_retryable`],
 //! [`StorageError::is_ambiguous`]); every backend maps its own failures onto it.
 
+// Tests may use real time and ambient randomness (see clippy.toml).
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
+
 mod error;
 mod fault;
 mod health;
@@ -59,7 +62,7 @@ pub use metrics::{
     StorageMetricsSnapshot, LATENCY_BUCKET_BOUNDS,
 };
 pub use op::OpKind;
-pub use retry::{RetryPolicy, RetryStore};
+pub use retry::{full_jitter, holds_our_bytes, RetryPolicy, RetryStore};
 pub use stack::{StackConfig, StorageStack};
 pub use store::{ChangeTag, ListedKey, ObjectMeta, ObjectStore, PutMode, Version};
 pub use timeout::TimeoutStore;

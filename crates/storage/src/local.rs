@@ -139,10 +139,12 @@ impl Header {
     const MAGIC: [u8; 8] = *b"STRATA\x00\x01";
     const LEN: u64 = 24;
 
+    // Not injected: a fresh random value is exactly what is wanted here (uniqueness across
+    // processes sharing the directory, not behaviour), and the local store is not part of the
+    // deterministic simulation (the memory store is).
+    #[allow(clippy::disallowed_methods)]
     fn fresh() -> Self {
         Self {
-            // Not injected: a fresh random value is exactly what is wanted here, and the local
-            // store is not part of the deterministic simulation (the memory store is).
             incarnation: rand::random(),
             generation: 1,
         }

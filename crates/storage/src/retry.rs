@@ -72,7 +72,7 @@ impl RetryPolicy {
 /// Backoff is "full jitter": a uniformly random wait between zero and the exponential ceiling,
 /// which spreads out brokers that failed together better than a fixed or ±-jittered backoff.
 /// The randomness comes from a seeded RNG and elapsed time from the injected clock, so a
-/// simulation replays the same waits; the waits themselves are `tokio::time::sleep`.
+/// simulation replays the same waits; and the waits are the clock's sleeps.
 #[derive(Debug)]
 pub struct RetryStore {
     inner: Arc<dyn ObjectStore>,
@@ -101,13 +101,11 @@ impl RetryStore {
     }
 
     fn backoff(&self, retry: u32) -> Duration {
-        let ceiling = self.policy.backoff_ceiling(retry);
-        let nanos = u64::try_from(ceiling.as_nanos()).unwrap_or(u64::MAX);
         let mut rng = self
             .rng
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        Duration::from_nanos(rng.random_range(0..=nanos))
+        full_jitter(self.policy.backoff_ceiling(retry), &mut *rng)
     }
 
     async fn with_retries<T, Fut>(
@@ -137,7 +135,7 @@ impl RetryStore {
                 return Err(error);
             }
             tracing::debug!(op, ?key, attempts, ?backoff, %error, "retrying storage request");
-            tokio::time::sleep(backoff).await;
+            self.clock.sleep(backoff).await;
             attempts += 1;
         }
     }
@@ -149,20 +147,40 @@ impl RetryStore {
         data: &Bytes,
         conflict: StorageError,
     ) -> StorageResult<Version> {
-        let read = self
-            .with_retries("get", Some(key), || self.inner.get(key))
-            .await;
-        match read {
-            Ok((stored, version)) if stored == *data => {
+        match holds_our_bytes(self, key, data).await {
+            Ok(Some(version)) => {
                 tracing::debug!(%key, "ambiguous put had landed; treating it as a success");
                 Ok(version)
             }
-            Ok(_) => Err(conflict),
-            // Created (by us or not) and deleted since: nothing shows that we won.
-            Err(error) if error.is_not_found() => Err(conflict),
+            Ok(None) => Err(conflict),
             // Still cannot tell: say so rather than guess.
             Err(error) => Err(error),
         }
+    }
+}
+
+/// A uniformly random wait between zero and `ceiling` ("full jitter"): brokers that failed
+/// together spread out better than with a fixed or ±-jittered backoff.
+pub fn full_jitter(ceiling: Duration, rng: &mut impl Rng) -> Duration {
+    let nanos = u64::try_from(ceiling.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(rng.random_range(0..=nanos))
+}
+
+/// After a put of `data` to `key` ran into a conflict (`AlreadyExists`, `Precondition`) that
+/// an earlier, ambiguous attempt of the same put may have caused: does the object hold exactly
+/// our bytes? `Some(version)` if so (the put landed), `None` if it holds other bytes or is gone
+/// (created and deleted since: nothing shows that we won). The one place this question is
+/// answered, for the retry layer and for writers that keep retrying beyond it.
+pub async fn holds_our_bytes(
+    store: &dyn ObjectStore,
+    key: &ObjectKey,
+    data: &Bytes,
+) -> StorageResult<Option<Version>> {
+    match store.get(key).await {
+        Ok((stored, version)) if stored == *data => Ok(Some(version)),
+        Ok(_) => Ok(None),
+        Err(error) if error.is_not_found() => Ok(None),
+        Err(error) => Err(error),
     }
 }
 
@@ -251,7 +269,12 @@ mod tests {
             FaultConfig::none(),
             5,
         ));
-        let store = RetryStore::new(faults.clone(), policy, Arc::new(ManualClock::new(0)), 9);
+        let store = RetryStore::new(
+            faults.clone(),
+            policy,
+            strata_core::SystemClock::shared(),
+            9,
+        );
         Fixture {
             memory,
             faults,
@@ -413,6 +436,9 @@ mod tests {
         }
         fn wall_millis(&self) -> i64 {
             0
+        }
+        fn sleep_until(&self, deadline: Duration) -> strata_core::Sleep {
+            Box::pin(tokio::time::sleep_until(self.0 + deadline))
         }
     }
 

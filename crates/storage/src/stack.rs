@@ -57,7 +57,7 @@ impl StorageStack {
         clock: Arc<dyn Clock>,
     ) -> Self {
         let timed: Arc<dyn ObjectStore> = Arc::new(
-            TimeoutStore::new(backend, config.request_timeout)
+            TimeoutStore::new(backend, config.request_timeout, Arc::clone(&clock))
                 .with_transfer_allowance(config.timeout_per_mib),
         );
         let metered = MetricsStore::new(timed, Arc::clone(&clock));
@@ -83,7 +83,6 @@ impl StorageStack {
 
 #[cfg(test)]
 mod tests {
-    use strata_core::clock::ManualClock;
 
     use super::*;
     use crate::{FaultConfig, FaultInjectingStore, InjectedError, MemoryStore, OpKind};
@@ -98,7 +97,7 @@ mod tests {
         let stack = StorageStack::build(
             faults.clone(),
             &StackConfig::default(),
-            Arc::new(ManualClock::new(0)),
+            strata_core::SystemClock::shared(),
         );
         crate::conformance::run_all(Arc::clone(&stack.store), "stack").await;
 
@@ -185,7 +184,7 @@ mod tests {
         let stack = StorageStack::build(
             faults,
             &StackConfig::default(),
-            Arc::new(ManualClock::new(0)),
+            strata_core::SystemClock::shared(),
         );
         let key = crate::ObjectKey::new("k/one").unwrap();
         stack

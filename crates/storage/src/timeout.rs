@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use strata_core::Clock;
 
 use crate::{
     ListedKey, ObjectKey, ObjectMeta, ObjectStore, PutMode, StorageError, StorageResult, Version,
@@ -26,14 +27,20 @@ const MIB: u64 = 1 << 20;
 #[derive(Debug)]
 pub struct TimeoutStore {
     inner: Arc<dyn ObjectStore>,
+    clock: Arc<dyn Clock>,
     request_timeout: Duration,
     per_mib: Duration,
 }
 
 impl TimeoutStore {
-    pub fn new(inner: Arc<dyn ObjectStore>, request_timeout: Duration) -> Self {
+    pub fn new(
+        inner: Arc<dyn ObjectStore>,
+        request_timeout: Duration,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         Self {
             inner,
+            clock,
             request_timeout,
             per_mib: Duration::ZERO,
         }
@@ -56,7 +63,7 @@ impl TimeoutStore {
         deadline: Duration,
         request: impl Future<Output = StorageResult<T>>,
     ) -> StorageResult<T> {
-        tokio::time::timeout(deadline, request)
+        strata_core::timeout(self.clock.as_ref(), deadline, request)
             .await
             .unwrap_or(Err(StorageError::Timeout(deadline)))
     }
@@ -111,7 +118,11 @@ mod tests {
             FaultConfig::none(),
             1,
         ));
-        let store = TimeoutStore::new(faults.clone(), Duration::from_millis(500));
+        let store = TimeoutStore::new(
+            faults.clone(),
+            Duration::from_millis(500),
+            strata_core::SystemClock::shared(),
+        );
         faults.inject_next(OpKind::List, Fault::Delay(Duration::from_secs(10)));
         let started = tokio::time::Instant::now();
         let err = store.list("").await.unwrap_err();
@@ -133,8 +144,12 @@ mod tests {
             FaultConfig::none(),
             1,
         ));
-        let store = TimeoutStore::new(faults.clone(), Duration::from_millis(500))
-            .with_transfer_allowance(Duration::from_millis(100));
+        let store = TimeoutStore::new(
+            faults.clone(),
+            Duration::from_millis(500),
+            strata_core::SystemClock::shared(),
+        )
+        .with_transfer_allowance(Duration::from_millis(100));
         assert_eq!(store.deadline_for(0), Duration::from_millis(500));
         assert_eq!(store.deadline_for(1), Duration::from_millis(600));
         assert_eq!(store.deadline_for(8 * MIB), Duration::from_millis(1300));

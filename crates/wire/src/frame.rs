@@ -5,11 +5,8 @@
 //! `client_id: nullable string`, and tagged fields in the flexible header v2); a response body
 //! starts with the response header (`correlation_id`, plus tagged fields in v1).
 
-use std::collections::HashMap;
 use std::io::IoSlice;
-use std::ops::Range;
 
-use bytes::buf::UninitSlice;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::buf::ByteBufMut;
@@ -22,10 +19,6 @@ pub const SIZE_PREFIX_LEN: usize = 4;
 /// `api_key`, `api_version` and `correlation_id`: the part of a request header that every
 /// version shares, and all we need to answer a request we cannot decode.
 pub const REQUEST_HEADER_FIXED_LEN: usize = 8;
-
-/// Record chunks shorter than this are copied into the encoded response rather than spliced in
-/// as their own part: an extra iovec costs more than copying a few hundred bytes.
-const SPLICE_MIN_LEN: usize = 512;
 
 /// Why an incoming frame or request could not be taken apart.
 ///
@@ -267,7 +260,7 @@ pub fn parse_request_header(frame: &mut Bytes) -> Result<RequestHeaderInfo, Fram
     Ok(info(RequestApi::Supported { key, header }))
 }
 
-fn encode_header(
+pub(crate) fn encode_header(
     buf: &mut impl ByteBufMut,
     correlation_id: i32,
     response_header_version: i16,
@@ -290,14 +283,15 @@ fn body_error<E: std::fmt::Display>(version: i16) -> impl Fn(E) -> EncodeError {
     }
 }
 
-fn frame_size(len: usize) -> Result<i32, EncodeError> {
+pub(crate) fn frame_size(len: usize) -> Result<i32, EncodeError> {
     i32::try_from(len).map_err(|_| EncodeError::FrameTooLarge { size: len })
 }
 
 /// Encodes a complete response frame: size prefix, response header, body.
 ///
 /// The simple path: everything, record bytes included, is copied into one buffer. Use
-/// [`encode_response_frame`] for responses that carry record batches.
+/// [`FetchResponseChunks`](crate::fetch::FetchResponseChunks) for Fetch responses, whose
+/// record batches must not be copied.
 pub fn encode_response<M: Encodable>(
     correlation_id: i32,
     response_header_version: i16,
@@ -329,26 +323,7 @@ pub struct ResponseFrame {
 }
 
 impl ResponseFrame {
-    /// Frames a body that the caller encoded itself, possibly as several chunks (for example a
-    /// hand-written Fetch encoding that keeps each partition's records as their own `Bytes`).
-    pub fn from_body_parts(
-        correlation_id: i32,
-        response_header_version: i16,
-        body_parts: Vec<Bytes>,
-    ) -> Result<Self, EncodeError> {
-        let mut head = BytesMut::with_capacity(SIZE_PREFIX_LEN + 8);
-        head.put_i32(0);
-        encode_header(&mut head, correlation_id, response_header_version)?;
-        let body_len: usize = body_parts.iter().map(Bytes::len).sum();
-        let size = frame_size(head.len() - SIZE_PREFIX_LEN + body_len)?;
-        head[..SIZE_PREFIX_LEN].copy_from_slice(&size.to_be_bytes());
-        let mut parts = Vec::with_capacity(1 + body_parts.len());
-        parts.push(head.freeze());
-        parts.extend(body_parts.into_iter().filter(|part| !part.is_empty()));
-        Ok(Self::from_parts(parts))
-    }
-
-    fn from_parts(parts: Vec<Bytes>) -> Self {
+    pub(crate) fn from_parts(parts: Vec<Bytes>) -> Self {
         let len = parts.iter().map(Bytes::len).sum();
         Self { parts, len }
     }
@@ -386,179 +361,12 @@ impl ResponseFrame {
     }
 }
 
-/// Encodes a response whose body holds record chunks that must not be copied.
-///
-/// `shared` lists the `Bytes` the body carries by reference — typically the `records` of each
-/// partition of a Fetch response, cloned from the cache. While kafka-protocol encodes the body,
-/// any byte slice it writes that *is* one of those chunks (same address and length, so the same
-/// immutable memory) is spliced into the frame as its own part instead of being copied; chunks
-/// shorter than 512 bytes are copied anyway. Everything else is encoded as usual. The result is
-/// byte-for-byte what [`encode_response`] would produce.
-///
-/// kafka-protocol's generated encoders copy `Bytes` fields with `put_slice`; intercepting that
-/// call in our own buffer type is what makes the zero-copy path possible without re-implementing
-/// the Fetch encoding. Each partition's records must be one `Bytes`; a partition whose records
-/// come from several cache chunks has to be joined (copied) first, or encoded by hand and framed
-/// with [`ResponseFrame::from_body_parts`].
-pub fn encode_response_frame<M: Encodable>(
-    correlation_id: i32,
-    response_header_version: i16,
-    body: &M,
-    version: i16,
-    shared: &[Bytes],
-) -> Result<ResponseFrame, EncodeError> {
-    let spliceable: HashMap<(usize, usize), &Bytes> = shared
-        .iter()
-        .filter(|chunk| chunk.len() >= SPLICE_MIN_LEN)
-        .map(|chunk| ((chunk.as_ptr().addr(), chunk.len()), chunk))
-        .collect();
-    let plain = || {
-        encode_response(correlation_id, response_header_version, body, version)
-            .map(|frame| ResponseFrame::from_parts(vec![frame]))
-    };
-    if spliceable.is_empty() {
-        return plain();
-    }
-    // The size prefix goes first and the parts after it are handed off as they are written, so
-    // the size must be known up front. kafka-protocol's sizes are exact; if they ever were not,
-    // the check below falls back to the plain path rather than send a wrong prefix.
-    let header = ResponseHeader::default().with_correlation_id(correlation_id);
-    let (Ok(header_size), Ok(body_size)) = (
-        header.compute_size(response_header_version),
-        body.compute_size(version),
-    ) else {
-        return plain();
-    };
-    let expected = header_size + body_size;
-    let mut buf = SplicingBuf::new(spliceable);
-    buf.put_i32(frame_size(expected)?);
-    encode_header(&mut buf, correlation_id, response_header_version)?;
-    body.encode(&mut buf, version)
-        .map_err(body_error(version))?;
-    if buf.poisoned || buf.spliced == 0 || buf.offset() != SIZE_PREFIX_LEN + expected {
-        // Nothing was spliced, or the encoder wrote backwards into a part already handed off
-        // (kafka-protocol's message encoders never do, but the trait allows it), or the size was
-        // off: the plain path gives correct bytes without the bookkeeping.
-        return plain();
-    }
-    Ok(ResponseFrame::from_parts(buf.finish()))
-}
-
-/// A `BufMut` that records spliced chunks instead of copying them.
-struct SplicingBuf<'a> {
-    /// The part being written.
-    current: BytesMut,
-    /// Finished parts: encoded pieces and spliced chunks, alternating.
-    parts: Vec<Bytes>,
-    /// Bytes in `parts`, so `offset()` can report positions in the whole frame.
-    flushed: usize,
-    spliceable: HashMap<(usize, usize), &'a Bytes>,
-    /// How many chunks were spliced in.
-    spliced: usize,
-    /// Set when the encoder asked to seek or patch into a part already flushed.
-    poisoned: bool,
-    /// Where such out-of-reach patches are written, to be thrown away.
-    scratch: Vec<u8>,
-}
-
-impl<'a> SplicingBuf<'a> {
-    fn new(spliceable: HashMap<(usize, usize), &'a Bytes>) -> Self {
-        Self {
-            current: BytesMut::with_capacity(1024),
-            parts: Vec::new(),
-            flushed: 0,
-            spliceable,
-            spliced: 0,
-            poisoned: false,
-            scratch: Vec::new(),
-        }
-    }
-
-    fn flush(&mut self) {
-        if !self.current.is_empty() {
-            self.flushed += self.current.len();
-            self.parts.push(self.current.split().freeze());
-        }
-    }
-
-    fn finish(mut self) -> Vec<Bytes> {
-        self.flush();
-        self.parts
-    }
-}
-
-// SAFETY: every method forwards to the inner `BytesMut`, whose own implementation upholds
-// `BufMut`'s contract (`chunk_mut` returns writable memory of which `advance_mut` only ever
-// commits what was initialised). `put_slice` is overridden, but only to append either the
-// bytes themselves (through `BytesMut`) or a separate part, never to touch `current`'s
-// uninitialised capacity.
-unsafe impl BufMut for SplicingBuf<'_> {
-    fn remaining_mut(&self) -> usize {
-        self.current.remaining_mut()
-    }
-
-    unsafe fn advance_mut(&mut self, cnt: usize) {
-        // SAFETY: the caller's guarantee that `cnt` bytes of `chunk_mut` were initialised is
-        // passed on unchanged, and `chunk_mut` is `current`'s.
-        unsafe { self.current.advance_mut(cnt) }
-    }
-
-    fn chunk_mut(&mut self) -> &mut UninitSlice {
-        self.current.chunk_mut()
-    }
-
-    fn put_slice(&mut self, src: &[u8]) {
-        if src.len() >= SPLICE_MIN_LEN {
-            if let Some(chunk) = self.spliceable.get(&(src.as_ptr().addr(), src.len())) {
-                let chunk = Bytes::clone(chunk);
-                self.flush();
-                self.flushed += chunk.len();
-                self.parts.push(chunk);
-                self.spliced += 1;
-                return;
-            }
-        }
-        self.current.extend_from_slice(src);
-    }
-}
-
-impl ByteBufMut for SplicingBuf<'_> {
-    fn offset(&self) -> usize {
-        self.flushed + self.current.len()
-    }
-
-    fn seek(&mut self, offset: usize) {
-        match offset.checked_sub(self.flushed) {
-            Some(local) => self.current.resize(local, 0),
-            None => self.poisoned = true,
-        }
-    }
-
-    fn range(&mut self, r: Range<usize>) -> &mut [u8] {
-        let local = r.start.checked_sub(self.flushed).and_then(|start| {
-            let end = r.end.checked_sub(self.flushed)?;
-            (start <= end && end <= self.current.len()).then_some(start..end)
-        });
-        match local {
-            Some(local) => &mut self.current[local],
-            None => {
-                self.poisoned = true;
-                self.scratch.clear();
-                self.scratch.resize(r.end.saturating_sub(r.start), 0);
-                &mut self.scratch
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::decode::decode_request;
     use crate::testutil::Rng;
-    use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-    use kafka_protocol::messages::{ApiVersionsResponse, FetchResponse, TopicName};
-    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::messages::ApiVersionsResponse;
 
     fn frame_of(body: &[u8]) -> Vec<u8> {
         let mut out = (body.len() as i32).to_be_bytes().to_vec();
@@ -770,80 +578,6 @@ mod tests {
             encode_response(1, 7, &body, 0),
             Err(EncodeError::Header { version: 7, .. })
         ));
-    }
-
-    fn fetch_response(records: &[Bytes]) -> FetchResponse {
-        let partitions = records
-            .iter()
-            .enumerate()
-            .map(|(index, records)| {
-                PartitionData::default()
-                    .with_partition_index(index as i32)
-                    .with_high_watermark(1000)
-                    .with_records(Some(records.clone()))
-            })
-            .collect();
-        FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
-            .with_topic(TopicName(StrBytes::from_static_str("orders")))
-            .with_partitions(partitions)])
-    }
-
-    #[test]
-    fn fetch_response_records_are_spliced_not_copied() {
-        let records = vec![
-            Bytes::from(vec![1u8; 4096]),
-            Bytes::from(vec![2u8; 100]), // small: copied
-            Bytes::from(vec![3u8; 70_000]),
-        ];
-        let body = fetch_response(&records);
-        for (version, header_version) in [(4, 0), (11, 0), (12, 1), (16, 1)] {
-            let frame = encode_response_frame(9, header_version, &body, version, &records).unwrap();
-            let plain = encode_response(9, header_version, &body, version).unwrap();
-            assert_eq!(frame.to_contiguous(), plain, "v{version}");
-            assert_eq!(frame.wire_len(), plain.len());
-            let spliced: Vec<_> = frame
-                .parts()
-                .iter()
-                .filter(|part| {
-                    records
-                        .iter()
-                        .any(|r| r.as_ptr() == part.as_ptr() && r.len() == part.len())
-                })
-                .collect();
-            assert_eq!(
-                spliced.len(),
-                2,
-                "v{version}: the two large chunks are shared"
-            );
-            let io_len: usize = frame.io_slices().iter().map(|s| s.len()).sum();
-            assert_eq!(io_len, plain.len());
-        }
-    }
-
-    #[test]
-    fn response_without_shared_chunks_is_one_part() {
-        let body = fetch_response(&[Bytes::from(vec![1u8; 4096])]);
-        let frame = encode_response_frame(1, 1, &body, 12, &[]).unwrap();
-        assert_eq!(frame.parts().len(), 1);
-        assert_eq!(
-            frame.to_contiguous(),
-            encode_response(1, 1, &body, 12).unwrap()
-        );
-    }
-
-    #[test]
-    fn pre_encoded_body_parts_are_framed() {
-        let parts = vec![
-            Bytes::from_static(b"abc"),
-            Bytes::new(),
-            Bytes::from_static(b"defg"),
-        ];
-        let frame = ResponseFrame::from_body_parts(77, 1, parts).unwrap();
-        let bytes = frame.to_contiguous();
-        let (correlation_id, rest) = split_response(&bytes, 1);
-        assert_eq!(correlation_id, 77);
-        assert_eq!(&rest[..], b"abcdefg");
-        assert_eq!(frame.parts().len(), 3, "empty parts are dropped");
     }
 
     /// Random, truncated and mutated frames through the whole inbound path: split, header,

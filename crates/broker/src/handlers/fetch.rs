@@ -12,27 +12,24 @@
 //! broker without session support does; librdkafka does not use sessions at all, and the Java
 //! client falls back to full fetches.
 //!
-//! Zero copy: record batches are written to the socket from the buffers the log returned (see
-//! [`Splices`]); only records under 512 bytes are copied into the response buffer.
+//! Zero copy: each partition's records are the list of batches the log returned, and
+//! strata-wire's Fetch encoder ([`FetchResponseChunks`]) writes every batch of 512 bytes or more
+//! to the socket from its own buffer; only smaller ones are copied into the response buffer.
 
-use std::collections::HashMap;
-use std::pin::Pin;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::future::select_all;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{FetchRequest, FetchResponse};
-use kafka_protocol::protocol::HeaderVersion;
+use kafka_protocol::messages::FetchRequest;
 use strata_core::{Offset, TopicPartition};
 use strata_log::{LogError, Watermarks};
+use strata_wire::{FetchPartitionChunks, FetchResponseChunks, FetchTopicChunks};
 use tokio::sync::watch;
-use tokio::time::Sleep;
 
 use super::{check_leader_epoch, leader_epoch_of, topic_id_of};
 use crate::errors::{code, error_code};
-use crate::framing::{encode_response, encode_response_vectored, EncodeError, ResponseFrame};
+use crate::framing::{encode_fetch_response, EncodeError, ResponseFrame};
 use crate::server::Broker;
 use crate::RequestContext;
 
@@ -46,8 +43,8 @@ pub(crate) async fn handle(
     request: FetchRequest,
     ctx: &RequestContext,
 ) -> Result<ResponseFrame, EncodeError> {
-    let (response, splices) = fetch(broker, request, ctx).await;
-    encode_fetch(ctx, response, splices)
+    let response = fetch(broker, request, ctx).await;
+    encode_fetch_response(ctx.correlation_id, &response, ctx.api_version)
 }
 
 /// One partition of the request, resolved.
@@ -70,29 +67,28 @@ async fn fetch(
     broker: &Broker,
     request: FetchRequest,
     ctx: &RequestContext,
-) -> (FetchResponse, Splices) {
+) -> FetchResponseChunks {
     let v = ctx.api_version;
-    let mut response = FetchResponse::default();
-    let mut splices = Splices::default();
+    let mut response = FetchResponseChunks::default();
     if v >= 7 {
         if request.session_id != 0 {
             // We never hand out sessions, so any id is unknown: the client resets to full
             // fetches.
-            response.error_code = code::FETCH_SESSION_ID_NOT_FOUND;
-            return (response, splices);
+            response.fields.error_code = code::FETCH_SESSION_ID_NOT_FOUND;
+            return response;
         }
         if request.session_epoch != SESSIONLESS_EPOCH && request.session_epoch != INITIAL_EPOCH {
-            response.error_code = code::INVALID_FETCH_SESSION_EPOCH;
-            return (response, splices);
+            response.fields.error_code = code::INVALID_FETCH_SESSION_EPOCH;
+            return response;
         }
     }
 
-    let mut topics: Vec<FetchableTopicResponse> = Vec::with_capacity(request.topics.len());
+    let mut topics: Vec<FetchTopicChunks> = Vec::with_capacity(request.topics.len());
     let mut wanted: Vec<Wanted> = Vec::new();
     for (topic_index, topic) in request.topics.into_iter().enumerate() {
-        let mut out = FetchableTopicResponse::default();
+        let mut out = FetchTopicChunks::default();
         let info = if v >= 13 {
-            out.topic_id = topic.topic_id;
+            out.fields.topic_id = topic.topic_id;
             broker
                 .log
                 .topic_by_id(topic_id_of(&topic.topic_id))
@@ -102,7 +98,7 @@ async fn fetch(
                 .log
                 .topic(topic.topic.0.as_str())
                 .ok_or(code::UNKNOWN_TOPIC_OR_PARTITION);
-            out.topic = topic.topic;
+            out.fields.topic = topic.topic;
             info
         };
         topics.push(out);
@@ -149,8 +145,7 @@ async fn fetch(
             }
         }
     }
-    let deadline = tokio::time::sleep(max_wait);
-    tokio::pin!(deadline);
+    let mut deadline = broker.clock.sleep(max_wait);
     let mut shutdown = ctx.shutdown.clone();
 
     let found = loop {
@@ -158,7 +153,7 @@ async fn fetch(
         if !may_wait || bytes >= min_bytes || any_error || *shutdown.borrow() {
             break found;
         }
-        match wait_for_append(&mut watermarks, deadline.as_mut(), &mut shutdown).await {
+        match wait_for_append(&mut watermarks, &mut deadline, &mut shutdown).await {
             Wake::Appended => continue,
             Wake::Deadline | Wake::Shutdown => {
                 // Read once more: data may have landed as the wait ended.
@@ -167,8 +162,9 @@ async fn fetch(
         }
     };
 
-    for (ordinal, (w, f)) in wanted.iter().zip(found).enumerate() {
-        let mut p = PartitionData::default();
+    for (w, f) in wanted.iter().zip(found) {
+        let mut partition = FetchPartitionChunks::default();
+        let p = &mut partition.fields;
         p.partition_index = w.partition;
         p.error_code = f.error;
         match (f.error, f.watermarks) {
@@ -186,14 +182,14 @@ async fn fetch(
                 p.last_stable_offset = -1;
             }
         }
-        p.records = Some(splices.records_field(ordinal, f.batches));
+        partition.records = Some(f.batches);
         if let Some(topic) = topics.get_mut(w.topic) {
-            topic.partitions.push(p);
+            topic.partitions.push(partition);
         }
     }
-    response.error_code = code::NONE;
-    response.responses = topics;
-    (response, splices)
+    response.fields.error_code = code::NONE;
+    response.topics = topics;
+    response
 }
 
 /// Reads every partition once, in request order, within the response and partition limits.
@@ -282,7 +278,7 @@ enum Wake {
 /// Waits until any watched high watermark moves, the deadline passes, or shutdown starts.
 async fn wait_for_append(
     watermarks: &mut Vec<watch::Receiver<Offset>>,
-    deadline: Pin<&mut Sleep>,
+    deadline: &mut strata_core::Sleep,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Wake {
     // A partition deleted while we wait closes its channel; stop watching it so it cannot wake
@@ -306,112 +302,17 @@ async fn wait_for_append(
     }
 }
 
-/// Chunks shorter than this are copied by strata-wire's splicing encoder rather than spliced.
-const SPLICE_MIN_LEN: usize = 512;
-/// Size of the placeholder region (see [`Splices`]); larger records are joined by copying.
-const PLACEHOLDER_SPACE: usize = 128 << 20;
-
-/// Zeroed memory that placeholders are cut from. Allocated zeroed (calloc: fresh zero pages)
-/// and never written or read, so it costs address space, not memory.
-static PLACEHOLDERS: LazyLock<Bytes> = LazyLock::new(|| Bytes::from(vec![0u8; PLACEHOLDER_SPACE]));
-
-/// Zero-copy bookkeeping for a Fetch response.
-///
-/// A partition's records are usually several stored batches (several `Bytes`), but the
-/// response field is one `Bytes`. Rather than join them (a copy of every byte served), the
-/// field gets a *placeholder*: a slice of [`PLACEHOLDERS`] of exactly the records' length and
-/// unique address. strata-wire's splicing encoder writes that placeholder as its own chunk,
-/// without reading it, and we then swap the chunk for the real batches. The frame is then
-/// byte-for-byte the plain encoding of the joined records. If any placeholder did not come out
-/// as its own chunk, the response is encoded again the plain way with the records joined.
-#[derive(Default)]
-struct Splices {
-    /// Chunks the encoder may splice: single-batch records and placeholders.
-    shared: Vec<Bytes>,
-    /// Placeholder address -> the batches it stands for.
-    placeholders: HashMap<usize, Vec<Bytes>>,
-}
-
-impl Splices {
-    /// The value of one partition's `records` field. `ordinal` is unique per partition.
-    fn records_field(&mut self, ordinal: usize, batches: Vec<Bytes>) -> Bytes {
-        let total: usize = batches.iter().map(Bytes::len).sum();
-        if batches.len() == 1 {
-            let only = batches.into_iter().next().unwrap_or_default();
-            if only.len() >= SPLICE_MIN_LEN {
-                self.shared.push(only.clone());
-            }
-            return only;
-        }
-        if total < SPLICE_MIN_LEN || ordinal.saturating_add(total) > PLACEHOLDER_SPACE {
-            return join(&batches);
-        }
-        let placeholder = PLACEHOLDERS.slice(ordinal..ordinal + total);
-        self.placeholders
-            .insert(placeholder.as_ptr().addr(), batches);
-        self.shared.push(placeholder.clone());
-        placeholder
-    }
-}
-
-fn encode_fetch(
-    ctx: &RequestContext,
-    mut response: FetchResponse,
-    mut splices: Splices,
-) -> Result<ResponseFrame, EncodeError> {
-    let v = ctx.api_version;
-    let header_version = FetchResponse::header_version(v);
-    if splices.shared.is_empty() {
-        return encode_response(ctx.correlation_id, header_version, &response, v);
-    }
-    let frame = encode_response_vectored(
-        ctx.correlation_id,
-        header_version,
-        &response,
-        v,
-        &splices.shared,
-    )?;
-    let mut chunks = Vec::with_capacity(frame.chunks.len() + splices.placeholders.len() * 4);
-    let mut swapped = 0;
-    for chunk in frame.chunks {
-        match splices.placeholders.get(&chunk.as_ptr().addr()) {
-            Some(batches) if batches.iter().map(Bytes::len).sum::<usize>() == chunk.len() => {
-                chunks.extend(batches.iter().cloned());
-                swapped += 1;
-            }
-            _ => chunks.push(chunk),
-        }
-    }
-    if swapped == splices.placeholders.len() {
-        return Ok(ResponseFrame { chunks });
-    }
-    // Some placeholder was copied instead of spliced: its zeros must not reach the client.
-    tracing::debug!("fetch response not spliceable; joining records");
-    for topic in &mut response.responses {
-        for partition in &mut topic.partitions {
-            let addr = partition.records.as_ref().map(|r| r.as_ptr().addr());
-            if let Some(batches) = addr.and_then(|addr| splices.placeholders.remove(&addr)) {
-                partition.records = Some(join(&batches));
-            }
-        }
-    }
-    encode_response(ctx.correlation_id, header_version, &response, v)
-}
-
-fn join(batches: &[Bytes]) -> Bytes {
-    let mut joined = BytesMut::with_capacity(batches.iter().map(Bytes::len).sum());
-    for batch in batches {
-        joined.extend_from_slice(batch);
-    }
-    joined.freeze()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kafka_protocol::messages::TopicName;
-    use kafka_protocol::protocol::StrBytes;
+    use crate::{BrokerParts, BrokerSettings};
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{FetchResponse, TopicName};
+    use kafka_protocol::protocol::{Decodable, StrBytes};
     use std::net::SocketAddr;
+    use strata_core::{BrokerId, SystemClock};
+    use strata_log::{Acks, LogConfig, LogManager};
+    use strata_storage::MemoryStore;
 
     fn ctx(version: i16) -> RequestContext {
         RequestContext {
@@ -424,43 +325,82 @@ mod tests {
         }
     }
 
-    fn response_with(records: Vec<Bytes>, splices: &mut Splices) -> FetchResponse {
-        let mut partition = PartitionData::default();
-        partition.high_watermark = 10;
-        partition.records = Some(splices.records_field(0, records));
-        let mut topic = FetchableTopicResponse::default();
-        topic.topic = TopicName(StrBytes::from_static_str("t"));
-        topic.partitions = vec![partition];
-        let mut response = FetchResponse::default();
-        response.responses = vec![topic];
-        response
-    }
-
-    #[test]
-    fn several_batches_are_written_from_their_own_buffers() {
-        let batches: Vec<Bytes> = (0..3u8).map(|i| Bytes::from(vec![i; 700])).collect();
-        for version in [4, 11, 12, 16] {
-            let mut splices = Splices::default();
-            let response = response_with(batches.clone(), &mut splices);
-            let frame = encode_fetch(&ctx(version), response, splices).unwrap();
-            // Each batch is its own chunk, pointing at the batch's memory: no copy.
-            for batch in &batches {
+    /// The whole handler on a memory log: every stored batch of 512 bytes or more goes out as
+    /// its own chunk, pointing at the log's memory, and the frame decodes to the batches.
+    #[tokio::test]
+    async fn a_fetch_sends_the_logs_batches_from_their_own_memory() {
+        let clock = SystemClock::shared();
+        let log = LogManager::open(
+            Arc::new(MemoryStore::new()),
+            Arc::clone(&clock),
+            LogConfig::default(),
+            BrokerId(0),
+        )
+        .await
+        .unwrap();
+        let info = log
+            .create_topic("zero-copy", Some(1), Default::default(), false)
+            .await
+            .unwrap();
+        let tp = TopicPartition::new("zero-copy", 0);
+        // Sizes around the 512-byte threshold: small batches are copied, the others not.
+        for (i, len) in [700usize, 100, 4000, 511, 513].into_iter().enumerate() {
+            let value = vec![b'a' + i as u8; len];
+            let batch = crate::tests::record_batch(&[&value], 1_700_000_000_000);
+            let acks = Acks::Durable {
+                timeout: Duration::from_secs(20),
+            };
+            log.append(&tp, batch, acks).await.unwrap();
+        }
+        let stored = log
+            .read(&tp, Offset(0), 1 << 20, true)
+            .await
+            .unwrap()
+            .batches;
+        assert_eq!(stored.len(), 5);
+        let broker = Broker::open(BrokerParts {
+            log: Arc::clone(&log),
+            clock,
+            settings: BrokerSettings::default(),
+            member_id_seed: 1,
+        })
+        .await
+        .unwrap();
+        for version in [4, 11, 12, 13, 16] {
+            let mut partition = FetchPartition::default();
+            partition.partition_max_bytes = 1 << 20;
+            let mut topic = FetchTopic::default();
+            topic.topic = TopicName(StrBytes::from_static_str("zero-copy"));
+            topic.topic_id = super::super::uuid_of(info.id);
+            topic.partitions = vec![partition];
+            let mut request = FetchRequest::default();
+            request.max_bytes = 1 << 20;
+            request.topics = vec![topic];
+            let frame = handle(&broker, request, &ctx(version)).await.unwrap();
+            for batch in stored.iter().filter(|batch| batch.len() >= 512) {
                 assert!(
                     frame
                         .chunks
                         .iter()
                         .any(|c| c.as_ptr() == batch.as_ptr() && c.len() == batch.len()),
-                    "v{version}: batch not spliced"
+                    "v{version}: a {}-byte batch was copied",
+                    batch.len()
                 );
             }
-            // Byte for byte what the plain encoder gives for the joined records.
-            let mut plain = Splices::default();
-            let mut joined = response_with(vec![join(&batches)], &mut plain);
-            joined.responses[0].partitions[0].records = Some(join(&batches));
-            let expected =
-                encode_response(9, FetchResponse::header_version(version), &joined, version)
-                    .unwrap();
-            assert_eq!(frame.to_vec(), expected.to_vec(), "v{version}");
+            let mut body = Bytes::from(frame.to_vec()).slice(4..);
+            kafka_protocol::messages::ResponseHeader::decode(
+                &mut body,
+                <FetchResponse as kafka_protocol::protocol::HeaderVersion>::header_version(version),
+            )
+            .unwrap();
+            let response = FetchResponse::decode(&mut body, version).unwrap();
+            let p = &response.responses[0].partitions[0];
+            assert_eq!(p.error_code, 0, "v{version}");
+            assert_eq!(
+                p.records.as_deref(),
+                Some(&stored.concat()[..]),
+                "v{version}"
+            );
         }
     }
 }

@@ -40,15 +40,12 @@ pub(crate) async fn handle(
 ) -> Outcome {
     let v = ctx.api_version;
     let fire_and_forget = request.acks == 0;
+    // acks=0 requests carry a timeout too: it bounds the wait for room in the in-flight budget.
+    let timeout = Duration::from_millis(u64::try_from(request.timeout_ms).unwrap_or(0))
+        .max(broker.settings.min_produce_timeout);
     let acks = match request.acks {
-        0 => Ok(Acks::None),
-        1 | -1 => {
-            let client_timeout =
-                Duration::from_millis(u64::try_from(request.timeout_ms).unwrap_or(0));
-            Ok(Acks::Durable {
-                timeout: client_timeout.max(broker.settings.min_produce_timeout),
-            })
-        }
+        0 => Ok(Acks::None { timeout }),
+        1 | -1 => Ok(Acks::Durable { timeout }),
         other => Err((
             code::INVALID_REQUIRED_ACKS,
             Some(format!("acks must be 0, 1 or -1, got {other}")),
@@ -68,7 +65,7 @@ pub(crate) async fn handle(
         )),
         Ok(_) => None,
     };
-    let acks = acks.unwrap_or(Acks::None);
+    let acks = acks.unwrap_or(Acks::None { timeout });
 
     // Offsets are assigned in the connection's request order: wait for our turn, queue every
     // partition's batches one after another, pass the turn on, then wait for durability
