@@ -18,6 +18,7 @@ LAYERS = {
     "strata-storage": 2,
     "strata-storage-s3": 3,
     "strata-storage-rados": 3,
+    "strata-layout": 3,
     "strata-cluster": 4,
     "strata-log": 5,
     "strata-groups": 5,

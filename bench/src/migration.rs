@@ -30,7 +30,8 @@ use rdkafka::config::ClientConfig;
 use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
-use strata_broker::cluster::admin::{self, OwnerRecord, OwnerState};
+use strata_cluster::admin;
+use strata_cluster::{OwnerRecord, OwnerState};
 use strata_core::BrokerId;
 use strata_storage::{ObjectStore, StoreRegistry};
 

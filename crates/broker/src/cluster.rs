@@ -28,7 +28,7 @@
 //! drain`) cannot set the draining flag there. Instead it writes `cluster/drain/<id>` naming the
 //! incarnation it saw registered; that broker polls the object and marks itself draining, and
 //! placement moves every partition away. A restarted broker is a new incarnation and ignores a
-//! request left over for its predecessor.
+//! request left over for its predecessor (`strata_cluster::admin` writes and reads it).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,14 +36,13 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use serde::{Deserialize, Serialize};
+use strata_cluster::admin::drain_request;
 use strata_cluster::{
-    join_with_allocated_id, BrokerRegistration, Claimant, ClusterError, ClusterResult, ClusterView,
-    ControllerConfig, Incarnation, LocalBroker, Membership, MembershipConfig, MembershipHandle,
-    Newcomer, OsProcessTable, OwnerRecord, OwnerState, Ownership, OwnershipRunner, OwnershipStatus,
+    join_with_allocated_id, Claimant, ClusterError, ClusterResult, ClusterView, ControllerConfig,
+    Incarnation, LocalBroker, Membership, MembershipConfig, MembershipHandle, Newcomer,
+    OsProcessTable, OwnerRecord, OwnerState, Ownership, OwnershipRunner, OwnershipStatus,
     ResourceHost, RunnerConfig, RunnerHandle, StopReason,
 };
 use strata_core::{BrokerId, Clock, Epoch, Ticker, TopicPartition};
@@ -52,16 +51,13 @@ use strata_core::{BrokerId, Clock, Epoch, Ticker, TopicPartition};
 /// server's settings.
 pub use strata_cluster::{FIRST_ALLOCATED_NODE_ID, MAX_CONFIGURED_NODE_ID};
 use strata_log::{LogError, LogManager, TopicId};
-use strata_storage::{ObjectKey, ObjectStore, PutMode, StorageError};
+use strata_storage::{ObjectStore, StorageError};
 use tokio::sync::{watch, Mutex};
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
 use crate::coordinator::{GroupCoordinator, OFFSETS_TOPIC};
 use crate::ClusterSettings;
-
-/// Where drain requests live (see the module doc).
-pub const DRAIN_PREFIX: &str = "cluster/drain/";
 
 /// How many ownership refreshes pass between two looks at our drain request: draining is an
 /// operator action, a second of delay is fine, and it saves a storage read per refresh.
@@ -76,36 +72,10 @@ const HANDOVER_REFRESH: Duration = Duration::from_millis(10);
 /// is slow to claim): the regular refresh takes over.
 const HANDOVER_REFRESH_FOR: Duration = Duration::from_secs(2);
 
-/// The resource name of a partition.
-pub fn resource_name(topic: TopicId, partition: i32) -> String {
-    format!("{topic}/{partition}")
-}
-
-/// The topic id and partition of a resource name; None for anything else.
-pub fn parse_resource(resource: &str) -> Option<(TopicId, i32)> {
-    let (id, partition) = resource.split_once('/')?;
-    if id.len() != 32 {
-        return None;
-    }
-    let mut bytes = [0u8; 16];
-    for (i, b) in bytes.iter_mut().enumerate() {
-        *b = u8::from_str_radix(id.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    let partition: i32 = partition.parse().ok()?;
-    (partition >= 0).then_some((TopicId(bytes), partition))
-}
-
-fn drain_key(broker: BrokerId) -> ClusterResult<ObjectKey> {
-    ObjectKey::new(format!("{DRAIN_PREFIX}{}", broker.0))
-        .map_err(|e| ClusterError::Invalid(e.to_string()))
-}
-
-/// The content of `cluster/drain/<id>`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct DrainRequest {
-    /// The incarnation the operator asked to drain.
-    incarnation: Incarnation,
-}
+/// The resource name of a partition (`strata_layout::cluster` defines it).
+pub use strata_layout::cluster::{
+    parse_partition_resource as parse_resource, partition_resource as resource_name,
+};
 
 /// Why a cluster node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -615,16 +585,14 @@ impl ClusterNode {
         if self.draining.load(Ordering::Relaxed) {
             return;
         }
-        let Ok(key) = drain_key(self.me) else { return };
-        let request = match self.store.get(&key).await {
-            Ok((bytes, _)) => serde_json::from_slice::<DrainRequest>(&bytes).ok(),
-            Err(StorageError::NotFound(_)) => None,
+        let requested = match drain_request(self.store.as_ref(), self.me).await {
+            Ok(requested) => requested,
             Err(e) => {
                 warn!(error = %e, "could not read drain requests");
                 None
             }
         };
-        if request.is_none_or(|r| r.incarnation != self.incarnation) {
+        if requested != Some(self.incarnation) {
             return;
         }
         info!("drain requested: handing every partition over");
@@ -1006,140 +974,5 @@ impl ResourceHost for LogHost {
         };
         self.served().remove(resource);
         outcome
-    }
-}
-
-/// Offline operations on a cluster's coordination objects, for the command line: they need
-/// only the storage, not a running broker.
-pub mod admin {
-    use super::*;
-
-    pub use strata_cluster::{OwnerRecord, OwnerState};
-
-    /// The ownership record of `resource`, if it was ever claimed.
-    pub async fn owner(
-        store: Arc<dyn ObjectStore>,
-        resource: &str,
-    ) -> Result<Option<OwnerRecord>, AdminError> {
-        Ok(Ownership::new(store).read(resource).await?.map(|(_, r)| r))
-    }
-
-    /// Places `resource` on `broker` (what `strata partitions move` and a reassignment do).
-    pub async fn set_placement(
-        store: Arc<dyn ObjectStore>,
-        resource: &str,
-        broker: BrokerId,
-    ) -> Result<(), AdminError> {
-        Ok(Ownership::new(store)
-            .set_placement_override(resource, broker)
-            .await?)
-    }
-
-    /// Where the log keeps its catalog versions; read here because the log does not export a
-    /// reader (the CLI must not open a log: that would register a write-ahead stream).
-    const CATALOG_PREFIX: &str = "meta/catalog/";
-
-    #[derive(Deserialize)]
-    struct Catalog {
-        topics: BTreeMap<String, CatalogTopic>,
-    }
-
-    #[derive(Deserialize)]
-    struct CatalogTopic {
-        id: TopicId,
-        partitions: i32,
-    }
-
-    /// What went wrong in an admin operation.
-    #[derive(Debug, thiserror::Error)]
-    pub enum AdminError {
-        #[error("{0}")]
-        NotFound(String),
-        #[error("storage: {0}")]
-        Storage(#[from] StorageError),
-        #[error("{0}")]
-        Cluster(#[from] ClusterError),
-        #[error("corrupt object {0}")]
-        Corrupt(String),
-    }
-
-    /// The resource name of `topic`'s `partition`, from the newest catalog.
-    pub async fn partition_resource(
-        store: &dyn ObjectStore,
-        topic: &str,
-        partition: i32,
-    ) -> Result<String, AdminError> {
-        let listed = store.list(CATALOG_PREFIX).await?;
-        let Some(newest) = listed.last() else {
-            return Err(AdminError::NotFound("no topics exist yet".into()));
-        };
-        let (bytes, _) = store.get(&newest.key).await?;
-        let catalog: Catalog = serde_json::from_slice(&bytes)
-            .map_err(|e| AdminError::Corrupt(format!("{}: {e}", newest.key)))?;
-        let info = catalog
-            .topics
-            .get(topic)
-            .ok_or_else(|| AdminError::NotFound(format!("no topic {topic:?}")))?;
-        if partition < 0 || partition >= info.partitions {
-            return Err(AdminError::NotFound(format!(
-                "topic {topic:?} has partitions 0..{}",
-                info.partitions
-            )));
-        }
-        Ok(resource_name(info.id, partition))
-    }
-
-    /// The registration of `broker`, if it is registered (it may still be dead: liveness
-    /// needs watching over a lease, which the CLI does not do).
-    pub async fn registration(
-        store: &dyn ObjectStore,
-        broker: BrokerId,
-    ) -> Result<Option<BrokerRegistration>, AdminError> {
-        let key = strata_cluster::keys::broker_key(broker)?;
-        match store.get(&key).await {
-            Ok((bytes, _)) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| AdminError::Corrupt(format!("{key}: {e}"))),
-            Err(StorageError::NotFound(_)) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Asks `broker`'s current incarnation to drain; returns that incarnation.
-    pub async fn request_drain(
-        store: &dyn ObjectStore,
-        broker: BrokerId,
-    ) -> Result<Incarnation, AdminError> {
-        let registration = registration(store, broker)
-            .await?
-            .ok_or_else(|| AdminError::NotFound(format!("broker {broker} is not registered")))?;
-        let key = drain_key(broker)?;
-        let body = serde_json::to_vec(&DrainRequest {
-            incarnation: registration.incarnation,
-        })
-        .map_err(|e| AdminError::Corrupt(e.to_string()))?;
-        // Overwrite whatever an earlier request left (maybe for an earlier incarnation).
-        let mode = match store.get(&key).await {
-            Ok((_, version)) => PutMode::Update(version),
-            Err(StorageError::NotFound(_)) => PutMode::Create,
-            Err(e) => return Err(e.into()),
-        };
-        store.put(&key, Bytes::from(body), mode).await?;
-        Ok(registration.incarnation)
-    }
-
-    /// How many partitions `broker` (as `incarnation`) holds Active.
-    pub async fn partitions_held(
-        store: Arc<dyn ObjectStore>,
-        broker: BrokerId,
-        incarnation: Incarnation,
-    ) -> Result<usize, AdminError> {
-        let records = Ownership::new(store).list("").await?;
-        Ok(records
-            .iter()
-            .filter(|(_, (_, r))| {
-                r.owner == broker && r.incarnation == incarnation && r.state == OwnerState::Active
-            })
-            .count())
     }
 }

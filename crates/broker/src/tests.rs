@@ -624,13 +624,10 @@ async fn shutdown_ends_long_polls_and_returns() {
 
 /// The newest catalog version in `store`: each catalog change writes the next one.
 async fn catalog_version(store: &dyn ObjectStore) -> u64 {
-    store
-        .list("meta/catalog/")
+    strata_layout::CatalogReader::new(store)
+        .newest_version()
         .await
         .unwrap()
-        .iter()
-        .filter_map(|m| m.key.as_str().strip_prefix("meta/catalog/")?.parse().ok())
-        .max()
         .unwrap_or(0)
 }
 

@@ -1,9 +1,10 @@
 //! The one error type of the coordination layer.
 
 use strata_core::BrokerId;
+use strata_layout::LayoutError;
 use strata_storage::StorageError;
 
-use crate::membership::Incarnation;
+use strata_layout::cluster::Incarnation;
 
 pub type ClusterResult<T> = Result<T, ClusterError>;
 
@@ -89,6 +90,26 @@ impl ClusterError {
         ClusterError::Corrupt {
             key: key.to_string(),
             reason: reason.to_string(),
+        }
+    }
+}
+
+impl From<LayoutError> for ClusterError {
+    fn from(e: LayoutError) -> Self {
+        match e {
+            LayoutError::Storage(e) => ClusterError::Storage(e),
+            LayoutError::Corrupt { key, reason } => ClusterError::Corrupt { key, reason },
+            LayoutError::UnsupportedSchema {
+                key,
+                found,
+                supported,
+            } => ClusterError::Corrupt {
+                key,
+                reason: format!(
+                    "schema {found} was written by a newer Strata; this build reads up to {supported}"
+                ),
+            },
+            e @ LayoutError::Encode { .. } => ClusterError::Invalid(e.to_string()),
         }
     }
 }

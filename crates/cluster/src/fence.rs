@@ -18,38 +18,18 @@
 
 use std::collections::BTreeSet;
 
-use bytes::{BufMut, Bytes, BytesMut};
-use serde::{Deserialize, Serialize};
 use strata_core::BrokerId;
+use strata_layout::wal::encode_seal;
 use strata_storage::{ObjectStore, PutMode, StorageError};
 
-use crate::keys::{parse_stream_key, parse_wal_seq, wal_key, wal_stream_prefix, STREAMS_PREFIX};
+use crate::keys::{parse_wal_seq, wal_key, wal_stream_prefix};
 use crate::{ClusterError, ClusterResult};
 
-/// Every seal and hole object starts with these bytes (a write-ahead object with `STRWAL01`).
-pub const SEAL_MAGIC: &[u8; 8] = b"STRSEAL1";
+pub use strata_layout::wal::{is_seal, parse_seal, SealInfo, SealKind, SEAL_MAGIC};
 
 /// How many times the old writer may beat us to the next sequence number before we give up
 /// (it can only win while it still has writes queued; it loses as soon as it sees a seal).
 const MAX_SEAL_ATTEMPTS: u32 = 64;
-
-/// What a seal object says after the magic.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SealInfo {
-    /// `Seal` at the end of the stream, `Hole` for a filled gap below it.
-    pub kind: SealKind,
-    pub stream: u32,
-    pub sealed_by: BrokerId,
-    /// Wall time of the sealer, for operators only.
-    pub sealed_ms: i64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SealKind {
-    Seal,
-    Hole,
-}
 
 /// Who seals, and how far below the end of the stream writes may still be in flight.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,25 +38,6 @@ pub struct SealOptions {
     pub sealed_ms: i64,
     /// The log's maximum number of group-commit writes in flight (its `max_inflight_flushes`).
     pub in_flight_window: u64,
-}
-
-/// Whether a write-ahead object is a seal or hole marker rather than data.
-pub fn is_seal(bytes: &[u8]) -> bool {
-    bytes.starts_with(SEAL_MAGIC)
-}
-
-/// Decodes a seal object; None for anything else.
-pub fn parse_seal(bytes: &[u8]) -> Option<SealInfo> {
-    serde_json::from_slice(bytes.strip_prefix(SEAL_MAGIC)?).ok()
-}
-
-fn encode_seal(info: &SealInfo) -> ClusterResult<Bytes> {
-    let body = serde_json::to_vec(info)
-        .map_err(|e| ClusterError::Invalid(format!("cannot encode seal: {e}")))?;
-    let mut bytes = BytesMut::with_capacity(SEAL_MAGIC.len() + body.len());
-    bytes.put_slice(SEAL_MAGIC);
-    bytes.put_slice(&body);
-    Ok(bytes.freeze())
 }
 
 /// Seals `stream` and returns the sequence number of its seal. Idempotent: sealing a sealed
@@ -211,40 +172,20 @@ async fn fill_holes(
     Ok(())
 }
 
-#[derive(Debug, Deserialize)]
-struct StreamRegistration {
-    broker: i32,
-}
-
 /// The write-ahead streams the log registered for `broker` (every incarnation's), sorted.
 pub async fn streams_of_broker(
     store: &dyn ObjectStore,
     broker: BrokerId,
 ) -> ClusterResult<Vec<u32>> {
-    let mut streams = Vec::new();
-    for meta in store.list(STREAMS_PREFIX).await? {
-        let Some(stream) = parse_stream_key(meta.key.as_str()) else {
-            continue;
-        };
-        let bytes = match store.get(&meta.key).await {
-            Ok((bytes, _)) => bytes,
-            Err(StorageError::NotFound(_)) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        match serde_json::from_slice::<StreamRegistration>(&bytes) {
-            Ok(r) if r.broker == broker.0 => streams.push(stream),
-            Ok(_) => {}
-            Err(e) => return Err(ClusterError::corrupt(&meta.key, e)),
-        }
-    }
-    streams.sort_unstable();
-    Ok(streams)
+    Ok(strata_layout::streams::streams_of_broker(store, broker).await?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use std::sync::Arc;
+    use strata_layout::streams::{register, StreamRegistration};
     use strata_storage::{
         FaultConfig, FaultInjectingStore, InjectedError, MemoryStore, ObjectKey, OpKind,
     };
@@ -431,16 +372,12 @@ mod tests {
     #[tokio::test]
     async fn finds_every_stream_a_broker_registered() {
         let store = MemoryStore::new();
-        for (stream, broker) in [(1u32, 1), (2, 2), (3, 1)] {
-            let body = serde_json::json!({ "broker": broker, "started_ms": 5 }).to_string();
-            store
-                .put(
-                    &ObjectKey::new(format!("{STREAMS_PREFIX}{stream:08x}")).unwrap(),
-                    Bytes::from(body),
-                    PutMode::Create,
-                )
-                .await
-                .unwrap();
+        for broker in [1, 2, 1] {
+            let registration = StreamRegistration {
+                broker: BrokerId(broker),
+                started_ms: 5,
+            };
+            register(&store, &registration).await.unwrap();
         }
         assert_eq!(
             streams_of_broker(&store, BrokerId(1)).await.unwrap(),

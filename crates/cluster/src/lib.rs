@@ -4,7 +4,8 @@
 //! coordination service: every decision rests on the storage's conditional writes (create-only
 //! put, compare-and-swap on a version) and on each broker's own monotonic clock.
 //!
-//! This crate knows only [`strata_core`] and [`strata_storage`]. It must never see a Kafka
+//! This crate knows only [`strata_core`], [`strata_storage`] and [`strata_layout`] (where every
+//! object it reads or writes is defined). It must never see a Kafka
 //! wire type or the partition log: a resource is an opaque string, and everything that touches
 //! data (recovering, flushing, checkpointing) is the [`ResourceHost`]'s job.
 //!
@@ -24,7 +25,10 @@
 //! - [`fence`]: sealing a write-ahead stream so a dead writer can never acknowledge again.
 //! - [`process`]: proving through the operating system that a predecessor on the same machine
 //!   is dead, so a restarted broker takes its id over without waiting a lease.
-//! - [`keys`]: the object layout under `cluster/`.
+//! - [`keys`]: the keys of the objects under `cluster/` as `ObjectKey`s (the layout itself is
+//!   `strata_layout`'s).
+//! - [`admin`]: offline operator commands (move a partition, drain a broker) that need only
+//!   the storage.
 //!
 //! Errors are [`ClusterError`], classified by [`ClusterError::is_retryable`] and
 //! [`ClusterError::is_fenced`].
@@ -69,6 +73,7 @@
 // Tests may use real time and ambient randomness (see clippy.toml).
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
+pub mod admin;
 pub mod controller;
 mod error;
 pub mod fence;

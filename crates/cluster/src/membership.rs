@@ -34,40 +34,9 @@ use crate::keys::{broker_key, parse_broker_key, BROKERS_PREFIX};
 use crate::liveness::LivenessTracker;
 use crate::process::{NoProcessTable, ProcessIdentity, ProcessTable};
 use crate::{ClusterError, ClusterResult};
+use strata_layout::schema::{self, Schema};
 
-/// A random id drawn at every process start, so a restarted broker with the same node id is
-/// told apart from its previous life (whose partitions must be fenced, not inherited).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Incarnation(pub u64);
-
-impl Incarnation {
-    /// Draws a new incarnation from `rng` (injected, so simulations replay by seed).
-    pub fn random(rng: &mut impl rand::Rng) -> Self {
-        Self(rng.random())
-    }
-}
-
-impl fmt::Display for Incarnation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:016x}", self.0)
-    }
-}
-
-// A hex string rather than a JSON number: 64-bit numbers lose precision in many JSON tools.
-impl Serialize for Incarnation {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for Incarnation {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        u64::from_str_radix(&text, 16)
-            .map(Incarnation)
-            .map_err(serde::de::Error::custom)
-    }
-}
+pub use strata_layout::cluster::Incarnation;
 
 /// The content of `cluster/brokers/<node id>`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -92,14 +61,18 @@ pub struct BrokerRegistration {
 
 impl BrokerRegistration {
     fn encode(&self) -> ClusterResult<Bytes> {
-        serde_json::to_vec(self)
-            .map(Bytes::from)
-            .map_err(|e| ClusterError::Invalid(format!("cannot encode registration: {e}")))
+        Ok(schema::encode(self)?)
     }
 
-    fn decode(key: &ObjectKey, bytes: &[u8]) -> ClusterResult<Self> {
-        serde_json::from_slice(bytes).map_err(|e| ClusterError::corrupt(key, e))
+    /// Decodes a registration read from `key`.
+    pub fn decode(key: &ObjectKey, bytes: &[u8]) -> ClusterResult<Self> {
+        Ok(schema::decode(key.as_str(), bytes)?)
     }
+}
+
+impl Schema for BrokerRegistration {
+    const SCHEMA: u32 = 1;
+    const WHAT: &'static str = "broker registration";
 }
 
 /// Timing of membership. Both are measured on each observer's own monotonic clock.

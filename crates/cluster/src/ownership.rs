@@ -55,6 +55,10 @@ use crate::keys::{
 };
 use crate::membership::Incarnation;
 use crate::{ClusterError, ClusterResult};
+use strata_layout::cluster::{
+    parse_owner_key, parse_placement_key, ChangesMarker, PlacementOverride,
+};
+use strata_layout::schema::{self, Schema};
 
 /// Whether the owner named in a record still holds the resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,14 +102,17 @@ impl OwnerRecord {
     }
 
     fn encode(&self) -> ClusterResult<Bytes> {
-        serde_json::to_vec(self)
-            .map(Bytes::from)
-            .map_err(|e| ClusterError::Invalid(format!("cannot encode owner record: {e}")))
+        Ok(schema::encode(self)?)
     }
 
     fn decode(key: &ObjectKey, bytes: &[u8]) -> ClusterResult<Self> {
-        serde_json::from_slice(bytes).map_err(|e| ClusterError::corrupt(key, e))
+        Ok(schema::decode(key.as_str(), bytes)?)
     }
+}
+
+impl Schema for OwnerRecord {
+    const SCHEMA: u32 = 1;
+    const WHAT: &'static str = "owner record";
 }
 
 /// A record together with the version it was read at (what a compare-and-swap needs).
@@ -117,19 +124,6 @@ pub struct Claimant {
     pub broker: BrokerId,
     pub incarnation: Incarnation,
     pub stream: Option<u32>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct PlacementOverride {
-    broker: BrokerId,
-}
-
-/// The content of the changes markers (`cluster/placement-changes`, `cluster/owners-changes`).
-/// Only that it changes matters; a counter (not a constant) so that even a backend whose
-/// version is a hash of the bytes sees a new version.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct ChangesMarker {
-    changes: u64,
 }
 
 /// What one listing of ownership records found: the resources with a record, each with the
@@ -245,7 +239,7 @@ impl Ownership {
         let tags: BTreeMap<String, Option<ChangeTag>> = listed
             .into_iter()
             .filter_map(|m| {
-                let resource = m.key.as_str().strip_prefix(OWNERS_PREFIX)?;
+                let resource = parse_owner_key(m.key.as_str())?;
                 Some((resource.to_string(), m.tag.or_else(|| synthetic.clone())))
             })
             .collect();
@@ -447,8 +441,7 @@ impl Ownership {
         broker: BrokerId,
     ) -> ClusterResult<()> {
         let key = placement_key(resource)?;
-        let body = serde_json::to_vec(&PlacementOverride { broker })
-            .map_err(|e| ClusterError::Invalid(e.to_string()))?;
+        let body = schema::encode(&PlacementOverride { broker })?;
         // Last writer wins, but through conditional writes so two movers never tear an object.
         for _ in 0..8 {
             let mode = match self.store.get(&key).await {
@@ -456,7 +449,7 @@ impl Ownership {
                 Err(StorageError::NotFound(_)) => PutMode::Create,
                 Err(e) => return Err(e.into()),
             };
-            match self.store.put(&key, Bytes::from(body.clone()), mode).await {
+            match self.store.put(&key, body.clone(), mode).await {
                 Ok(_) => {
                     tracing::info!(resource, %broker, "placement override set");
                     self.bump_placement_changes().await;
@@ -513,7 +506,7 @@ impl Ownership {
         let (mode, changes) = match self.store.get(key).await {
             Ok((bytes, version)) => {
                 // An unreadable marker is simply replaced: its content means nothing.
-                let seen = serde_json::from_slice::<ChangesMarker>(&bytes)
+                let seen = schema::decode::<ChangesMarker>(key.as_str(), &bytes)
                     .unwrap_or_default()
                     .changes;
                 (PutMode::Update(version), seen.wrapping_add(1))
@@ -521,9 +514,8 @@ impl Ownership {
             Err(StorageError::NotFound(_)) => (PutMode::Create, 1),
             Err(e) => return Err(e.into()),
         };
-        let body = serde_json::to_vec(&ChangesMarker { changes })
-            .map_err(|e| ClusterError::Invalid(e.to_string()))?;
-        match self.store.put(key, Bytes::from(body), mode).await {
+        let body = schema::encode(&ChangesMarker { changes })?;
+        match self.store.put(key, body, mode).await {
             // Losing the race is as good as winning it: the other writer's rewrite came after
             // our read of the marker, hence after our own change, so whoever sees it finds
             // ours too.
@@ -551,7 +543,7 @@ impl Ownership {
         let mut overrides = BTreeMap::new();
         let mut seen = Vec::with_capacity(listed.len());
         for meta in listed {
-            let Some(resource) = meta.key.as_str().strip_prefix(PLACEMENT_PREFIX) else {
+            let Some(resource) = parse_placement_key(meta.key.as_str()) else {
                 continue;
             };
             seen.push(resource.to_string());
@@ -566,14 +558,15 @@ impl Ownership {
                 Some(broker) => broker,
                 None => {
                     let broker = match self.store.get(&meta.key).await {
-                        Ok((bytes, _)) => match serde_json::from_slice::<PlacementOverride>(&bytes)
-                        {
-                            Ok(o) => Some(o.broker),
-                            Err(e) => {
-                                tracing::warn!(key = %meta.key, error = %e, "unreadable placement override ignored");
-                                None
+                        Ok((bytes, _)) => {
+                            match schema::decode::<PlacementOverride>(meta.key.as_str(), &bytes) {
+                                Ok(o) => Some(o.broker),
+                                Err(e) => {
+                                    tracing::warn!(key = %meta.key, error = %e, "unreadable placement override ignored");
+                                    None
+                                }
                             }
-                        },
+                        }
                         Err(StorageError::NotFound(_)) => {
                             self.cache().placements.remove(resource);
                             continue;
@@ -612,6 +605,29 @@ mod tests {
             incarnation: Incarnation(incarnation),
             stream: Some(broker as u32),
         }
+    }
+
+    #[test]
+    fn an_owner_record_of_the_old_format_still_reads() {
+        // As written before schemas were versioned.
+        let key = ObjectKey::new("cluster/owners/t/0").unwrap();
+        let old = br#"{"owner":2,"incarnation":"000000000000002a","epoch":5,"state":"released","stream":7}"#;
+        let record = OwnerRecord {
+            owner: BrokerId(2),
+            incarnation: Incarnation(0x2a),
+            epoch: Epoch(5),
+            state: OwnerState::Released,
+            stream: Some(7),
+        };
+        assert_eq!(OwnerRecord::decode(&key, old).unwrap(), record);
+        assert_eq!(
+            OwnerRecord::decode(&key, &record.encode().unwrap()).unwrap(),
+            record
+        );
+        assert!(matches!(
+            OwnerRecord::decode(&key, br#"{"schema":9,"owner":2}"#),
+            Err(ClusterError::Corrupt { .. })
+        ));
     }
 
     #[tokio::test]

@@ -40,7 +40,7 @@ use strata_storage::{
 };
 
 use crate::fence::{is_seal, parse_seal, SealKind};
-use crate::keys::{wal_key, OWNERS_PREFIX, STREAMS_PREFIX, WAL_PREFIX};
+use crate::keys::{wal_key, OWNERS_PREFIX, WAL_PREFIX};
 use crate::{
     assign, ClusterError, ClusterResult, ControllerConfig, Incarnation, JoinProgress, LocalBroker,
     Membership, MembershipConfig, OwnerRecord, OwnerState, Ownership, OwnershipRunner,
@@ -840,28 +840,17 @@ impl World {
     }
 }
 
-/// Registers a write-ahead stream the way the log does (`meta/streams/<id>`, create-only).
-async fn register_stream(store: &dyn ObjectStore, broker: i32, wall_ms: i64) -> StorageResult<u32> {
-    let mut candidate = store
-        .list(STREAMS_PREFIX)
-        .await?
-        .last()
-        .and_then(|m| {
-            m.key
-                .as_str()
-                .strip_prefix(STREAMS_PREFIX)
-                .and_then(|s| u32::from_str_radix(s, 16).ok())
-        })
-        .map_or(1, |n| n + 1);
-    loop {
-        let key = ObjectKey::new(format!("{STREAMS_PREFIX}{candidate:08x}"))?;
-        let body = serde_json::json!({ "broker": broker, "started_ms": wall_ms }).to_string();
-        match store.put(&key, Bytes::from(body), PutMode::Create).await {
-            Ok(_) => return Ok(candidate),
-            Err(StorageError::AlreadyExists(_)) => candidate += 1,
-            Err(e) => return Err(e),
-        }
-    }
+/// Registers a write-ahead stream as the log does.
+async fn register_stream(
+    store: &dyn ObjectStore,
+    broker: i32,
+    wall_ms: i64,
+) -> Result<u32, strata_layout::LayoutError> {
+    let registration = strata_layout::streams::StreamRegistration {
+        broker: BrokerId(broker),
+        started_ms: wall_ms,
+    };
+    strata_layout::streams::register(store, &registration).await
 }
 
 /// Runs one seed to the end; Err carries the failure report.

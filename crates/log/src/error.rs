@@ -73,3 +73,12 @@ impl LogError {
         }
     }
 }
+
+impl From<strata_layout::LayoutError> for LogError {
+    fn from(e: strata_layout::LayoutError) -> Self {
+        match e {
+            strata_layout::LayoutError::Storage(e) => LogError::Storage(e),
+            e => LogError::CorruptStorage(e.to_string()),
+        }
+    }
+}

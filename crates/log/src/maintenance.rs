@@ -686,11 +686,7 @@ pub(crate) async fn collect_garbage(shared: &Shared) -> LogResult<usize> {
     }
     for part in shared.partitions_snapshot() {
         let manifest = part.lock().manifest.clone();
-        let prefix = format!(
-            "{}{}/seg/",
-            manifest::topic_prefix(part.topic_id),
-            part.tp.partition
-        );
+        let prefix = strata_layout::partition::segment_prefix(part.topic_id, part.tp.partition);
         for meta in shared.store.list(&prefix).await? {
             let Some((base, stream)) = parse_segment_key(meta.key.as_str()) else {
                 continue;
@@ -724,11 +720,7 @@ pub(crate) async fn collect_garbage(shared: &Shared) -> LogResult<usize> {
     Ok(deleted)
 }
 
-fn parse_segment_key(key: &str) -> Option<(i64, u32)> {
-    let name = key.rsplit('/').next()?;
-    let (base, stream) = name.split_once('-')?;
-    Some((base.parse().ok()?, u32::from_str_radix(stream, 16).ok()?))
-}
+use strata_layout::partition::parse_segment_key;
 
 // The manager's maintenance API, for operators and tests (the background task above runs
 // the same passes on its own schedule).

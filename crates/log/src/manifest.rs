@@ -52,23 +52,11 @@ pub struct SegmentMeta {
     pub max_timestamp: i64,
 }
 
-pub fn topic_prefix(topic: TopicId) -> String {
-    format!("log/{topic}/")
-}
-
-pub fn manifest_key(topic: TopicId, partition: i32) -> String {
-    format!("log/{topic}/{partition}/manifest")
-}
-
-pub fn chunk_key(topic: TopicId, partition: i32, chunk: i64) -> String {
-    format!("log/{topic}/{partition}/index/{chunk:020}")
-}
+// The keys are the layout's; the manifest's JSON is ours (nobody else reads it).
+pub use strata_layout::partition::{chunk_key, manifest_key, topic_prefix};
 
 pub fn segment_key(topic: TopicId, partition: i32, segment: SegmentRef) -> String {
-    format!(
-        "log/{topic}/{partition}/seg/{:020}-{:08x}",
-        segment.base_offset, segment.stream
-    )
+    strata_layout::partition::segment_key(topic, partition, segment.base_offset, segment.stream)
 }
 
 pub(crate) async fn read_manifest(

@@ -150,7 +150,7 @@ pub(crate) struct ProducerIdBlock {
 
 const PRODUCER_ID_BLOCK: i64 = 1000;
 
-const PRODUCER_ID_PREFIX: &str = "meta/producer-ids/";
+use strata_layout::producer_ids::{self, PREFIX as PRODUCER_ID_PREFIX};
 
 impl LogManager {
     /// Allocates a new idempotent producer id (unique across restarts and brokers) with
@@ -161,11 +161,11 @@ impl LogManager {
         if block.next >= block.end {
             let store = self.shared.store.as_ref();
             let mut candidate = match store.list(PRODUCER_ID_PREFIX).await?.last() {
-                Some(meta) => parse_tail_number(meta.key.as_str()).map_or(0, |n| n + 1),
+                Some(meta) => producer_ids::parse_key(meta.key.as_str()).map_or(0, |n| n + 1),
                 None => 0,
             };
             loop {
-                let key = ObjectKey::new(format!("{PRODUCER_ID_PREFIX}{candidate:020}"))?;
+                let key = ObjectKey::new(producer_ids::key(candidate))?;
                 match store.put(&key, Bytes::new(), PutMode::Create).await {
                     Ok(_) => break,
                     Err(StorageError::AlreadyExists(_)) => candidate += 1,
@@ -179,10 +179,6 @@ impl LogManager {
         block.next += 1;
         Ok((id, 0))
     }
-}
-
-fn parse_tail_number(key: &str) -> Option<u64> {
-    key.rsplit('/').next()?.parse().ok()
 }
 
 #[cfg(test)]

@@ -646,11 +646,11 @@ async fn the_collector_removes_what_crashed_incarnations_left_and_nothing_still_
     assert_eq!(base_offsets(&log, &tp("t", 0), 0).await, vec![0, 1, 2]);
     assert_eq!(base_offsets(&log, &tp("t", 1), 0).await, vec![0, 1, 2]);
     // An orphan segment (a compaction whose manifest update never landed) is collected too.
-    let orphan = strata_storage::ObjectKey::new(format!(
-        "log/{}/0/seg/{:020}-{:08x}",
+    let orphan = strata_storage::ObjectKey::new(strata_layout::partition::segment_key(
         log.topic("t").unwrap().id,
         0,
-        0xdead
+        0,
+        0xdead,
     ))
     .unwrap();
     store

@@ -8,12 +8,12 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use strata_core::{BrokerId, Clock};
-use strata_storage::{ObjectKey, ObjectStore, PutMode, StorageError};
+use strata_storage::ObjectStore;
 
 use crate::catalog::TopicId;
 use crate::{LogError, LogResult};
 
-const MAGIC: &[u8; 8] = b"STRWAL01";
+use strata_layout::wal::DATA_MAGIC as MAGIC;
 const ENTRY_SIZE: usize = 66;
 const FIXED: usize = 8 + 4 + 8 + 4;
 
@@ -39,29 +39,8 @@ impl WalEntry {
     }
 }
 
-/// Where a group-commit object lives.
-pub fn key(stream: u32, seq: u64) -> String {
-    format!("wal/{stream:08x}/{seq:020}")
-}
-
-pub const PREFIX: &str = "wal/";
-
-/// Prefix of one stream's objects.
-pub fn stream_prefix(stream: u32) -> String {
-    format!("wal/{stream:08x}/")
-}
-
-/// Whether an object is a seal or hole marker another broker wrote to fence the stream.
-pub fn is_seal(object: &[u8]) -> bool {
-    strata_cluster::is_seal(object)
-}
-
-/// Parses `wal/<stream>/<seq>` back; None for anything else.
-pub fn parse_key(key: &str) -> Option<(u32, u64)> {
-    let rest = key.strip_prefix(PREFIX)?;
-    let (stream, seq) = rest.split_once('/')?;
-    Some((u32::from_str_radix(stream, 16).ok()?, seq.parse().ok()?))
-}
+// The keys and the seal format are the layout's; the object's binary codec is ours.
+pub use strata_layout::wal::{is_seal, key, parse_key, stream_prefix, PREFIX};
 
 /// Header size for `n` entries; batch positions start right after it.
 pub fn header_len(n: usize) -> usize {
@@ -184,9 +163,6 @@ pub async fn seal_stream(
         .map_err(|e| LogError::Storage(strata_storage::StorageError::Unavailable(e.to_string())))
 }
 
-// Stream registrations: one create-only object per broker incarnation names its stream.
-const STREAM_PREFIX: &str = "meta/streams/";
-
 /// Claims a new write-ahead stream id for this broker incarnation (create-only, so two
 /// brokers, or a broker and its restarted self, never share one).
 pub(crate) async fn register_stream(
@@ -194,26 +170,11 @@ pub(crate) async fn register_stream(
     broker: BrokerId,
     clock: &dyn Clock,
 ) -> LogResult<u32> {
-    let mut candidate = match store.list(STREAM_PREFIX).await?.last() {
-        Some(meta) => parse_hex_tail(meta.key.as_str()).map_or(1, |n| n + 1),
-        None => 1,
+    let registration = strata_layout::streams::StreamRegistration {
+        broker,
+        started_ms: clock.wall_millis(),
     };
-    loop {
-        let key = ObjectKey::new(format!("{STREAM_PREFIX}{candidate:08x}"))?;
-        let body = serde_json::json!({ "broker": broker.0, "started_ms": clock.wall_millis() });
-        match store
-            .put(&key, Bytes::from(body.to_string()), PutMode::Create)
-            .await
-        {
-            Ok(_) => return Ok(candidate),
-            Err(StorageError::AlreadyExists(_)) => candidate += 1,
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
-fn parse_hex_tail(key: &str) -> Option<u32> {
-    u32::from_str_radix(key.rsplit('/').next()?, 16).ok()
+    Ok(strata_layout::streams::register(store, &registration).await?)
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use strata_broker::cluster::admin::{self, OwnerState};
+use strata_cluster::admin;
+use strata_cluster::OwnerState;
 use strata_core::{BrokerId, SystemClock};
 use strata_storage::ObjectStore;
 

@@ -1,0 +1,65 @@
+//! A partition's objects under `log/<topic-id>/<partition>/`: its manifest, its index chunks
+//! and its compacted segments. Their contents are the log's (see the crate doc).
+
+use crate::TopicId;
+
+pub const PREFIX: &str = "log/";
+
+/// Everything of one topic (deleted with the topic).
+pub fn topic_prefix(topic: TopicId) -> String {
+    format!("{PREFIX}{topic}/")
+}
+
+pub fn manifest_key(topic: TopicId, partition: i32) -> String {
+    format!("{PREFIX}{topic}/{partition}/manifest")
+}
+
+/// Index chunk `chunk` covers offsets `[chunk × span, (chunk + 1) × span)`.
+pub fn chunk_key(topic: TopicId, partition: i32, chunk: i64) -> String {
+    format!("{PREFIX}{topic}/{partition}/index/{chunk:020}")
+}
+
+/// The prefix of a partition's segments.
+pub fn segment_prefix(topic: TopicId, partition: i32) -> String {
+    format!("{PREFIX}{topic}/{partition}/seg/")
+}
+
+/// A segment is named by its base offset and the stream (broker incarnation) that wrote it, so
+/// two owners never write one key.
+pub fn segment_key(topic: TopicId, partition: i32, base_offset: i64, stream: u32) -> String {
+    format!("{PREFIX}{topic}/{partition}/seg/{base_offset:020}-{stream:08x}")
+}
+
+/// The base offset and stream of a listed segment key; None for anything else.
+pub fn parse_segment_key(key: &str) -> Option<(i64, u32)> {
+    let rest = key.strip_prefix(PREFIX)?;
+    let (_, name) = rest.rsplit_once("/seg/")?;
+    let (base, stream) = name.split_once('-')?;
+    Some((base.parse().ok()?, u32::from_str_radix(stream, 16).ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip() {
+        let t = TopicId([0xab; 16]);
+        let hex = "abababababababababababababababab";
+        assert_eq!(topic_prefix(t), format!("log/{hex}/"));
+        assert_eq!(manifest_key(t, 3), format!("log/{hex}/3/manifest"));
+        assert_eq!(
+            chunk_key(t, 3, 2),
+            format!("log/{hex}/3/index/00000000000000000002")
+        );
+        let seg = segment_key(t, 3, 100, 0x2a);
+        assert_eq!(
+            seg,
+            format!("log/{hex}/3/seg/00000000000000000100-0000002a")
+        );
+        assert!(seg.starts_with(&segment_prefix(t, 3)));
+        assert!(seg.starts_with(&topic_prefix(t)));
+        assert_eq!(parse_segment_key(&seg), Some((100, 0x2a)));
+        assert_eq!(parse_segment_key(&manifest_key(t, 3)), None);
+    }
+}
