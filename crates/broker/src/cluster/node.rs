@@ -1,41 +1,10 @@
-//! Cluster mode: this broker as one member of a cluster of brokers sharing one storage, with
-//! no coordination service beside them (see `strata-cluster` for how).
-//!
-//! A [`ClusterNode`] joins the membership, runs the ownership runner over a [`ResourceHost`]
-//! backed by the log and the group coordinator, and keeps what the Kafka handlers need to
-//! answer cluster questions: the live brokers (Metadata, DescribeCluster), who leads each
-//! partition (a cached copy of every ownership record, refreshed on a timer, so Metadata never
-//! waits for storage; a refresh lists the records and reads only those whose change tag moved),
-//! and placement overrides (partition reassignments).
-//!
-//! Resources are partitions named `<topic-id-hex>/<partition>`: ids, not names, so a topic
-//! deleted and re-created under the same name never inherits the old one's records.
-//! The partitions of `__consumer_offsets` are the consumer-group shards: acquiring one loads
-//! the shard (replay), handing it over unloads it first.
-//!
-//! # When this broker must die
-//!
-//! If another broker seals our write-ahead stream (it judged us dead, e.g. after a long pause)
-//! or takes our registration over, nothing this process writes can be acknowledged any more.
-//! The node then stops serving everything and [`ClusterNode::fatal`] completes; the server
-//! exits non-zero so its supervisor restarts it as a new incarnation with a new stream. Trying
-//! to carry on in-process would mean re-opening the log under a new stream while requests are
-//! in flight on the old one; a restart is simpler and obviously correct.
-//!
-//! # Draining
-//!
-//! The registration object is written only by its owner, so an operator (`strata broker
-//! drain`) cannot set the draining flag there. Instead it writes `cluster/drain/<id>` naming the
-//! incarnation it saw registered; that broker polls the object and marks itself draining, and
-//! placement moves every partition away. A restarted broker is a new incarnation and ignores a
-//! request left over for its predecessor (`strata_cluster::admin` writes and reads it).
+//! A cluster node: joining, its lifecycle, the owner cache, and the fencing watchdog.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use strata_cluster::admin::drain_request;
@@ -43,7 +12,7 @@ use strata_cluster::{
     join_with_allocated_id, Claimant, ClusterError, ClusterResult, ClusterView, ControllerConfig,
     Incarnation, LocalBroker, Membership, MembershipConfig, MembershipHandle, Newcomer,
     OsProcessTable, OwnerRecord, OwnerState, Ownership, OwnershipRunner, OwnershipStatus,
-    ResourceHost, RunnerConfig, RunnerHandle, StopReason,
+    RunnerConfig, RunnerHandle,
 };
 use strata_core::{BrokerId, Clock, Epoch, Ticker, TopicPartition};
 
@@ -56,7 +25,9 @@ use tokio::sync::{watch, Mutex};
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
-use crate::coordinator::{GroupCoordinator, OFFSETS_TOPIC};
+use super::host::LogHost;
+use super::stats::{ClusterMetrics, OwnershipStats};
+use crate::coordinator::GroupCoordinator;
 use crate::ClusterSettings;
 
 /// How many ownership refreshes pass between two looks at our drain request: draining is an
@@ -108,16 +79,6 @@ pub struct ClusterNode {
     draining: AtomicBool,
     clock: Arc<dyn Clock>,
     stats: Arc<OwnershipStats>,
-}
-
-/// What `/metrics` reports about this broker's place in the cluster.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ClusterMetrics {
-    pub live_brokers: usize,
-    pub draining: bool,
-    /// Partitions (consumer-group shards included) this broker serves.
-    pub partitions_owned: usize,
-    pub ownership: OwnershipStatsSnapshot,
 }
 
 /// A broker registered in the cluster but not yet serving: what [`ClusterNode::join`] returns
@@ -713,266 +674,4 @@ async fn watch_fencing(
         node.log.abandon(&tp);
     }
     node.die(reason.to_string());
-}
-
-/// Partitions served by the log, for the ownership runner.
-/// Counts and durations of ownership changes on this broker, for `/metrics`. Durations are
-/// kept as totals with counts (Prometheus summaries without quantiles) plus the slowest, so an
-/// operator sees both the usual handover and the worst one since start.
-#[derive(Debug, Default)]
-pub struct OwnershipStats {
-    acquired: AtomicU64,
-    acquire_failed: AtomicU64,
-    acquire_micros: AtomicU64,
-    acquire_max_micros: AtomicU64,
-    handed_over: AtomicU64,
-    handover_failed: AtomicU64,
-    handover_micros: AtomicU64,
-    handover_max_micros: AtomicU64,
-    /// Stopped serving without a handover: fenced, lost, removed, our lease running out.
-    dropped: AtomicU64,
-}
-
-/// A copy of [`OwnershipStats`] at one moment.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct OwnershipStatsSnapshot {
-    pub acquired: u64,
-    pub acquire_failed: u64,
-    pub acquire_seconds_total: Duration,
-    pub acquire_seconds_max: Duration,
-    pub handed_over: u64,
-    pub handover_failed: u64,
-    pub handover_seconds_total: Duration,
-    pub handover_seconds_max: Duration,
-    pub dropped: u64,
-}
-
-impl OwnershipStats {
-    fn record(count: &AtomicU64, total: &AtomicU64, max: &AtomicU64, took: Duration) {
-        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        count.fetch_add(1, Ordering::Relaxed);
-        total.fetch_add(micros, Ordering::Relaxed);
-        max.fetch_max(micros, Ordering::Relaxed);
-    }
-
-    pub fn snapshot(&self) -> OwnershipStatsSnapshot {
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let micros = |a: &AtomicU64| Duration::from_micros(a.load(Ordering::Relaxed));
-        OwnershipStatsSnapshot {
-            acquired: get(&self.acquired),
-            acquire_failed: get(&self.acquire_failed),
-            acquire_seconds_total: micros(&self.acquire_micros),
-            acquire_seconds_max: micros(&self.acquire_max_micros),
-            handed_over: get(&self.handed_over),
-            handover_failed: get(&self.handover_failed),
-            handover_seconds_total: micros(&self.handover_micros),
-            handover_seconds_max: micros(&self.handover_max_micros),
-            dropped: get(&self.dropped),
-        }
-    }
-}
-
-struct LogHost {
-    log: Arc<LogManager>,
-    groups: Arc<GroupCoordinator>,
-    clock: Arc<dyn Clock>,
-    stats: Arc<OwnershipStats>,
-    /// What we serve, by resource: a deleted topic's id no longer names its partitions.
-    served: std::sync::Mutex<HashMap<String, TopicPartition>>,
-}
-
-impl LogHost {
-    fn served(&self) -> std::sync::MutexGuard<'_, HashMap<String, TopicPartition>> {
-        match self.served.lock() {
-            Ok(g) => g,
-            Err(e) => e.into_inner(),
-        }
-    }
-
-    /// The partition `resource` names, if its topic is known (whether the log holds it is
-    /// for the log to say).
-    fn partition_of(&self, resource: &str) -> Option<TopicPartition> {
-        let (id, partition) = parse_resource(resource)?;
-        let info = self.log.topic_by_id(id)?;
-        Some(TopicPartition::new(Arc::clone(&info.name), partition))
-    }
-
-    fn cluster_error(&self, resource: &str, error: LogError) -> ClusterError {
-        if *self.log.fenced().borrow() {
-            return ClusterError::Fenced;
-        }
-        match error {
-            // Somebody else claimed the manifest first.
-            LogError::Fenced | LogError::NotOwner => ClusterError::Lost {
-                resource: resource.to_string(),
-            },
-            LogError::Storage(e) => ClusterError::Storage(e),
-            other => ClusterError::Invalid(format!("{resource}: {other}")),
-        }
-    }
-}
-
-/// The host a cluster node runs its ownership over, for tests that drive it by hand.
-#[cfg(test)]
-pub(crate) fn log_host(
-    log: Arc<LogManager>,
-    groups: Arc<GroupCoordinator>,
-    clock: Arc<dyn Clock>,
-) -> impl ResourceHost {
-    LogHost {
-        log,
-        groups,
-        clock,
-        stats: Arc::new(OwnershipStats::default()),
-        served: std::sync::Mutex::new(HashMap::new()),
-    }
-}
-
-impl std::fmt::Debug for LogHost {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LogHost").finish_non_exhaustive()
-    }
-}
-
-#[async_trait]
-impl ResourceHost for LogHost {
-    async fn resources(&self) -> ClusterResult<BTreeSet<String>> {
-        // Topics created or deleted through other brokers become resources here.
-        self.log
-            .refresh_catalog()
-            .await
-            .map_err(|e| self.cluster_error("catalog", e))?;
-        Ok(self
-            .log
-            .topics()
-            .iter()
-            .flat_map(|t| (0..t.partitions).map(move |p| resource_name(t.id, p)))
-            .collect())
-    }
-
-    async fn start_serving(&self, resource: &str, epoch: Epoch) -> ClusterResult<()> {
-        let (id, partition) = parse_resource(resource)
-            .ok_or_else(|| ClusterError::Invalid(format!("{resource:?} is not a partition")))?;
-        let info = match self.log.topic_by_id(id) {
-            Some(info) => info,
-            None => {
-                self.log
-                    .refresh_catalog()
-                    .await
-                    .map_err(|e| self.cluster_error(resource, e))?;
-                self.log
-                    .topic_by_id(id)
-                    .ok_or_else(|| ClusterError::Invalid(format!("{resource}: no such topic")))?
-            }
-        };
-        let tp = TopicPartition::new(Arc::clone(&info.name), partition);
-        let started = self.clock.monotonic();
-        let acquired = match self
-            .log
-            .acquire(vec![(info.name.to_string(), partition, epoch.0)])
-            .await
-        {
-            Ok(results) => results.into_iter().try_for_each(|(_, r)| r),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = acquired {
-            self.stats.acquire_failed.fetch_add(1, Ordering::Relaxed);
-            return Err(self.cluster_error(resource, e));
-        }
-        if &*info.name == OFFSETS_TOPIC {
-            if let Err(e) = self.groups.load_shard(partition).await {
-                // Serving the partition without its shard would answer NOT_COORDINATOR
-                // forever: give it up and let the runner try again.
-                warn!(partition, error = %e, "could not load the group coordinator shard");
-                self.log.abandon(&tp);
-                self.stats.acquire_failed.fetch_add(1, Ordering::Relaxed);
-                return Err(self.cluster_error(resource, e));
-            }
-        }
-        self.served().insert(resource.to_string(), tp.clone());
-        let elapsed = self.clock.monotonic().saturating_sub(started);
-        OwnershipStats::record(
-            &self.stats.acquired,
-            &self.stats.acquire_micros,
-            &self.stats.acquire_max_micros,
-            elapsed,
-        );
-        let high = self.log.watermarks(&tp).map(|w| w.high.get()).unwrap_or(-1);
-        info!(
-            "acquired {}-{} epoch {} in {} ms (high watermark {})",
-            tp.topic,
-            tp.partition,
-            epoch.0,
-            elapsed.as_millis(),
-            high
-        );
-        Ok(())
-    }
-
-    async fn stop_serving(&self, resource: &str, reason: StopReason) -> ClusterResult<()> {
-        let served = self.served().get(resource).cloned();
-        let was_served = served.is_some();
-        let tp = match served {
-            Some(tp) => tp,
-            // Not served, yet the log may still hold it: suspended when our lease was in
-            // doubt, or abandoned after a failed start or handover. Handing it over must then
-            // mark the manifest released. Otherwise the record says Released while the
-            // manifest still names our stream as its unreleased writer, and the successor's
-            // takeover seals our stream: a live broker fenced (RELIABILITY, finding (a)).
-            None if reason == StopReason::Handover => match self.partition_of(resource) {
-                Some(tp) => tp,
-                None => return Ok(()),
-            },
-            None => return Ok(()),
-        };
-        if &*tp.topic == OFFSETS_TOPIC {
-            // Before the log stops: the shard's pending writes then fail as NOT_COORDINATOR
-            // instead of racing the handover.
-            self.groups.unload_shard(tp.partition);
-        }
-        let started = self.clock.monotonic();
-        let outcome = if reason == StopReason::Handover {
-            match self.log.release(&tp).await {
-                // Never held here (a claim whose start failed before the log loaded it):
-                // nothing of ours to release.
-                Err(LogError::NotOwner) if !was_served => Ok(()),
-                Ok(_) | Err(LogError::NotOwner) => {
-                    let elapsed = self.clock.monotonic().saturating_sub(started);
-                    OwnershipStats::record(
-                        &self.stats.handed_over,
-                        &self.stats.handover_micros,
-                        &self.stats.handover_max_micros,
-                        elapsed,
-                    );
-                    info!(
-                        "handed over {}-{} in {} ms",
-                        tp.topic,
-                        tp.partition,
-                        elapsed.as_millis()
-                    );
-                    Ok(())
-                }
-                Err(e) => {
-                    // Not released: stop serving anyway, the successor fences and replays.
-                    self.stats.handover_failed.fetch_add(1, Ordering::Relaxed);
-                    self.log.abandon(&tp);
-                    Err(self.cluster_error(resource, e))
-                }
-            }
-        } else if reason == StopReason::SelfLeaseExpired {
-            // Nobody is known to hold it instead: only our heartbeats are failing (usually a
-            // storage refusing writes). Stop appending, keep serving what is durable.
-            warn!(partition = %tp, ?reason, "stopped accepting appends; reads still served");
-            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-            self.log.suspend_writes(&tp);
-            Ok(())
-        } else {
-            warn!(partition = %tp, ?reason, "stopped serving");
-            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-            self.log.abandon(&tp);
-            Ok(())
-        };
-        self.served().remove(resource);
-        outcome
-    }
 }
