@@ -1157,6 +1157,82 @@ async fn new_topics_and_partitions_are_served_without_waiting_for_a_full_round()
     assert_eq!((acked[0].partition, acked[0].offset), (2, 0));
 }
 
+/// Issue 12, item 1: a topic that exists has leaders. Kafka assigns leaders while creating a
+/// topic, and some clients (the `rskafka` crate) cache a leaderless Metadata answer and back
+/// off for ever. Here new partitions are claimed at the owners' next move watch, slowed to 2 s:
+/// a Metadata request sent the moment CreateTopics, CreatePartitions or an auto-creation
+/// answers must already name a leader for every partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn created_topics_have_leaders_as_soon_as_creation_answers() {
+    let broker = StrataProcess::start_with(StrataOptions::default().with_args([
+        "--cluster",
+        "true",
+        "--lease-period",
+        "10m",
+        "--ownership-interval",
+        "5m",
+        "--move-watch-interval",
+        "2s",
+    ]));
+    let bootstrap = broker.bootstrap();
+    let leaders = |topic: &str, auto_create: bool| -> Vec<(i16, i32)> {
+        let mut connection = RawConnection::connect(broker.addr());
+        let versions = connection.api_versions();
+        let version = RawConnection::negotiate::<MetadataRequest>(&versions, 9);
+        let mut wanted =
+            kafka_protocol::messages::metadata_request::MetadataRequestTopic::default();
+        wanted.name = Some(kafka_protocol::messages::TopicName(
+            kafka_protocol::protocol::StrBytes::from_string(topic.to_string()),
+        ));
+        let request = MetadataRequest::default()
+            .with_topics(Some(vec![wanted]))
+            .with_allow_auto_topic_creation(auto_create);
+        let response = connection.request(version, &request);
+        let found = &response.topics[0];
+        assert_eq!(found.error_code, 0, "{topic}: {found:?}");
+        found
+            .partitions
+            .iter()
+            .map(|p| (p.error_code, p.leader_id.0))
+            .collect()
+    };
+    let all_led = |partitions: &[(i16, i32)], count: usize| {
+        partitions.len() == count
+            && partitions
+                .iter()
+                .all(|&(error, leader)| error == 0 && leader >= 0)
+    };
+
+    // Not the `create_topic` helper: it waits for leaders itself.
+    let admin = strata_tests::clients::admin(&bootstrap);
+    let options =
+        rdkafka::admin::AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let topic =
+        rdkafka::admin::NewTopic::new("led-at-once", 6, rdkafka::admin::TopicReplication::Fixed(1));
+    let results = admin
+        .create_topics([&topic], &options)
+        .await
+        .expect("CreateTopics");
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    let created = leaders("led-at-once", false);
+    assert!(all_led(&created, 6), "after CreateTopics: {created:?}");
+
+    let results = admin
+        .create_partitions(
+            &[rdkafka::admin::NewPartitions::new("led-at-once", 9)],
+            &options,
+        )
+        .await
+        .expect("CreatePartitions");
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    let grown = leaders("led-at-once", false);
+    assert!(all_led(&grown, 9), "after CreatePartitions: {grown:?}");
+
+    // Auto-creation through Metadata answers with the leaders in that same response.
+    let auto = leaders("auto-led-at-once", true);
+    assert!(all_led(&auto, 1), "auto-created: {auto:?}");
+}
+
 /// The brokers one broker lists in Metadata: node id -> advertised port.
 fn listed_brokers(addr: std::net::SocketAddr) -> BTreeMap<i32, u16> {
     let mut connection = RawConnection::connect(addr);

@@ -79,6 +79,7 @@ pub struct ClusterNode {
     draining: AtomicBool,
     clock: Arc<dyn Clock>,
     stats: Arc<OwnershipStats>,
+    lease_period: Duration,
 }
 
 /// A broker registered in the cluster but not yet serving: what [`ClusterNode::join`] returns
@@ -241,6 +242,7 @@ impl ClusterNode {
             draining: AtomicBool::new(false),
             clock: Arc::clone(&clock),
             stats,
+            lease_period: settings.lease_period,
         });
         node.refresh_owners().await;
         let refresher = tokio::spawn(refresh_loop(
@@ -321,6 +323,11 @@ impl ClusterNode {
     /// served in milliseconds rather than after the next regular round.
     pub async fn announce_topology_change(&self) {
         self.ownership.announce_change().await;
+    }
+
+    /// The lease: a healthy cluster gives every partition an owner within it.
+    pub fn lease_period(&self) -> Duration {
+        self.lease_period
     }
 
     /// Membership and ownership-change figures for `/metrics`.
@@ -516,7 +523,7 @@ impl ClusterNode {
     /// One listing, plus a read of each record that changed since the last refresh (`Ownership`
     /// keeps what it read): while nothing moves, a refresh costs one request whatever the
     /// number of partitions (on backends whose listings carry change tags; RADOS reads all).
-    async fn refresh_owners(&self) {
+    pub(crate) async fn refresh_owners(&self) {
         match self.ownership.list("").await {
             Ok(records) => {
                 let owners: BTreeMap<String, OwnerRecord> = records

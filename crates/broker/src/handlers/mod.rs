@@ -15,7 +15,9 @@ pub(crate) mod records;
 pub(crate) mod topics;
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;
@@ -159,11 +161,11 @@ pub(crate) async fn topics_or_auto_create<'a>(
         .collect();
     match broker.log.create_topics(specs, false).await {
         Ok(results) => {
-            let mut created_any = false;
+            let mut created = Vec::new();
             for (name, result) in missing.into_iter().zip(results) {
                 let outcome = match result {
                     Ok(info) => {
-                        created_any = true;
+                        created.push((Arc::clone(&info), 0..info.partitions));
                         tracing::info!(
                             topic = name,
                             partitions = info.partitions,
@@ -180,8 +182,14 @@ pub(crate) async fn topics_or_auto_create<'a>(
                 };
                 found.insert(name, outcome);
             }
-            if created_any {
+            if !created.is_empty() {
                 announce_topology_change(broker).await;
+                // Within a lease a healthy cluster has given every new partition an owner;
+                // if not, Metadata answers LEADER_NOT_AVAILABLE for it as before.
+                let patience = broker
+                    .cluster()
+                    .map_or(Duration::ZERO, |n| n.lease_period());
+                await_leaders(broker, &created, patience).await;
             }
         }
         Err(e) => {
@@ -193,6 +201,47 @@ pub(crate) async fn topics_or_auto_create<'a>(
         }
     }
     found
+}
+
+/// How often [`await_leaders`] re-reads the ownership records.
+const LEADER_POLL: Duration = Duration::from_millis(10);
+
+/// Waits until every partition in `partitions` has a leader as Metadata would name it (a live
+/// owner), or `patience` has passed; returns whether they all have one. Kafka assigns leaders
+/// as part of creating a topic, and clients rely on it: some (the `rskafka` crate) cache a
+/// leaderless answer and back off for ever. Here the owners claim new partitions within a
+/// move watch of the announcement, so creation waits for that instead of answering first. A
+/// broker alone on its storage serves every partition the moment it exists.
+pub(crate) async fn await_leaders(
+    broker: &Broker,
+    partitions: &[(Arc<TopicInfo>, Range<i32>)],
+    patience: Duration,
+) -> bool {
+    let Some(node) = broker.cluster() else {
+        return true;
+    };
+    let deadline = broker.clock.monotonic().saturating_add(patience);
+    loop {
+        let all_led = partitions
+            .iter()
+            .all(|(info, range)| has_leaders(broker, info, range.clone()));
+        if all_led {
+            return true;
+        }
+        if broker.clock.monotonic() >= deadline {
+            return false;
+        }
+        broker.clock.sleep(LEADER_POLL).await;
+        node.refresh_owners().await;
+    }
+}
+
+/// Whether every partition of `info` in `partitions` has a leader as Metadata would name it.
+pub(crate) fn has_leaders(broker: &Broker, info: &TopicInfo, partitions: Range<i32>) -> bool {
+    let leaders = crate::handlers::metadata::Leaders::of(broker);
+    partitions
+        .clone()
+        .all(|p| leaders.leader(info, p).is_some())
 }
 
 /// In cluster mode, tells every broker that partitions appeared or went away (see

@@ -8,6 +8,7 @@
 //! Manual replica assignments are accepted only when trivial (every replica is this broker).
 
 use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
 
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
@@ -85,6 +86,8 @@ pub(crate) async fn create_topics(
     let mut created = created.into_iter();
     let mut results = Vec::with_capacity(outcomes.len());
     let mut created_any = false;
+    // (result index, topic) of each topic created here, whose leaders the answer waits for.
+    let mut awaited = Vec::new();
     for (name, refused) in outcomes {
         let outcome = match refused {
             Some(e) => Err(e),
@@ -99,6 +102,7 @@ pub(crate) async fn create_topics(
             if !request.validate_only {
                 created_any = true;
                 info!(topic = %info.name, partitions = info.partitions, "created topic");
+                awaited.push((results.len(), std::sync::Arc::clone(info)));
             }
         }
         results.push(creatable_result(name, outcome, v));
@@ -106,6 +110,27 @@ pub(crate) async fn create_topics(
     // Once per request, not per topic: one announcement covers every change before it.
     if created_any {
         super::announce_topology_change(broker).await;
+        // Answered once every new partition has a leader, as Kafka does, within the request's
+        // timeout; a non-positive timeout asks not to wait (Kafka's rule too).
+        if request.timeout_ms > 0 {
+            let patience = Duration::from_millis(request.timeout_ms.unsigned_abs().into());
+            let partitions: Vec<_> = awaited
+                .iter()
+                .map(|(_, info)| (std::sync::Arc::clone(info), 0..info.partitions))
+                .collect();
+            if !super::await_leaders(broker, &partitions, patience).await {
+                for (i, info) in &awaited {
+                    if !super::has_leaders(broker, info, 0..info.partitions) {
+                        results[*i].error_code = code::REQUEST_TIMED_OUT;
+                        results[*i].error_message = message(format!(
+                            "topic {} was created, but not every partition had a leader within \
+                             the request's {} ms; it gets one when a broker claims it",
+                            info.name, request.timeout_ms
+                        ));
+                    }
+                }
+            }
+        }
     }
     let mut response = CreateTopicsResponse::default();
     response.topics = results;
@@ -344,8 +369,11 @@ pub(crate) async fn create_partitions(
         .collect();
     let mut results = Vec::with_capacity(request.topics.len());
     let mut added_any = false;
+    // (result index, topic, its new partitions), for the wait for their leaders.
+    let mut added = Vec::new();
     for topic in request.topics {
         let name = topic.name.0.to_string();
+        let before = broker.log.topic(&name).map_or(0, |t| t.partitions);
         let trivial = topic.assignments.as_ref().is_none_or(|assignments| {
             assignments
                 .iter()
@@ -377,6 +405,9 @@ pub(crate) async fn create_partitions(
             Ok(()) => {
                 if !request.validate_only {
                     info!(topic = %name, partitions = topic.count, "added partitions");
+                    if let Some(info) = broker.log.topic(&name) {
+                        added.push((results.len(), info, before..topic.count));
+                    }
                 }
                 result.error_code = code::NONE;
                 result.error_message = None;
@@ -390,6 +421,27 @@ pub(crate) async fn create_partitions(
     }
     if added_any {
         super::announce_topology_change(broker).await;
+        // As for CreateTopics: answered once the new partitions have leaders (or the
+        // request's timeout passed; the partitions exist either way).
+        if request.timeout_ms > 0 {
+            let patience = Duration::from_millis(request.timeout_ms.unsigned_abs().into());
+            let partitions: Vec<_> = added
+                .iter()
+                .map(|(_, info, range)| (std::sync::Arc::clone(info), range.clone()))
+                .collect();
+            if !super::await_leaders(broker, &partitions, patience).await {
+                for (i, info, range) in &added {
+                    if !super::has_leaders(broker, info, range.clone()) {
+                        results[*i].error_code = code::REQUEST_TIMED_OUT;
+                        results[*i].error_message = message(format!(
+                            "the partitions of {} were added, but not every new one had a \
+                             leader within the request's {} ms",
+                            info.name, request.timeout_ms
+                        ));
+                    }
+                }
+            }
+        }
     }
     let mut response = CreatePartitionsResponse::default();
     response.results = results;
