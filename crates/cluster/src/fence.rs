@@ -185,7 +185,6 @@ mod tests {
     use super::*;
     use bytes::Bytes;
     use std::sync::Arc;
-    use strata_layout::streams::{register, StreamRegistration};
     use strata_storage::{
         FaultConfig, FaultInjectingStore, InjectedError, MemoryStore, ObjectKey, OpKind,
     };
@@ -367,25 +366,5 @@ mod tests {
         faults.fail_next(OpKind::List, InjectedError::Unavailable);
         let err = seal_stream(&faults, 2, &options()).await.unwrap_err();
         assert!(err.is_retryable(), "{err}");
-    }
-
-    #[tokio::test]
-    async fn finds_every_stream_a_broker_registered() {
-        let store = MemoryStore::new();
-        for broker in [1, 2, 1] {
-            let registration = StreamRegistration {
-                broker: BrokerId(broker),
-                started_ms: 5,
-            };
-            register(&store, &registration).await.unwrap();
-        }
-        assert_eq!(
-            streams_of_broker(&store, BrokerId(1)).await.unwrap(),
-            [1, 3]
-        );
-        assert!(streams_of_broker(&store, BrokerId(5))
-            .await
-            .unwrap()
-            .is_empty());
     }
 }
