@@ -593,21 +593,18 @@ impl Drop for DropRule {
 }
 
 pub(crate) fn iptables(action: &str, port: u16) -> Result<(), String> {
-    let port = port.to_string();
-    let output = std::process::Command::new("iptables")
-        .args([
-            "-w", action, "INPUT", "-i", "lo", "-p", "tcp", "--dport", &port, "-j", "DROP",
-        ])
-        .output()
-        .map_err(|e| format!("cannot run iptables: {e}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "iptables {action} INPUT --dport {port}: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
-    }
+    let rule = [
+        "INPUT",
+        "-i",
+        "lo",
+        "-p",
+        "tcp",
+        "--dport",
+        &port.to_string(),
+        "-j",
+        "DROP",
+    ];
+    crate::storage::iptables_rule(action, &rule.map(String::from))
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
