@@ -166,6 +166,43 @@ async fn a_successor_whose_cached_chunk_a_deposed_owner_rewrote_still_compacts()
     assert_eq!(records(&c, "t").await, expected(values));
 }
 
+/// The host now hands over a partition it holds suspended (its lease was in doubt), which
+/// writes the manifest as released. If the owner was deposed meanwhile — paused past its lease,
+/// a successor claimed the partition — that write must be refused by the manifest's
+/// compare-and-swap, leave the successor's manifest and records alone, and fence the old owner.
+#[tokio::test]
+async fn a_deposed_owner_handing_over_its_suspended_partition_changes_nothing() {
+    let (store, a, mut values) = first_owner(10).await;
+    a.suspend_writes(&tp("t", 0));
+    let b = owner(&store, 2, 2).await;
+    for i in 0..5 {
+        values.push(format!("b{i}"));
+        append(&b, &values[10 + i]).await;
+    }
+    b.compact_now(&tp("t", 0)).await.unwrap();
+
+    // A resumes and is told to hand the partition over.
+    assert!(
+        a.release(&tp("t", 0)).await.is_err(),
+        "a deposed owner released a partition it no longer owns"
+    );
+    // B goes on: its manifest still names it, so it appends and compacts as before.
+    for i in 5..10 {
+        values.push(format!("b{i}"));
+        append(&b, &values[10 + i]).await;
+    }
+    b.compact_now(&tp("t", 0)).await.unwrap();
+    assert!(
+        !*b.fenced().borrow(),
+        "the successor took itself for deposed"
+    );
+
+    let c = owner(&store, 3, 3).await;
+    assert_eq!(records(&c, "t").await, expected(values.clone()));
+    c.collect_garbage().await.unwrap();
+    assert_eq!(records(&c, "t").await, expected(values));
+}
+
 /// A seeded simulation over the real log code: owners are deposed (by takeover after a
 /// "pause", by a crash, or by a graceful handover) while deposed owners keep compacting,
 /// appending and collecting garbage at random moments. Afterwards a fresh broker must read
