@@ -237,11 +237,35 @@ pub(crate) async fn await_leaders(
 }
 
 /// Whether every partition of `info` in `partitions` has a leader as Metadata would name it.
-pub(crate) fn has_leaders(broker: &Broker, info: &TopicInfo, partitions: Range<i32>) -> bool {
+fn has_leaders(broker: &Broker, info: &TopicInfo, mut partitions: Range<i32>) -> bool {
     let leaders = crate::handlers::metadata::Leaders::of(broker);
-    partitions
-        .clone()
-        .all(|p| leaders.leader(info, p).is_some())
+    partitions.all(|p| leaders.leader(info, p).is_some())
+}
+
+/// For CreateTopics and CreatePartitions: waits for the leaders of the partitions just created
+/// (each with the index of its topic's result) within the request's `timeout_ms` — a
+/// non-positive one asks not to wait, as in Kafka — and returns those still leaderless.
+pub(crate) async fn leaderless_after<'a>(
+    broker: &Broker,
+    timeout_ms: i32,
+    created: &'a [(usize, Arc<TopicInfo>, Range<i32>)],
+) -> Vec<(usize, &'a TopicInfo)> {
+    if timeout_ms <= 0 || created.is_empty() {
+        return Vec::new();
+    }
+    let patience = Duration::from_millis(timeout_ms.unsigned_abs().into());
+    let partitions: Vec<_> = created
+        .iter()
+        .map(|(_, info, range)| (Arc::clone(info), range.clone()))
+        .collect();
+    if await_leaders(broker, &partitions, patience).await {
+        return Vec::new();
+    }
+    created
+        .iter()
+        .filter(|(_, info, range)| !has_leaders(broker, info, range.clone()))
+        .map(|(i, info, _)| (*i, info.as_ref()))
+        .collect()
 }
 
 /// In cluster mode, tells every broker that partitions appeared or went away (see

@@ -8,7 +8,6 @@
 //! Manual replica assignments are accepted only when trivial (every replica is this broker).
 
 use std::collections::{BTreeMap, HashSet};
-use std::time::Duration;
 
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
@@ -102,7 +101,11 @@ pub(crate) async fn create_topics(
             if !request.validate_only {
                 created_any = true;
                 info!(topic = %info.name, partitions = info.partitions, "created topic");
-                awaited.push((results.len(), std::sync::Arc::clone(info)));
+                awaited.push((
+                    results.len(),
+                    std::sync::Arc::clone(info),
+                    0..info.partitions,
+                ));
             }
         }
         results.push(creatable_result(name, outcome, v));
@@ -110,26 +113,14 @@ pub(crate) async fn create_topics(
     // Once per request, not per topic: one announcement covers every change before it.
     if created_any {
         super::announce_topology_change(broker).await;
-        // Answered once every new partition has a leader, as Kafka does, within the request's
-        // timeout; a non-positive timeout asks not to wait (Kafka's rule too).
-        if request.timeout_ms > 0 {
-            let patience = Duration::from_millis(request.timeout_ms.unsigned_abs().into());
-            let partitions: Vec<_> = awaited
-                .iter()
-                .map(|(_, info)| (std::sync::Arc::clone(info), 0..info.partitions))
-                .collect();
-            if !super::await_leaders(broker, &partitions, patience).await {
-                for (i, info) in &awaited {
-                    if !super::has_leaders(broker, info, 0..info.partitions) {
-                        results[*i].error_code = code::REQUEST_TIMED_OUT;
-                        results[*i].error_message = message(format!(
-                            "topic {} was created, but not every partition had a leader within \
-                             the request's {} ms; it gets one when a broker claims it",
-                            info.name, request.timeout_ms
-                        ));
-                    }
-                }
-            }
+        // Answered once every new partition has a leader, as Kafka does.
+        for (i, info) in super::leaderless_after(broker, request.timeout_ms, &awaited).await {
+            results[i].error_code = code::REQUEST_TIMED_OUT;
+            results[i].error_message = message(format!(
+                "topic {} was created, but not every partition had a leader within the \
+                 request's {} ms; it gets one when a broker claims it",
+                info.name, request.timeout_ms
+            ));
         }
     }
     let mut response = CreateTopicsResponse::default();
@@ -421,26 +412,15 @@ pub(crate) async fn create_partitions(
     }
     if added_any {
         super::announce_topology_change(broker).await;
-        // As for CreateTopics: answered once the new partitions have leaders (or the
-        // request's timeout passed; the partitions exist either way).
-        if request.timeout_ms > 0 {
-            let patience = Duration::from_millis(request.timeout_ms.unsigned_abs().into());
-            let partitions: Vec<_> = added
-                .iter()
-                .map(|(_, info, range)| (std::sync::Arc::clone(info), range.clone()))
-                .collect();
-            if !super::await_leaders(broker, &partitions, patience).await {
-                for (i, info, range) in &added {
-                    if !super::has_leaders(broker, info, range.clone()) {
-                        results[*i].error_code = code::REQUEST_TIMED_OUT;
-                        results[*i].error_message = message(format!(
-                            "the partitions of {} were added, but not every new one had a \
-                             leader within the request's {} ms",
-                            info.name, request.timeout_ms
-                        ));
-                    }
-                }
-            }
+        // As for CreateTopics: answered once the new partitions have leaders (the partitions
+        // exist either way).
+        for (i, info) in super::leaderless_after(broker, request.timeout_ms, &added).await {
+            results[i].error_code = code::REQUEST_TIMED_OUT;
+            results[i].error_message = message(format!(
+                "the partitions of {} were added, but not every new one had a leader within \
+                 the request's {} ms",
+                info.name, request.timeout_ms
+            ));
         }
     }
     let mut response = CreatePartitionsResponse::default();
