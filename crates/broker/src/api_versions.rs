@@ -15,8 +15,9 @@ use crate::RequestContext;
 ///
 /// Consumer groups are Kafka's classic protocol (JoinGroup/SyncGroup/Heartbeat/LeaveGroup),
 /// every version `kafka-protocol` decodes. OffsetCommit stops at v9 and OffsetFetch at v9
-/// because `kafka-protocol` decodes no later request (v10 would name topics by id); the KIP-848
-/// ConsumerGroupHeartbeat protocol and share groups are not implemented and not advertised.
+/// because `kafka-protocol` decodes no later request (v10 would name topics by id). KIP-848
+/// consumer groups (ConsumerGroupHeartbeat, ConsumerGroupDescribe) are served; share groups
+/// are not implemented and not advertised.
 /// Transactions (AddPartitionsToTxn, EndTxn, ...) are not implemented and not advertised;
 /// FindCoordinator for a transaction answers COORDINATOR_NOT_AVAILABLE.
 const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
@@ -46,6 +47,8 @@ const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::AlterPartitionReassignments, 0, 0),
     (ApiKey::ListPartitionReassignments, 0, 0),
 ];
@@ -127,6 +130,8 @@ mod tests {
             (ApiKey::OffsetCommit, 9),
             (ApiKey::OffsetFetch, 9),
             (ApiKey::ListGroups, 5),
+            (ApiKey::ConsumerGroupHeartbeat, 1),
+            (ApiKey::ConsumerGroupDescribe, 1),
         ] {
             assert_eq!(supported_versions(key).map(|r| r.max), Some(max), "{key:?}");
         }
@@ -135,7 +140,6 @@ mod tests {
     #[test]
     fn transaction_and_new_group_protocol_apis_are_not_advertised() {
         for key in [
-            ApiKey::ConsumerGroupHeartbeat,
             ApiKey::ShareGroupHeartbeat,
             ApiKey::AddPartitionsToTxn,
             ApiKey::EndTxn,

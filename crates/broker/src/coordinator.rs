@@ -13,10 +13,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use strata_core::{Clock, Offset, TopicPartition};
 use strata_groups::{
-    DeleteGroupsResponse, GroupConfig, GroupDescription, GroupError, GroupState, GroupsState,
-    HeartbeatRequest, JoinRequest, LeaveRequest, ListedGroup, OffsetCommitRequest,
-    OffsetDeleteRequest, OffsetFetchRequest, OffsetFetchResponse, Output, PersistFailure,
-    PersistOutcome, PersistRecord, RequestToken, Response, SeededMemberIds, SyncRequest,
+    ConsumerGroupDescription, ConsumerHeartbeatRequest, DeleteGroupsResponse, GroupConfig,
+    GroupDescription, GroupError, GroupState, GroupsState, HeartbeatRequest, JoinRequest,
+    LeaveRequest, ListedGroup, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
+    OffsetFetchResponse, Output, PersistFailure, PersistOutcome, PersistRecord, RequestToken,
+    Response, SeededMemberIds, SyncRequest, TopicCatalog, TopicId,
 };
 use strata_log::{Acks, LogError, LogManager};
 use strata_wire::builder::{build_batch, read_records, SimpleRecord};
@@ -35,6 +36,7 @@ enum Command {
     Fetch(OffsetFetchRequest, oneshot::Sender<OffsetFetchResponse>),
     Describe(String, oneshot::Sender<GroupDescription>),
     List(Vec<GroupState>, oneshot::Sender<Vec<ListedGroup>>),
+    ConsumerDescribe(String, oneshot::Sender<ConsumerGroupDescription>),
 }
 
 /// Requests whose answer may be held back by the state machine.
@@ -46,6 +48,16 @@ enum Request {
     OffsetCommit(OffsetCommitRequest),
     OffsetDelete(OffsetDeleteRequest),
     DeleteGroups(Vec<String>),
+    ConsumerHeartbeat(ConsumerHeartbeatRequest),
+}
+
+/// The log's topic catalog as KIP-848 groups see it: an in-memory lookup, no IO.
+struct LogCatalog<'a>(&'a LogManager);
+
+impl TopicCatalog for LogCatalog<'_> {
+    fn lookup(&self, name: &str) -> Option<(TopicId, i32)> {
+        self.0.topic(name).map(|t| (TopicId(t.id.0), t.partitions))
+    }
 }
 
 /// Handle to the coordinator shards this broker hosts. Shards come and go with ownership of
@@ -240,6 +252,26 @@ impl GroupCoordinator {
         self.ask(&group, Request::Leave(req)).await
     }
 
+    pub async fn consumer_heartbeat(
+        &self,
+        req: ConsumerHeartbeatRequest,
+    ) -> Result<Response, GroupError> {
+        let group = req.group_id.clone();
+        self.ask(&group, Request::ConsumerHeartbeat(req)).await
+    }
+
+    pub async fn consumer_describe(
+        &self,
+        group_id: String,
+    ) -> Result<ConsumerGroupDescription, GroupError> {
+        let (tx, rx) = oneshot::channel();
+        self.shard(&group_id)?
+            .send(Command::ConsumerDescribe(group_id, tx))
+            .await
+            .map_err(|_| GroupError::CoordinatorNotAvailable)?;
+        rx.await.map_err(|_| GroupError::CoordinatorNotAvailable)
+    }
+
     pub async fn offset_commit(&self, req: OffsetCommitRequest) -> Result<Response, GroupError> {
         let group = req.group_id.clone();
         self.ask(&group, Request::OffsetCommit(req)).await
@@ -360,16 +392,7 @@ async fn compact_shard(
             newest.insert(key, r.clone());
         }
     }
-    let mut live: Vec<PersistRecord> = newest
-        .into_values()
-        .filter(|r| {
-            !matches!(
-                r.body,
-                strata_groups::RecordBody::GroupTombstone
-                    | strata_groups::RecordBody::OffsetTombstone { .. }
-            )
-        })
-        .collect();
+    let mut live: Vec<PersistRecord> = newest.into_values().filter(|r| !r.is_tombstone()).collect();
     if records.len() < COMPACT_MIN_RECORDS || records.len() < 2 * live.len() {
         return records;
     }
@@ -480,6 +503,9 @@ async fn run_shard(
                             Request::OffsetCommit(r) => state.handle_offset_commit(now, token, r),
                             Request::OffsetDelete(r) => state.handle_offset_delete(now, token, r),
                             Request::DeleteGroups(ids) => state.handle_delete_groups(now, token, ids),
+                            Request::ConsumerHeartbeat(r) => {
+                                state.handle_consumer_heartbeat(now, token, r, &LogCatalog(&log))
+                            }
                         }
                     }
                     Command::Fetch(r, reply) => {
@@ -492,6 +518,10 @@ async fn run_shard(
                     }
                     Command::List(states, reply) => {
                         let _ = reply.send(state.list_groups(&states));
+                        Vec::new()
+                    }
+                    Command::ConsumerDescribe(g, reply) => {
+                        let _ = reply.send(state.describe_consumer_group(&g));
                         Vec::new()
                     }
                 }

@@ -196,6 +196,14 @@ async fn route(
         }
         RequestKind::ListGroups(r) => reply(ctx, &groups::list_groups(broker, r, ctx).await),
         RequestKind::DeleteGroups(r) => reply(ctx, &groups::delete_groups(broker, r, ctx).await),
+        RequestKind::ConsumerGroupHeartbeat(r) => reply(
+            ctx,
+            &consumer_groups::consumer_group_heartbeat(broker, r, ctx).await,
+        ),
+        RequestKind::ConsumerGroupDescribe(r) => reply(
+            ctx,
+            &consumer_groups::consumer_group_describe(broker, r, ctx).await,
+        ),
         // The version check above only lets through keys of api_versions::IMPLEMENTED, so a
         // key advertised without a route is refused, not answered wrongly.
         _ => {

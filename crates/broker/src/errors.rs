@@ -69,6 +69,10 @@ pub mod code {
     pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
     pub const THROTTLING_QUOTA_EXCEEDED: i16 = 89;
     pub const UNKNOWN_TOPIC_ID: i16 = 100;
+    pub const FENCED_MEMBER_EPOCH: i16 = 110;
+    pub const UNRELEASED_INSTANCE_ID: i16 = 111;
+    pub const UNSUPPORTED_ASSIGNOR: i16 = 112;
+    pub const STALE_MEMBER_EPOCH: i16 = 113;
     pub const MISMATCHED_ENDPOINT_TYPE: i16 = 114;
     pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
 }
@@ -164,6 +168,11 @@ pub fn group_error_code(error: &GroupError) -> i16 {
         GroupError::FencedInstanceId => code::FENCED_INSTANCE_ID,
         GroupError::GroupSubscribedToTopic => code::GROUP_SUBSCRIBED_TO_TOPIC,
         GroupError::UnstableOffsetCommit => code::UNSTABLE_OFFSET_COMMIT,
+        GroupError::InvalidRequest => code::INVALID_REQUEST,
+        GroupError::FencedMemberEpoch => code::FENCED_MEMBER_EPOCH,
+        GroupError::UnreleasedInstanceId => code::UNRELEASED_INSTANCE_ID,
+        GroupError::UnsupportedAssignor => code::UNSUPPORTED_ASSIGNOR,
+        GroupError::StaleMemberEpoch => code::STALE_MEMBER_EPOCH,
     }
 }
 

@@ -82,6 +82,10 @@ pub struct BrokerSettings {
     /// How long a write of the group log may wait to become durable (see
     /// `GroupConfig::offsets_commit_timeout`).
     pub offsets_commit_timeout: Duration,
+    /// KIP-848 member session timeout (`GroupConfig::consumer_session_timeout`).
+    pub group_consumer_session_timeout: Duration,
+    /// KIP-848 heartbeat interval (`GroupConfig::consumer_heartbeat_interval`).
+    pub group_consumer_heartbeat_interval: Duration,
     /// Cluster mode: None serves every partition here (a broker alone on its storage); Some
     /// makes this broker one member of a cluster sharing the storage (see [`crate::cluster`]).
     pub cluster: Option<ClusterSettings>,
@@ -131,6 +135,8 @@ impl BrokerSettings {
             max_session_timeout: self.group_max_session_timeout,
             initial_rebalance_delay: self.group_initial_rebalance_delay,
             offsets_commit_timeout: self.offsets_commit_timeout,
+            consumer_session_timeout: self.group_consumer_session_timeout,
+            consumer_heartbeat_interval: self.group_consumer_heartbeat_interval,
             ..GroupConfig::default()
         }
     }
@@ -166,6 +172,8 @@ impl Default for BrokerSettings {
             group_min_session_timeout: groups.min_session_timeout,
             group_max_session_timeout: groups.max_session_timeout,
             offsets_commit_timeout: groups.offsets_commit_timeout,
+            group_consumer_session_timeout: groups.consumer_session_timeout,
+            group_consumer_heartbeat_interval: groups.consumer_heartbeat_interval,
             cluster: None,
         }
     }

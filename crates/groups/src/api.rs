@@ -5,8 +5,9 @@
 use bytes::Bytes;
 use strata_core::{Offset, TopicPartition};
 
+use crate::assignor::Assignment;
 use crate::error::GroupError;
-use crate::record::PersistRecord;
+use crate::record::{PersistRecord, TopicId};
 
 /// The caller's handle for one request whose response may be held back. Every token passed to
 /// a `handle_*` method gets exactly one [`Output::Respond`], now or later (after a rebalance,
@@ -80,6 +81,7 @@ pub enum Response {
     OffsetCommit(OffsetCommitResponse),
     OffsetDelete(OffsetDeleteResponse),
     DeleteGroups(DeleteGroupsResponse),
+    ConsumerHeartbeat(ConsumerHeartbeatResponse),
 }
 
 /// One protocol a member supports, with its protocol-specific metadata (for "consumer": a
@@ -343,6 +345,94 @@ pub struct MemberDescription {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListedGroup {
     pub group_id: String,
+    /// "classic" or "consumer" (ListGroups v5).
+    pub group_type: &'static str,
     pub protocol_type: String,
     pub state: crate::GroupState,
+}
+
+/// The topics a KIP-848 group may subscribe to, as the broker's catalog knows them now. The
+/// state machine reads it during a heartbeat (to resolve subscriptions and notice partitions
+/// added); it is an in-memory view, never IO.
+pub trait TopicCatalog {
+    /// The topic's id and partition count.
+    fn lookup(&self, name: &str) -> Option<(TopicId, i32)>;
+}
+
+impl TopicCatalog for std::collections::BTreeMap<String, (TopicId, i32)> {
+    fn lookup(&self, name: &str) -> Option<(TopicId, i32)> {
+        self.get(name).copied()
+    }
+}
+
+/// ConsumerGroupHeartbeat (KIP-848), versions 0–1. `None` fields mean "unchanged since the
+/// last heartbeat", as on the wire.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConsumerHeartbeatRequest {
+    pub api_version: i16,
+    pub group_id: String,
+    /// v0: empty on the first heartbeat (the coordinator picks one); v1+: the client's own.
+    pub member_id: String,
+    /// 0 joins, -1 leaves, -2 leaves as a static member keeping its assignment.
+    pub member_epoch: i32,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    /// -1 when unchanged.
+    pub rebalance_timeout_ms: i32,
+    pub subscribed_topic_names: Option<Vec<String>>,
+    pub subscribed_topic_regex: Option<String>,
+    pub server_assignor: Option<String>,
+    /// The partitions the member owns now; `None` when unchanged.
+    pub owned: Option<Assignment>,
+    pub client_id: String,
+    pub client_host: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerHeartbeatResponse {
+    pub error: Option<GroupError>,
+    pub member_id: Option<String>,
+    pub member_epoch: i32,
+    pub heartbeat_interval_ms: i32,
+    /// The member's assignment, sent when it changed or the request was a full one.
+    pub assignment: Option<Assignment>,
+}
+
+impl ConsumerHeartbeatResponse {
+    pub(crate) fn error(error: GroupError, member_id: &str, epoch: i32) -> Self {
+        Self {
+            error: Some(error),
+            member_id: (!member_id.is_empty()).then(|| member_id.to_string()),
+            member_epoch: epoch,
+            heartbeat_interval_ms: 0,
+            assignment: None,
+        }
+    }
+}
+
+/// ConsumerGroupDescribe data for one group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerGroupDescription {
+    pub group_id: String,
+    /// GROUP_ID_NOT_FOUND for unknown groups and classic ones.
+    pub error: Option<GroupError>,
+    pub state: crate::GroupState,
+    pub group_epoch: i32,
+    pub assignment_epoch: i32,
+    pub assignor_name: String,
+    pub members: Vec<ConsumerMemberDescription>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerMemberDescription {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub member_epoch: i32,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topic_names: Vec<String>,
+    pub subscribed_topic_regex: Option<String>,
+    pub assignment: Assignment,
+    pub target_assignment: Assignment,
 }

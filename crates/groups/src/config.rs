@@ -29,6 +29,12 @@ pub struct GroupConfig {
     /// COORDINATOR_NOT_AVAILABLE and the client retries. Kafka's 5 s waits on replicas; ours
     /// waits on the storage, so it gets more.
     pub offsets_commit_timeout: Duration,
+    /// `group.consumer.session.timeout.ms`: a KIP-848 consumer-group member that has not
+    /// heartbeated for this long is removed and its partitions reassigned. The broker decides
+    /// it for every member (the client does not choose it in this protocol).
+    pub consumer_session_timeout: Duration,
+    /// `group.consumer.heartbeat.interval.ms`: how often KIP-848 members are told to heartbeat.
+    pub consumer_heartbeat_interval: Duration,
 }
 
 impl Default for GroupConfig {
@@ -41,6 +47,8 @@ impl Default for GroupConfig {
             new_member_join_timeout: Duration::from_millis(300_000),
             offset_metadata_max_bytes: 4096,
             offsets_commit_timeout: Duration::from_secs(30),
+            consumer_session_timeout: Duration::from_millis(45_000),
+            consumer_heartbeat_interval: Duration::from_millis(5_000),
         }
     }
 }

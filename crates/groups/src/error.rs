@@ -76,6 +76,23 @@ pub enum GroupError {
     /// UNSTABLE_OFFSET_COMMIT (KIP-447): a commit for the partition is still being written.
     #[error("an offset commit for the partition is still pending (UNSTABLE_OFFSET_COMMIT)")]
     UnstableOffsetCommit,
+    /// INVALID_REQUEST: a ConsumerGroupHeartbeat missing what its member epoch requires (a
+    /// joining member without a subscription, a rebalance timeout, an empty member id).
+    #[error("the request is invalid (INVALID_REQUEST)")]
+    InvalidRequest,
+    /// FENCED_MEMBER_EPOCH (KIP-848): the member's epoch is not one the coordinator accepts;
+    /// the member must give up its partitions and rejoin with epoch 0.
+    #[error("the member epoch is fenced (FENCED_MEMBER_EPOCH)")]
+    FencedMemberEpoch,
+    /// UNRELEASED_INSTANCE_ID (KIP-848): another live member still holds the group instance id.
+    #[error("the group instance id is still in use (UNRELEASED_INSTANCE_ID)")]
+    UnreleasedInstanceId,
+    /// UNSUPPORTED_ASSIGNOR (KIP-848): the requested server-side assignor does not exist.
+    #[error("the server-side assignor is not supported (UNSUPPORTED_ASSIGNOR)")]
+    UnsupportedAssignor,
+    /// STALE_MEMBER_EPOCH (KIP-848): an offset commit from a member epoch that is not current.
+    #[error("the member epoch is stale (STALE_MEMBER_EPOCH)")]
+    StaleMemberEpoch,
 }
 
 impl GroupError {
@@ -102,6 +119,11 @@ impl GroupError {
             GroupError::FencedInstanceId => 82,
             GroupError::GroupSubscribedToTopic => 86,
             GroupError::UnstableOffsetCommit => 88,
+            GroupError::InvalidRequest => 42,
+            GroupError::FencedMemberEpoch => 110,
+            GroupError::UnreleasedInstanceId => 111,
+            GroupError::UnsupportedAssignor => 112,
+            GroupError::StaleMemberEpoch => 113,
         }
     }
 
@@ -128,6 +150,11 @@ impl GroupError {
             GroupError::FencedInstanceId => "FENCED_INSTANCE_ID",
             GroupError::GroupSubscribedToTopic => "GROUP_SUBSCRIBED_TO_TOPIC",
             GroupError::UnstableOffsetCommit => "UNSTABLE_OFFSET_COMMIT",
+            GroupError::InvalidRequest => "INVALID_REQUEST",
+            GroupError::FencedMemberEpoch => "FENCED_MEMBER_EPOCH",
+            GroupError::UnreleasedInstanceId => "UNRELEASED_INSTANCE_ID",
+            GroupError::UnsupportedAssignor => "UNSUPPORTED_ASSIGNOR",
+            GroupError::StaleMemberEpoch => "STALE_MEMBER_EPOCH",
         }
     }
 
@@ -180,6 +207,11 @@ mod tests {
             (GroupError::FencedInstanceId, 82),
             (GroupError::GroupSubscribedToTopic, 86),
             (GroupError::UnstableOffsetCommit, 88),
+            (GroupError::InvalidRequest, 42),
+            (GroupError::FencedMemberEpoch, 110),
+            (GroupError::UnreleasedInstanceId, 111),
+            (GroupError::UnsupportedAssignor, 112),
+            (GroupError::StaleMemberEpoch, 113),
         ];
         for (error, code) in expected {
             assert_eq!(error.kafka_code(), code, "{}", error.kafka_name());

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use strata_core::TopicPartition;
 
 use crate::api::{JoinMember, JoinResponse, Protocol, RequestToken, Response, SyncResponse};
+use crate::consumer::ConsumerGroup;
 use crate::error::GroupError;
 use crate::record::{GroupMetadataValue, OffsetValue, PersistedMember, RecordBody};
 use crate::state::{Ctx, Pending};
@@ -40,6 +41,10 @@ pub enum GroupState {
     Stable,
     /// Deleted or not hosted here.
     Dead,
+    /// KIP-848 consumer groups only: the group epoch moved past the target assignment's.
+    Assigning,
+    /// KIP-848 consumer groups only: members are still moving to their target assignment.
+    Reconciling,
 }
 
 impl GroupState {
@@ -50,6 +55,8 @@ impl GroupState {
             GroupState::CompletingRebalance => "CompletingRebalance",
             GroupState::Stable => "Stable",
             GroupState::Dead => "Dead",
+            GroupState::Assigning => "Assigning",
+            GroupState::Reconciling => "Reconciling",
         }
     }
 
@@ -61,6 +68,8 @@ impl GroupState {
             GroupState::CompletingRebalance,
             GroupState::Stable,
             GroupState::Dead,
+            GroupState::Assigning,
+            GroupState::Reconciling,
         ]
         .into_iter()
         .find(|state| state.as_str().eq_ignore_ascii_case(name))
@@ -74,6 +83,8 @@ impl GroupState {
             CompletingRebalance => &[PreparingRebalance],
             Stable => &[CompletingRebalance],
             Dead => &[Stable, PreparingRebalance, CompletingRebalance, Empty, Dead],
+            // Consumer-group states are derived, never transitioned to.
+            Assigning | Reconciling => &[],
         }
     }
 }
@@ -172,6 +183,7 @@ enum Due {
     Heartbeat(String),
     Join,
     Sync,
+    ConsumerMember(String),
 }
 
 #[derive(Debug, Clone)]
@@ -203,6 +215,9 @@ pub(crate) struct Group {
     /// Partitions with a commit being written → sequence number of the newest such commit.
     pub pending_offset_commits: HashMap<TopicPartition, u64>,
     next_join_seq: u64,
+    /// Set while the group is a KIP-848 consumer group (see `consumer.rs`); the classic state
+    /// above then stays Empty.
+    pub consumer: Option<ConsumerGroup>,
 }
 
 pub(crate) fn millis(ms: i64) -> Duration {
@@ -234,6 +249,7 @@ impl Group {
             offsets: BTreeMap::new(),
             pending_offset_commits: HashMap::new(),
             next_join_seq: 0,
+            consumer: None,
         }
     }
 
@@ -620,6 +636,9 @@ impl Group {
     }
 
     pub fn is_subscribed_to_topic(&self, topic: &str) -> bool {
+        if let Some(subscribed) = self.consumer_subscribes_to(topic) {
+            return subscribed;
+        }
         match &self.subscribed_topics {
             Some(topics) => topics.contains(topic),
             None => true,
@@ -693,6 +712,18 @@ impl Group {
             && self.pending_members.is_empty()
             && self.offsets.is_empty()
             && self.pending_offset_commits.is_empty()
+            && self
+                .consumer
+                .as_ref()
+                .is_none_or(|c| c.members.is_empty() && c.group_epoch == 0 && c.inflight.is_empty())
+    }
+
+    /// The state DescribeGroups and ListGroups report: the consumer group's when it is one.
+    pub fn effective_state(&self) -> GroupState {
+        match &self.consumer {
+            Some(c) => c.state(),
+            None => self.state,
+        }
     }
 
     /// Answers every parked request with `error`; used when the group leaves this coordinator.
@@ -993,7 +1024,10 @@ impl Group {
                 self.maybe_prepare_rebalance(cx, at, reason)
             }
             GroupState::PreparingRebalance => self.try_complete_join(cx, at),
-            GroupState::Empty | GroupState::Dead => {}
+            GroupState::Empty
+            | GroupState::Dead
+            | GroupState::Assigning
+            | GroupState::Reconciling => {}
         }
     }
 
@@ -1055,13 +1089,23 @@ impl Group {
             .iter()
             .map(|t| (t.deadline(), 2u8, 0u64, ""));
         let sync = self.sync_timer.iter().map(|t| (t.deadline, 3u8, 0u64, ""));
-        let (deadline, kind, _, member_id) =
-            pending.chain(heartbeats).chain(join).chain(sync).min()?;
+        let consumer = self
+            .consumer
+            .as_ref()
+            .and_then(|c| c.earliest_deadline())
+            .map(|(deadline, id)| (deadline, 4u8, 0u64, id));
+        let (deadline, kind, _, member_id) = pending
+            .chain(heartbeats)
+            .chain(join)
+            .chain(sync)
+            .chain(consumer)
+            .min()?;
         let due = match kind {
             0 => Due::PendingMember(member_id.to_string()),
             1 => Due::Heartbeat(member_id.to_string()),
             2 => Due::Join,
-            _ => Due::Sync,
+            3 => Due::Sync,
+            _ => Due::ConsumerMember(member_id.to_string()),
         };
         Some((deadline, due))
     }
@@ -1090,6 +1134,7 @@ impl Group {
                 Due::Heartbeat(member_id) => self.on_expire_heartbeat(cx, at, &member_id),
                 Due::Join => self.on_join_timer(cx, at),
                 Due::Sync => self.on_expire_pending_sync(cx, at),
+                Due::ConsumerMember(member_id) => self.expire_consumer_member(cx, &member_id),
             }
         }
         tracing::warn!(group = %self.id, "timer cascade cut short; the rest fires on the next tick");

@@ -1,4 +1,5 @@
-//! The consumer-group coordinator for Kafka's *classic* group protocol (JoinGroup, SyncGroup,
+//! The consumer-group coordinator for Kafka's *classic* group protocol and, beside it, KIP-848
+//! *consumer* groups (ConsumerGroupHeartbeat, server-side assignors; see `consumer.rs`) (JoinGroup, SyncGroup,
 //! Heartbeat, LeaveGroup) and the committed offsets of those groups (OffsetCommit,
 //! OffsetFetch, OffsetDelete), plus the group administration APIs (DescribeGroups, ListGroups,
 //! DeleteGroups). It follows Apache Kafka's GroupCoordinator closely enough that unchanged
@@ -19,7 +20,9 @@
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 mod api;
+pub mod assignor;
 mod config;
+mod consumer;
 mod error;
 mod group;
 mod ids;
@@ -30,18 +33,21 @@ mod state;
 pub mod subscription;
 
 pub use api::{
-    CommitPartition, DeleteGroupsResponse, FetchedOffset, GroupDescription, HeartbeatRequest,
-    HeartbeatResponse, JoinMember, JoinRequest, JoinResponse, LeaveRequest, LeaveResponse,
-    LeavingMember, LeftMember, ListedGroup, MemberDescription, OffsetCommitRequest,
+    CommitPartition, ConsumerGroupDescription, ConsumerHeartbeatRequest, ConsumerHeartbeatResponse,
+    ConsumerMemberDescription, DeleteGroupsResponse, FetchedOffset, GroupDescription,
+    HeartbeatRequest, HeartbeatResponse, JoinMember, JoinRequest, JoinResponse, LeaveRequest,
+    LeaveResponse, LeavingMember, LeftMember, ListedGroup, MemberDescription, OffsetCommitRequest,
     OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest,
     OffsetFetchResponse, Output, PersistFailure, PersistId, PersistOutcome, Protocol, RequestToken,
-    Response, SyncRequest, SyncResponse,
+    Response, SyncRequest, SyncResponse, TopicCatalog,
 };
 pub use config::GroupConfig;
+pub use consumer::{LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH};
 pub use error::{kafka_code, GroupError};
 pub use group::GroupState;
 pub use ids::{MemberIdGenerator, SeededMemberIds};
 pub use record::{
-    GroupMetadataValue, OffsetValue, PersistKey, PersistRecord, PersistedMember, RecordBody,
+    ConsumerGroupValue, ConsumerMemberState, ConsumerMemberValue, GroupMetadataValue, OffsetValue,
+    PersistKey, PersistRecord, PersistedMember, RecordBody, TopicId,
 };
 pub use state::GroupsState;

@@ -97,7 +97,10 @@ impl Group {
     /// so it holds even before everyone has rejoined.
     fn accept_joining_member(&self, member_id: &str, max_group_size: usize) -> bool {
         match self.state {
-            GroupState::Empty | GroupState::Dead => true,
+            GroupState::Empty
+            | GroupState::Dead
+            | GroupState::Assigning
+            | GroupState::Reconciling => true,
             GroupState::PreparingRebalance => {
                 self.members
                     .get(member_id)
@@ -304,7 +307,10 @@ impl Group {
                 self.prepare_rebalance(cx, now, &reason);
             }
             GroupState::PreparingRebalance => {}
-            GroupState::Empty | GroupState::Dead => {
+            GroupState::Empty
+            | GroupState::Dead
+            | GroupState::Assigning
+            | GroupState::Reconciling => {
                 // Unreachable in Kafka (a static member implies members). Rebalancing is the
                 // recovery that answers the parked JoinGroup either way.
                 tracing::error!(group = %self.id, state = %self.state,
@@ -513,7 +519,10 @@ impl Group {
                     cx.respond(join.token, Response::Join(response));
                 }
             }
-            GroupState::Empty | GroupState::Dead => {
+            GroupState::Empty
+            | GroupState::Dead
+            | GroupState::Assigning
+            | GroupState::Reconciling => {
                 cx.respond(
                     join.token,
                     Response::Join(JoinResponse::error(member_id, GroupError::UnknownMemberId)),
@@ -642,7 +651,7 @@ impl Group {
                 );
                 self.schedule_session_heartbeat(&req.member_id, now);
             }
-            GroupState::Dead => {
+            GroupState::Dead | GroupState::Assigning | GroupState::Reconciling => {
                 cx.respond(
                     token,
                     Response::Sync(SyncResponse::error(GroupError::CoordinatorNotAvailable)),
@@ -734,7 +743,9 @@ impl Group {
                 self.schedule_session_heartbeat(&req.member_id, now);
                 Some(GroupError::RebalanceInProgress)
             }
-            GroupState::Dead => Some(GroupError::CoordinatorNotAvailable),
+            GroupState::Dead | GroupState::Assigning | GroupState::Reconciling => {
+                Some(GroupError::CoordinatorNotAvailable)
+            }
         }
     }
 

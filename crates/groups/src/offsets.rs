@@ -29,6 +29,9 @@ impl Group {
         member_id: &str,
         group_instance_id: Option<&str>,
     ) -> Option<GroupError> {
+        if self.consumer.is_some() {
+            return self.validate_consumer_commit(generation_id, member_id);
+        }
         if self.state == GroupState::Dead {
             return Some(GroupError::CoordinatorNotAvailable);
         }
@@ -86,7 +89,9 @@ impl Group {
                 // are about to change, so it must finish the rebalance first.
                 reject_all(cx, GroupError::RebalanceInProgress, req);
             }
-            GroupState::Dead => reject_all(cx, GroupError::CoordinatorNotAvailable, req),
+            GroupState::Dead | GroupState::Assigning | GroupState::Reconciling => {
+                reject_all(cx, GroupError::CoordinatorNotAvailable, req)
+            }
         }
     }
 
@@ -244,7 +249,7 @@ impl Group {
             );
             return;
         }
-        let check_subscription = self.state != GroupState::Empty;
+        let check_subscription = self.effective_state() != GroupState::Empty;
         let mut results = Vec::with_capacity(partitions.len());
         let mut removed = Vec::new();
         let mut removed_pending = Vec::new();

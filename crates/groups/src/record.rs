@@ -35,6 +35,86 @@ pub enum RecordBody {
     },
     /// A committed offset was deleted.
     OffsetTombstone { partition: TopicPartition },
+    /// A KIP-848 consumer group's epochs and the topic metadata its target assignment was
+    /// computed from: Kafka's ConsumerGroupMetadataValue (key version 3),
+    /// ConsumerGroupPartitionMetadataValue (4) and ConsumerGroupTargetAssignmentMetadataValue
+    /// (6) in one record. It shares the classic metadata's key, so whichever type the group
+    /// last had wins on replay, and a group tombstone deletes either.
+    ConsumerGroupMetadata(ConsumerGroupValue),
+    /// One consumer-group member: Kafka's ConsumerGroupMemberMetadataValue (key version 5),
+    /// ConsumerGroupTargetAssignmentMemberValue (7) and ConsumerGroupCurrentMemberAssignmentValue
+    /// (8) in one record, because a batch here is written atomically; `None` removes the member.
+    ConsumerMember {
+        member_id: String,
+        value: Option<ConsumerMemberValue>,
+    },
+}
+
+/// A topic id (the catalog's UUID), written as 32 hex digits so it can key JSON maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TopicId(pub [u8; 16]);
+
+impl Serialize for TopicId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let hex: String = self.0.iter().map(|b| format!("{b:02x}")).collect();
+        serializer.serialize_str(&hex)
+    }
+}
+
+impl<'de> Deserialize<'de> for TopicId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let bad = || serde::de::Error::custom(format!("bad topic id {text:?}"));
+        if text.len() != 32 || !text.is_ascii() {
+            return Err(bad());
+        }
+        let mut id = [0u8; 16];
+        for (i, byte) in id.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+        }
+        Ok(TopicId(id))
+    }
+}
+
+/// See [`RecordBody::ConsumerGroupMetadata`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsumerGroupValue {
+    pub group_epoch: i32,
+    pub assignment_epoch: i32,
+    /// Subscribed topics (name → id, partition count) as of the last group epoch bump; a
+    /// difference with the catalog is a metadata change that bumps the epoch again.
+    pub topics: std::collections::BTreeMap<String, (TopicId, i32)>,
+}
+
+/// Where a member is in reconciling its current assignment with its target (Kafka's
+/// `MemberState`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConsumerMemberState {
+    /// Owns its current assignment at its epoch.
+    Stable,
+    /// Must give up `pending_revocation` before it advances to the target epoch.
+    UnrevokedPartitions,
+    /// At the target epoch, waiting for partitions other members still own.
+    UnreleasedPartitions,
+}
+
+/// See [`RecordBody::ConsumerMember`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsumerMemberValue {
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topic_names: Vec<String>,
+    pub subscribed_topic_regex: Option<String>,
+    pub server_assignor: Option<String>,
+    pub rebalance_timeout_ms: i32,
+    pub member_epoch: i32,
+    pub previous_member_epoch: i32,
+    pub state: ConsumerMemberState,
+    pub assigned: crate::assignor::Assignment,
+    pub pending_revocation: crate::assignor::Assignment,
+    pub target: crate::assignor::Assignment,
 }
 
 /// Group metadata, as Kafka's GroupMetadataValue records it.
@@ -76,16 +156,22 @@ pub struct OffsetValue {
 pub enum PersistKey {
     GroupMetadata(String),
     Offset(String, TopicPartition),
+    ConsumerMember(String, String),
 }
 
 impl PersistRecord {
     pub fn key(&self) -> PersistKey {
         match &self.body {
-            RecordBody::GroupMetadata(_) | RecordBody::GroupTombstone => {
+            RecordBody::GroupMetadata(_)
+            | RecordBody::GroupTombstone
+            | RecordBody::ConsumerGroupMetadata(_) => {
                 PersistKey::GroupMetadata(self.group_id.clone())
             }
             RecordBody::Offset { partition, .. } | RecordBody::OffsetTombstone { partition } => {
                 PersistKey::Offset(self.group_id.clone(), partition.clone())
+            }
+            RecordBody::ConsumerMember { member_id, .. } => {
+                PersistKey::ConsumerMember(self.group_id.clone(), member_id.clone())
             }
         }
     }
@@ -94,7 +180,9 @@ impl PersistRecord {
     pub fn is_tombstone(&self) -> bool {
         matches!(
             self.body,
-            RecordBody::GroupTombstone | RecordBody::OffsetTombstone { .. }
+            RecordBody::GroupTombstone
+                | RecordBody::OffsetTombstone { .. }
+                | RecordBody::ConsumerMember { value: None, .. }
         )
     }
 }

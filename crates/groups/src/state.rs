@@ -8,18 +8,23 @@ use bytes::Bytes;
 use strata_core::TopicPartition;
 
 use crate::api::{
+    ConsumerGroupDescription, ConsumerHeartbeatRequest, ConsumerHeartbeatResponse,
     DeleteGroupsResponse, GroupDescription, HeartbeatRequest, HeartbeatResponse, JoinRequest,
     JoinResponse, LeaveRequest, LeaveResponse, ListedGroup, MemberDescription, OffsetCommitRequest,
     OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest,
     OffsetFetchResponse, Output, PersistId, PersistOutcome, Protocol, RequestToken, Response,
-    SyncRequest, SyncResponse,
+    SyncRequest, SyncResponse, TopicCatalog,
 };
 use crate::config::GroupConfig;
+use crate::consumer::ConsumerGroup;
 use crate::error::GroupError;
 use crate::group::{Group, GroupState, StoredOffset};
 use crate::ids::MemberIdGenerator;
 use crate::offsets::unknown_offset;
-use crate::record::{GroupMetadataValue, OffsetValue, PersistRecord, RecordBody};
+use crate::record::{
+    ConsumerGroupValue, ConsumerMemberValue, GroupMetadataValue, OffsetValue, PersistRecord,
+    RecordBody,
+};
 
 /// What to do when a persist completes.
 #[derive(Debug)]
@@ -61,6 +66,11 @@ pub(crate) enum Pending {
         removed: Vec<(TopicPartition, StoredOffset)>,
         removed_pending: Vec<(TopicPartition, u64)>,
     },
+    /// A consumer group's write; `waiters` are the heartbeat answers it gates.
+    Consumer {
+        group_id: String,
+        waiters: Vec<(RequestToken, Response)>,
+    },
     /// Deleted groups, restored if the tombstones could not be written.
     DeleteGroups {
         token: RequestToken,
@@ -71,6 +81,9 @@ pub(crate) enum Pending {
 
 impl Pending {
     fn holds_token(&self) -> bool {
+        if let Pending::Consumer { waiters, .. } = self {
+            return !waiters.is_empty();
+        }
         matches!(
             self,
             Pending::OffsetCommit { .. }
@@ -106,6 +119,10 @@ impl Ctx<'_> {
             .map(|body| (group_id.to_string(), body))
             .collect();
         self.persist_records(records, pending)
+    }
+
+    pub fn pending_mut(&mut self, id: PersistId) -> Option<&mut Pending> {
+        self.pending.get_mut(&id)
     }
 
     fn persist_records(
@@ -196,6 +213,8 @@ impl GroupsState {
         #[derive(Default)]
         struct Loaded {
             metadata: Option<GroupMetadataValue>,
+            consumer: Option<ConsumerGroupValue>,
+            consumer_members: BTreeMap<String, ConsumerMemberValue>,
             offsets: BTreeMap<TopicPartition, StoredOffset>,
         }
         let mut loaded: BTreeMap<String, Loaded> = BTreeMap::new();
@@ -204,8 +223,28 @@ impl GroupsState {
             max_seq = max_seq.max(record.seq);
             let entry = loaded.entry(record.group_id).or_default();
             match record.body {
-                RecordBody::GroupMetadata(value) => entry.metadata = Some(value),
-                RecordBody::GroupTombstone => entry.metadata = None,
+                RecordBody::GroupMetadata(value) => {
+                    entry.metadata = Some(value);
+                    entry.consumer = None;
+                    entry.consumer_members.clear();
+                }
+                RecordBody::GroupTombstone => {
+                    entry.metadata = None;
+                    entry.consumer = None;
+                    entry.consumer_members.clear();
+                }
+                RecordBody::ConsumerGroupMetadata(value) => {
+                    entry.metadata = None;
+                    entry.consumer = Some(value);
+                }
+                RecordBody::ConsumerMember { member_id, value } => match value {
+                    Some(value) => {
+                        entry.consumer_members.insert(member_id, value);
+                    }
+                    None => {
+                        entry.consumer_members.remove(&member_id);
+                    }
+                },
                 RecordBody::Offset { partition, value } => {
                     entry.offsets.insert(
                         partition,
@@ -230,11 +269,26 @@ impl GroupsState {
             .collect();
         let mut out = self.unload(&replaced);
         for (group_id, entry) in loaded {
-            if entry.metadata.is_none() && entry.offsets.is_empty() {
+            if entry.metadata.is_none() && entry.consumer.is_none() && entry.offsets.is_empty() {
                 continue;
             }
             let mut group = Group::from_record(group_id.clone(), entry.metadata);
             group.offsets = entry.offsets;
+            match entry.consumer {
+                Some(value) => {
+                    group.consumer = Some(ConsumerGroup::from_records(
+                        value,
+                        entry.consumer_members,
+                        now,
+                        self.config.consumer_session_timeout,
+                    ));
+                }
+                None if !entry.consumer_members.is_empty() => {
+                    tracing::warn!(group = %group_id, members = entry.consumer_members.len(),
+                        "consumer-group members without group metadata ignored");
+                }
+                None => {}
+            }
             tracing::info!(group = %group_id, generation = group.generation_id,
                 members = group.members.len(), offsets = group.offsets.len(), "loaded group");
             self.groups.insert(group_id.clone(), group);
@@ -302,6 +356,20 @@ impl GroupsState {
             }
             self.groups
                 .insert(group_id.clone(), Group::new(group_id.clone()));
+        }
+        if let Some(group) = self.groups.get_mut(&group_id) {
+            if group.has_consumer_members() {
+                // Kafka 4.x without online migration: a classic member cannot join a
+                // consumer group that has members.
+                reject(
+                    &mut out,
+                    GroupError::InconsistentGroupProtocol,
+                    req.member_id,
+                );
+                return out;
+            }
+            // An empty consumer group becomes a classic one with its first classic member.
+            group.consumer = None;
         }
         self.with_group(&group_id, now, &mut out, |group, cx| {
             group.handle_join(cx, now, token, req)
@@ -405,6 +473,75 @@ impl GroupsState {
             response: Response::Leave(response),
         });
         out
+    }
+
+    /// ConsumerGroupHeartbeat (KIP-848). Answered once what it changed is durable. `catalog`
+    /// resolves subscribed topic names to ids and partition counts.
+    pub fn handle_consumer_heartbeat(
+        &mut self,
+        now: Duration,
+        token: RequestToken,
+        req: ConsumerHeartbeatRequest,
+        catalog: &dyn TopicCatalog,
+    ) -> Vec<Output> {
+        let now = self.advance(now);
+        let mut out = Vec::new();
+        let reject = |out: &mut Vec<Output>, error: GroupError, req: &ConsumerHeartbeatRequest| {
+            out.push(Output::Respond {
+                token,
+                response: Response::ConsumerHeartbeat(ConsumerHeartbeatResponse::error(
+                    error,
+                    &req.member_id,
+                    req.member_epoch,
+                )),
+            });
+        };
+        if let Err(error) = crate::consumer::validate(&req) {
+            reject(&mut out, error, &req);
+            return out;
+        }
+        let group_id = req.group_id.clone();
+        self.fire_group(&group_id, now, &mut out);
+        match self.groups.get(&group_id) {
+            None if req.member_epoch != 0 => {
+                reject(&mut out, GroupError::UnknownMemberId, &req);
+                return out;
+            }
+            None => {
+                self.groups
+                    .insert(group_id.clone(), Group::new(group_id.clone()));
+            }
+            Some(group) if !group.accepts_consumer_protocol() => {
+                reject(&mut out, GroupError::GroupIdNotFound, &req);
+                return out;
+            }
+            Some(group) if group.consumer.is_none() && req.member_epoch != 0 => {
+                reject(&mut out, GroupError::UnknownMemberId, &req);
+                return out;
+            }
+            Some(_) => {}
+        }
+        self.with_group(&group_id, now, &mut out, |group, cx| {
+            group.consumer_heartbeat(cx, now, token, req, catalog)
+        });
+        out
+    }
+
+    /// ConsumerGroupDescribe data for one group; GROUP_ID_NOT_FOUND unless it is a consumer
+    /// group hosted here.
+    pub fn describe_consumer_group(&self, group_id: &str) -> ConsumerGroupDescription {
+        match self.groups.get(group_id).and_then(Group::describe_consumer) {
+            Some(description) => description,
+            None => ConsumerGroupDescription {
+                group_id: group_id.to_string(),
+                error: Some(GroupError::GroupIdNotFound),
+                state: GroupState::Dead,
+                group_epoch: -1,
+                assignment_epoch: -1,
+                assignor_name: String::new(),
+                members: Vec::new(),
+            },
+        }
     }
 
     /// OffsetCommit. Answered once the offsets are durable (or at once if nothing is written).
@@ -514,7 +651,7 @@ impl GroupsState {
                 continue;
             }
             self.fire_group(&group_id, now, &mut out);
-            let error = match self.groups.get(&group_id).map(|g| g.state) {
+            let error = match self.groups.get(&group_id).map(Group::effective_state) {
                 None => Some(GroupError::GroupIdNotFound),
                 Some(GroupState::Empty) => None,
                 Some(_) => Some(GroupError::NonEmptyGroup),
@@ -574,6 +711,28 @@ impl GroupsState {
                 members: Vec::new(),
             };
         };
+        if let Some(consumer) = group.describe_consumer() {
+            // Kafka describes a consumer group through the classic API with its type and
+            // state; the members' classic metadata and assignment bytes do not exist.
+            return GroupDescription {
+                group_id: group_id.to_string(),
+                state: consumer.state,
+                protocol_type: "consumer".to_string(),
+                protocol: String::new(),
+                members: consumer
+                    .members
+                    .into_iter()
+                    .map(|m| MemberDescription {
+                        member_id: m.member_id,
+                        group_instance_id: m.instance_id,
+                        client_id: m.client_id,
+                        client_host: m.client_host,
+                        metadata: Bytes::new(),
+                        assignment: Bytes::new(),
+                    })
+                    .collect(),
+            };
+        }
         let stable = group.state == GroupState::Stable;
         let protocol = if stable {
             group.protocol_name.clone().unwrap_or_default()
@@ -615,11 +774,20 @@ impl GroupsState {
         let mut groups: Vec<ListedGroup> = self
             .groups
             .values()
-            .filter(|g| states.is_empty() || states.contains(&g.state))
+            .filter(|g| states.is_empty() || states.contains(&g.effective_state()))
             .map(|g| ListedGroup {
                 group_id: g.id.clone(),
-                protocol_type: g.protocol_type.clone().unwrap_or_default(),
-                state: g.state,
+                group_type: if g.consumer.is_some() {
+                    "consumer"
+                } else {
+                    "classic"
+                },
+                protocol_type: if g.consumer.is_some() {
+                    "consumer".to_string()
+                } else {
+                    g.protocol_type.clone().unwrap_or_default()
+                },
+                state: g.effective_state(),
             })
             .collect();
         groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
@@ -628,7 +796,7 @@ impl GroupsState {
 
     /// The group's state, if it is hosted here.
     pub fn group_state(&self, group_id: &str) -> Option<GroupState> {
-        self.groups.get(group_id).map(|g| g.state)
+        self.groups.get(group_id).map(Group::effective_state)
     }
 
     /// The group's current generation, if it is hosted here.
@@ -762,6 +930,25 @@ impl GroupsState {
                     token,
                     response: Response::OffsetDelete(response),
                 });
+            }
+            Pending::Consumer { group_id, waiters } => {
+                if let Some(group) = self.groups.get_mut(&group_id) {
+                    group.on_consumer_persisted(id.0, failure.is_some());
+                }
+                self.settle(&group_id);
+                for (token, response) in waiters {
+                    let response = match (failure, response) {
+                        (Some(error), Response::ConsumerHeartbeat(r)) => {
+                            Response::ConsumerHeartbeat(ConsumerHeartbeatResponse::error(
+                                error,
+                                r.member_id.as_deref().unwrap_or_default(),
+                                r.member_epoch,
+                            ))
+                        }
+                        (_, response) => response,
+                    };
+                    out.push(Output::Respond { token, response });
+                }
             }
             Pending::DeleteGroups {
                 token,

@@ -62,7 +62,8 @@ enum Command {
     /// request_read_timeout,
     /// max_inflight_requests_per_connection, shutdown_grace, group_shards,
     /// group_initial_rebalance_delay, group_min_session_timeout, group_max_session_timeout,
-    /// offsets_commit_timeout, metrics_listen, metrics_max_connections, metrics_timeout, cluster, lease_period,
+    /// offsets_commit_timeout, group_consumer_session_timeout [default: 45s],
+    /// group_consumer_heartbeat_interval [default: 5s], metrics_listen, metrics_max_connections, metrics_timeout, cluster, lease_period,
     /// heartbeat_interval, ownership_interval, move_watch_interval, auto_rebalance,
     /// standalone_seal_check) and a [log] section (flush_interval,
     /// flush_bytes, max_pending_bytes, segment_bytes, segment_interval, cache_bytes,
@@ -158,6 +159,14 @@ struct ServeArgs {
     /// Longest consumer session timeout accepted [default: 30m].
     #[arg(long, value_name = "DURATION")]
     group_max_session_timeout: Option<String>,
+    /// Session timeout of KIP-848 (group.protocol=consumer) members: a member silent this long
+    /// loses its partitions [default: 45s].
+    #[arg(long, value_name = "DURATION")]
+    group_consumer_session_timeout: Option<String>,
+    /// Heartbeat interval KIP-848 members are told to keep, below the session timeout
+    /// [default: 5s].
+    #[arg(long, value_name = "DURATION")]
+    group_consumer_heartbeat_interval: Option<String>,
     /// Address of the HTTP endpoint with GET /metrics (Prometheus text format) and GET /health
     /// (200 "ok", or 503 after 3 failed storage requests in a row); port 0 picks a free port
     /// [default: none, no endpoint].
@@ -280,6 +289,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         group_initial_rebalance_delay: args.group_initial_rebalance_delay,
         group_min_session_timeout: args.group_min_session_timeout,
         group_max_session_timeout: args.group_max_session_timeout,
+        group_consumer_session_timeout: args.group_consumer_session_timeout,
+        group_consumer_heartbeat_interval: args.group_consumer_heartbeat_interval,
         metrics_listen: args.metrics_listen,
         cluster: args.cluster,
         lease_period: args.lease_period,
@@ -423,6 +434,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             group_min_session_timeout: settings.group_min_session_timeout,
             group_max_session_timeout: settings.group_max_session_timeout,
             offsets_commit_timeout: settings.offsets_commit_timeout,
+            group_consumer_session_timeout: settings.group_consumer_session_timeout,
+            group_consumer_heartbeat_interval: settings.group_consumer_heartbeat_interval,
             cluster: cluster_settings,
             ..BrokerSettings::default()
         },

@@ -91,6 +91,14 @@ pub struct Settings {
     /// before the request fails with COORDINATOR_NOT_AVAILABLE (`offsets.commit.timeout.ms`).
     #[serde(with = "humantime_serde")]
     pub offsets_commit_timeout: Duration,
+    /// KIP-848 consumer groups (`group.protocol=consumer`): a member silent for this long is
+    /// removed and its partitions go to the others (`group.consumer.session.timeout.ms`).
+    #[serde(with = "humantime_serde")]
+    pub group_consumer_session_timeout: Duration,
+    /// KIP-848 consumer groups: the heartbeat interval members are told to keep
+    /// (`group.consumer.heartbeat.interval.ms`); must be below the session timeout.
+    #[serde(with = "humantime_serde")]
+    pub group_consumer_heartbeat_interval: Duration,
     /// Address of the HTTP endpoint serving `GET /metrics` (Prometheus text format) and
     /// `GET /health` (200 while storage answers, 503 after 3 failed requests in a row). Unset
     /// (the default) serves neither. Port 0 picks a free port (reported in the log as
@@ -210,6 +218,8 @@ impl Default for Settings {
             group_min_session_timeout: broker.group_min_session_timeout,
             group_max_session_timeout: broker.group_max_session_timeout,
             offsets_commit_timeout: broker.offsets_commit_timeout,
+            group_consumer_session_timeout: broker.group_consumer_session_timeout,
+            group_consumer_heartbeat_interval: broker.group_consumer_heartbeat_interval,
             metrics_listen: None,
             metrics_max_connections: 64,
             metrics_timeout: Duration::from_secs(5),
@@ -545,6 +555,16 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         &["offsets_commit_timeout"],
         Kind::Text,
     ),
+    (
+        "STRATA_GROUP_CONSUMER_SESSION_TIMEOUT",
+        &["group_consumer_session_timeout"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_GROUP_CONSUMER_HEARTBEAT_INTERVAL",
+        &["group_consumer_heartbeat_interval"],
+        Kind::Text,
+    ),
     ("STRATA_METRICS_LISTEN", &["metrics_listen"], Kind::Text),
     (
         "STRATA_METRICS_MAX_CONNECTIONS",
@@ -664,6 +684,8 @@ pub struct FlagOverrides {
     pub group_initial_rebalance_delay: Option<String>,
     pub group_min_session_timeout: Option<String>,
     pub group_max_session_timeout: Option<String>,
+    pub group_consumer_session_timeout: Option<String>,
+    pub group_consumer_heartbeat_interval: Option<String>,
     pub metrics_listen: Option<String>,
     pub cluster: Option<bool>,
     pub lease_period: Option<String>,
@@ -889,6 +911,22 @@ pub fn load(
                 .map(toml::Value::String),
         ),
         (
+            "group-consumer-session-timeout",
+            &["group_consumer_session_timeout"],
+            flags
+                .group_consumer_session_timeout
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
+            "group-consumer-heartbeat-interval",
+            &["group_consumer_heartbeat_interval"],
+            flags
+                .group_consumer_heartbeat_interval
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
             "metrics-listen",
             &["metrics_listen"],
             flags.metrics_listen.clone().map(toml::Value::String),
@@ -1071,6 +1109,24 @@ impl Settings {
         // Both binds would race for the port and the loser's error would not say why.
         if self.metrics_listen == Some(self.listen) && self.listen.port() != 0 {
             return bad("metrics_listen", "must differ from listen");
+        }
+        // Sent to clients as 32-bit milliseconds; an interval not below the session would
+        // expire members between two heartbeats.
+        if self.group_consumer_session_timeout.is_zero()
+            || self.group_consumer_session_timeout.as_millis() > i32::MAX as u128
+        {
+            return bad(
+                "group_consumer_session_timeout",
+                "must be between 1ms and 24d",
+            );
+        }
+        if self.group_consumer_heartbeat_interval.is_zero()
+            || self.group_consumer_heartbeat_interval >= self.group_consumer_session_timeout
+        {
+            return bad(
+                "group_consumer_heartbeat_interval",
+                "must be more than 0 and less than group_consumer_session_timeout",
+            );
         }
         if self.offsets_commit_timeout.is_zero() {
             return bad("offsets_commit_timeout", "must be more than 0");

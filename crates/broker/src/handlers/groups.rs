@@ -58,10 +58,6 @@ mod key_type {
     pub const SHARE: i8 = 2;
 }
 
-/// The only group type this broker hosts (ListGroups v5 reports it; KIP-848 "consumer" groups
-/// and KIP-932 "share" groups are not implemented).
-const CLASSIC_GROUP_TYPE: &str = "classic";
-
 // ----- FindCoordinator -----
 
 /// FindCoordinator v0–v6. Every group is coordinated by this broker: it hosts every shard of
@@ -750,19 +746,23 @@ pub(crate) async fn list_groups(
     } else {
         Vec::new()
     };
-    let classic_wanted = type_names.is_empty()
-        || type_names
-            .iter()
-            .any(|t| t.as_str().eq_ignore_ascii_case(CLASSIC_GROUP_TYPE));
+    // Classic and KIP-848 "consumer" groups are hosted; KIP-932 "share" groups are not.
+    let type_wanted = |group_type: &str| {
+        type_names.is_empty()
+            || type_names
+                .iter()
+                .any(|t| t.as_str().eq_ignore_ascii_case(group_type))
+    };
     // The coordinator reads an empty state list as "all"; a filter of only unknown names must
     // list nothing instead.
-    if !classic_wanted || (!state_names.is_empty() && states.is_empty()) {
+    if !state_names.is_empty() && states.is_empty() {
         return response;
     }
     match broker.groups.list(states).await {
         Ok(listed) => {
             response.groups = listed
                 .into_iter()
+                .filter(|g| type_wanted(g.group_type))
                 .map(|g| {
                     let mut out = WireListedGroup::default();
                     out.group_id = GroupId(StrBytes::from_string(g.group_id));
@@ -771,7 +771,7 @@ pub(crate) async fn list_groups(
                         out.group_state = str_bytes(g.state.as_str());
                     }
                     if v >= 5 {
-                        out.group_type = str_bytes(CLASSIC_GROUP_TYPE);
+                        out.group_type = str_bytes(g.group_type);
                     }
                     out
                 })
@@ -825,7 +825,7 @@ pub(crate) fn client_host(peer: SocketAddr) -> String {
 
 /// Picks the expected variant out of a coordinator answer. Another variant is a bug in the
 /// coordinator wiring: logged, and answered UNKNOWN_SERVER_ERROR rather than crashing.
-fn expect<T>(
+pub(super) fn expect<T>(
     answer: Result<Response, GroupError>,
     pick: impl FnOnce(Response) -> Option<T>,
 ) -> Result<T, GroupError> {
@@ -847,8 +847,9 @@ fn variant_name(response: &Response) -> &'static str {
         Response::Heartbeat(_) => "Heartbeat",
         Response::Leave(_) => "Leave",
         Response::OffsetCommit(_) => "OffsetCommit",
-        Response::OffsetDelete(_) => "OffsetDelete",
         Response::DeleteGroups(_) => "DeleteGroups",
+        Response::ConsumerHeartbeat(_) => "ConsumerHeartbeat",
+        Response::OffsetDelete(_) => "OffsetDelete",
     }
 }
 
@@ -856,7 +857,7 @@ fn variant_name(response: &Response) -> &'static str {
 /// or the broker starts shutting down. At shutdown the client is told NOT_COORDINATOR, which is
 /// what Kafka answers parked requests when it unloads a group: the client rediscovers the
 /// coordinator and rejoins, instead of holding the broker's shutdown for a rebalance timeout.
-async fn until_shutdown(
+pub(super) async fn until_shutdown(
     ctx: &RequestContext,
     request: impl Future<Output = Result<Response, GroupError>>,
 ) -> Result<Response, GroupError> {

@@ -4,6 +4,7 @@
 
 pub(crate) mod cluster;
 pub(crate) mod configs;
+pub(crate) mod consumer_groups;
 pub(crate) mod fetch;
 pub(crate) mod groups;
 pub(crate) mod leader_epoch;
