@@ -71,6 +71,8 @@ pub(crate) struct ConsumerGroup {
 struct Changes {
     metadata: bool,
     members: BTreeSet<String>,
+    /// One request moves the group epoch at most once, however many things it changed.
+    bumped: bool,
 }
 
 fn millis(ms: i32) -> Duration {
@@ -187,7 +189,10 @@ impl ConsumerGroup {
     }
 
     fn bump_epoch(&mut self, changes: &mut Changes) {
-        self.group_epoch = self.group_epoch.saturating_add(1);
+        if !changes.bumped {
+            self.group_epoch = self.group_epoch.saturating_add(1);
+            changes.bumped = true;
+        }
         changes.metadata = true;
     }
 

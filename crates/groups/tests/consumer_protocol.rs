@@ -1,0 +1,506 @@
+//! KIP-848 consumer groups through `GroupsState`: joining, incremental reconciliation (no
+//! partition ever has two owners), fencing, timeouts, metadata changes, static members,
+//! offsets, mixing with the classic protocol and replay.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use common::{join_req, Harness};
+use strata_groups::assignor::Assignment;
+use strata_groups::{
+    ConsumerHeartbeatRequest, ConsumerHeartbeatResponse, GroupConfig, GroupError, GroupState,
+    GroupsState, Response, SeededMemberIds, TopicId,
+};
+
+const GROUP: &str = "g";
+
+fn topic_id(n: u8) -> TopicId {
+    TopicId([n; 16])
+}
+
+fn catalog(partitions: i32) -> BTreeMap<String, (TopicId, i32)> {
+    BTreeMap::from([
+        ("t".to_string(), (topic_id(1), partitions)),
+        ("u".to_string(), (topic_id(2), 2)),
+    ])
+}
+
+fn config() -> GroupConfig {
+    GroupConfig {
+        consumer_session_timeout: Duration::from_millis(10_000),
+        consumer_heartbeat_interval: Duration::from_millis(1_000),
+        ..GroupConfig::default()
+    }
+}
+
+/// One KIP-848 client: it owns what the coordinator last assigned it, and reports it.
+#[derive(Debug, Clone)]
+struct Client {
+    id: String,
+    epoch: i32,
+    owned: Assignment,
+}
+
+fn req(member_id: &str, epoch: i32) -> ConsumerHeartbeatRequest {
+    ConsumerHeartbeatRequest {
+        api_version: 1,
+        group_id: GROUP.into(),
+        member_id: member_id.into(),
+        member_epoch: epoch,
+        instance_id: None,
+        rack_id: None,
+        rebalance_timeout_ms: if epoch == 0 { 30_000 } else { -1 },
+        subscribed_topic_names: (epoch == 0).then(|| vec!["t".to_string()]),
+        subscribed_topic_regex: None,
+        server_assignor: None,
+        owned: None,
+        client_id: "c".into(),
+        client_host: "/127.0.0.1".into(),
+    }
+}
+
+fn send(
+    h: &mut Harness,
+    topics: &BTreeMap<String, (TopicId, i32)>,
+    r: ConsumerHeartbeatRequest,
+) -> ConsumerHeartbeatResponse {
+    let token = h.token();
+    let out = h.state.handle_consumer_heartbeat(h.now, token, r, topics);
+    h.absorb(out);
+    match h.answers.remove(&token) {
+        Some(Response::ConsumerHeartbeat(r)) => r,
+        other => panic!("no heartbeat answer: {other:?}"),
+    }
+}
+
+fn join(h: &mut Harness, topics: &BTreeMap<String, (TopicId, i32)>, id: &str) -> Client {
+    let r = send(h, topics, req(id, 0));
+    assert_eq!(r.error, None);
+    Client {
+        id: r.member_id.unwrap(),
+        epoch: r.member_epoch,
+        owned: r.assignment.unwrap_or_default(),
+    }
+}
+
+/// A heartbeat that reports what the client owns, then adopts the answer (revoking first).
+fn beat(h: &mut Harness, topics: &BTreeMap<String, (TopicId, i32)>, c: &mut Client) {
+    let mut r = req(&c.id, c.epoch);
+    r.owned = Some(c.owned.clone());
+    let answer = send(h, topics, r);
+    assert_eq!(answer.error, None, "{c:?}");
+    c.epoch = answer.member_epoch;
+    if let Some(a) = answer.assignment {
+        c.owned = a;
+    }
+}
+
+fn partitions(a: &Assignment) -> BTreeSet<(TopicId, i32)> {
+    a.iter()
+        .flat_map(|(t, ps)| ps.iter().map(move |p| (*t, *p)))
+        .collect()
+}
+
+fn assert_disjoint(clients: &[Client]) {
+    let mut seen = BTreeSet::new();
+    for c in clients {
+        for tp in partitions(&c.owned) {
+            assert!(seen.insert(tp), "{tp:?} owned twice: {clients:?}");
+        }
+    }
+}
+
+/// Heartbeats every client in turn until the group is Stable, checking ownership after each.
+fn settle(h: &mut Harness, topics: &BTreeMap<String, (TopicId, i32)>, clients: &mut [Client]) {
+    for _ in 0..20 {
+        for i in 0..clients.len() {
+            beat(h, topics, &mut clients[i]);
+            assert_disjoint(clients);
+        }
+        if h.state.group_state(GROUP) == Some(GroupState::Stable) {
+            return;
+        }
+    }
+    panic!("never stable: {clients:?}");
+}
+
+fn harness() -> Harness {
+    Harness::with_config(config())
+}
+
+#[test]
+fn a_first_member_gets_every_partition_at_epoch_one() {
+    let mut h = harness();
+    let topics = catalog(4);
+    let c = join(&mut h, &topics, "m1");
+    assert_eq!(c.epoch, 1);
+    assert_eq!(partitions(&c.owned).len(), 4);
+    assert_eq!(h.state.group_state(GROUP), Some(GroupState::Stable));
+}
+
+#[test]
+fn a_second_member_gets_partitions_only_after_the_first_revoked_them() {
+    let mut h = harness();
+    let topics = catalog(4);
+    let mut a = join(&mut h, &topics, "a");
+    let mut b = join(&mut h, &topics, "b");
+    // b is at the new epoch but every partition is still a's: it gets nothing yet.
+    assert_eq!(b.epoch, 2);
+    assert!(b.owned.is_empty(), "{b:?}");
+    assert_eq!(h.state.group_state(GROUP), Some(GroupState::Reconciling));
+    // a is told to keep half; it stays at epoch 1 until it confirms the revocation.
+    beat(&mut h, &topics, &mut a);
+    assert_eq!(a.epoch, 1);
+    assert_eq!(partitions(&a.owned).len(), 2);
+    beat(&mut h, &topics, &mut a);
+    assert_eq!(a.epoch, 2);
+    beat(&mut h, &topics, &mut b);
+    assert_eq!(partitions(&b.owned).len(), 2);
+    assert_disjoint(&[a, b]);
+    assert_eq!(h.state.group_state(GROUP), Some(GroupState::Stable));
+}
+
+#[test]
+fn five_members_share_every_partition_exactly_once() {
+    let mut h = harness();
+    let topics = catalog(12);
+    let mut clients = Vec::new();
+    for i in 0..5 {
+        clients.push(join(&mut h, &topics, &format!("m{i}")));
+        settle(&mut h, &topics, &mut clients);
+    }
+    let all: BTreeSet<_> = clients.iter().flat_map(|c| partitions(&c.owned)).collect();
+    assert_eq!(all.len(), 12);
+    for c in &clients {
+        let n = partitions(&c.owned).len();
+        assert!((2..=3).contains(&n), "{clients:?}");
+    }
+}
+
+#[test]
+fn range_assignor_is_chosen_per_request_and_unknown_ones_refused() {
+    let mut h = harness();
+    let topics = catalog(4);
+    let mut r = req("a", 0);
+    r.server_assignor = Some("fancy".into());
+    assert_eq!(
+        send(&mut h, &topics, r).error,
+        Some(GroupError::UnsupportedAssignor)
+    );
+    let mut clients = Vec::new();
+    for id in ["a", "b"] {
+        let mut r = req(id, 0);
+        r.server_assignor = Some("range".into());
+        let answer = send(&mut h, &topics, r);
+        clients.push(Client {
+            id: id.into(),
+            epoch: answer.member_epoch,
+            owned: answer.assignment.unwrap_or_default(),
+        });
+    }
+    settle(&mut h, &topics, &mut clients);
+    assert_eq!(
+        clients[0].owned,
+        Assignment::from([(topic_id(1), BTreeSet::from([0, 1]))])
+    );
+    assert_eq!(
+        clients[1].owned,
+        Assignment::from([(topic_id(1), BTreeSet::from([2, 3]))])
+    );
+}
+
+#[test]
+fn epochs_ahead_or_stale_are_fenced_and_unknown_members_refused() {
+    let mut h = harness();
+    let topics = catalog(2);
+    let a = join(&mut h, &topics, "a");
+    assert_eq!(
+        send(&mut h, &topics, req("a", a.epoch + 1)).error,
+        Some(GroupError::FencedMemberEpoch)
+    );
+    assert_eq!(
+        send(&mut h, &topics, req("nobody", 1)).error,
+        Some(GroupError::UnknownMemberId)
+    );
+    let b = join(&mut h, &topics, "b");
+    let mut clients = [a, b];
+    settle(&mut h, &topics, &mut clients);
+    let [a, _b] = clients;
+    // One epoch behind (its last answer was lost): accepted only if it owns nothing that is
+    // not its own; owning b's partitions too means it missed a revocation, so it is fenced.
+    let mut lost = req("a", a.epoch - 1);
+    lost.owned = Some(a.owned.clone());
+    assert_eq!(send(&mut h, &topics, lost).error, None);
+    let mut greedy = req("a", a.epoch - 1);
+    greedy.owned = Some(Assignment::from([(topic_id(1), BTreeSet::from([0, 1]))]));
+    assert_eq!(
+        send(&mut h, &topics, greedy).error,
+        Some(GroupError::FencedMemberEpoch)
+    );
+    // A group that does not exist knows no member.
+    let mut other = req("x", 3);
+    other.group_id = "nope".into();
+    assert_eq!(
+        send(&mut h, &topics, other).error,
+        Some(GroupError::UnknownMemberId)
+    );
+}
+
+#[test]
+fn a_member_whose_session_expires_loses_its_partitions_to_the_others() {
+    let mut h = harness();
+    let topics = catalog(4);
+    let mut clients = vec![join(&mut h, &topics, "a")];
+    clients.push(join(&mut h, &topics, "b"));
+    settle(&mut h, &topics, &mut clients);
+    // Only a keeps heartbeating; b's session (10 s) runs out.
+    for _ in 0..12 {
+        h.advance_ms(1_000);
+        beat(&mut h, &topics, &mut clients[0]);
+    }
+    assert_eq!(partitions(&clients[0].owned).len(), 4);
+    assert_eq!(
+        send(&mut h, &topics, req("b", clients[1].epoch)).error,
+        Some(GroupError::UnknownMemberId)
+    );
+}
+
+#[test]
+fn a_member_that_never_confirms_a_revocation_is_removed_after_its_rebalance_timeout() {
+    let mut h = harness();
+    let topics = catalog(4);
+    let mut a = join(&mut h, &topics, "a");
+    let mut b = join(&mut h, &topics, "b");
+    // a hears about the revocation, then heartbeats without ever confirming it.
+    let answer = send(&mut h, &topics, req("a", a.epoch));
+    assert_eq!(answer.error, None);
+    for _ in 0..31 {
+        h.advance_ms(1_000);
+        let _ = send(&mut h, &topics, req("a", a.epoch));
+        beat(&mut h, &topics, &mut b);
+    }
+    assert_eq!(partitions(&b.owned).len(), 4, "{b:?}");
+    beat_expect(&mut h, &topics, &mut a, GroupError::UnknownMemberId);
+}
+
+fn beat_expect(
+    h: &mut Harness,
+    topics: &BTreeMap<String, (TopicId, i32)>,
+    c: &mut Client,
+    error: GroupError,
+) {
+    let mut r = req(&c.id, c.epoch);
+    r.owned = Some(c.owned.clone());
+    assert_eq!(send(h, topics, r).error, Some(error));
+}
+
+#[test]
+fn partitions_added_to_a_subscribed_topic_are_assigned() {
+    let mut h = harness();
+    let mut clients = vec![join(&mut h, &catalog(2), "a")];
+    clients.push(join(&mut h, &catalog(2), "b"));
+    settle(&mut h, &catalog(2), &mut clients);
+    let grown = catalog(6);
+    settle(&mut h, &grown, &mut clients);
+    let all: BTreeSet<_> = clients.iter().flat_map(|c| partitions(&c.owned)).collect();
+    assert_eq!(all.len(), 6);
+}
+
+#[test]
+fn leaving_hands_partitions_over_at_once() {
+    let mut h = harness();
+    let topics = catalog(4);
+    let mut clients = vec![join(&mut h, &topics, "a"), join(&mut h, &topics, "b")];
+    settle(&mut h, &topics, &mut clients);
+    let left = send(&mut h, &topics, req("b", -1));
+    assert_eq!((left.error, left.member_epoch), (None, -1));
+    let mut a = clients.remove(0);
+    settle(&mut h, &topics, std::slice::from_mut(&mut a));
+    assert_eq!(partitions(&a.owned).len(), 4);
+}
+
+fn static_req(member_id: &str, epoch: i32, instance: &str) -> ConsumerHeartbeatRequest {
+    let mut r = req(member_id, epoch);
+    r.instance_id = Some(instance.into());
+    r
+}
+
+#[test]
+fn a_static_member_rejoining_keeps_its_assignment_and_a_duplicate_is_refused() {
+    let mut h = harness();
+    let topics = catalog(4);
+    let first = send(&mut h, &topics, static_req("s1", 0, "i"));
+    let mut b = join(&mut h, &topics, "b");
+    let mut s = Client {
+        id: "s1".into(),
+        epoch: first.member_epoch,
+        owned: first.assignment.unwrap_or_default(),
+    };
+    let mut clients = [s.clone(), b.clone()];
+    settle(&mut h, &topics, &mut clients);
+    [s, b] = clients;
+    // Another process with the same instance id while s is alive.
+    assert_eq!(
+        send(&mut h, &topics, static_req("s2", 0, "i")).error,
+        Some(GroupError::UnreleasedInstanceId)
+    );
+    // s leaves temporarily (-2) and comes back under a new member id: same epoch, same
+    // partitions, no rebalance for b.
+    let epoch_before = h.state.generation(GROUP);
+    let left = send(&mut h, &topics, static_req("s1", -2, "i"));
+    assert_eq!((left.error, left.member_epoch), (None, -2));
+    let back = send(&mut h, &topics, static_req("s2", 0, "i"));
+    assert_eq!(back.error, None);
+    assert_eq!(back.member_epoch, s.epoch);
+    assert_eq!(back.assignment.unwrap_or_default(), s.owned);
+    assert_eq!(h.state.generation(GROUP), epoch_before);
+    beat(&mut h, &topics, &mut b);
+    assert_eq!(h.state.group_state(GROUP), Some(GroupState::Stable));
+}
+
+#[test]
+fn offset_commits_check_the_member_epoch() {
+    let mut h = harness();
+    let topics = catalog(2);
+    let a = join(&mut h, &topics, "a");
+    let ok = h.commit(GROUP, a.epoch, "a", &[("t", 0, 5)]);
+    assert_eq!(h.commit_errors(ok), vec![None]);
+    let stale = h.commit(GROUP, a.epoch - 1, "a", &[("t", 0, 6)]);
+    assert_eq!(
+        h.commit_errors(stale),
+        vec![Some(GroupError::StaleMemberEpoch)]
+    );
+    let unknown = h.commit(GROUP, a.epoch, "zz", &[("t", 0, 6)]);
+    assert_eq!(
+        h.commit_errors(unknown),
+        vec![Some(GroupError::UnknownMemberId)]
+    );
+    let outsider = h.commit(GROUP, -1, "", &[("t", 0, 6)]);
+    assert_eq!(
+        h.commit_errors(outsider),
+        vec![Some(GroupError::UnknownMemberId)]
+    );
+    let fetched = h.fetch(GROUP, Some(&[("t", 0)]));
+    assert_eq!(fetched.partitions[0].offset.get(), 5);
+}
+
+#[test]
+fn classic_and_consumer_protocols_do_not_mix_in_a_live_group() {
+    let mut h = harness();
+    let topics = catalog(2);
+    let a = join(&mut h, &topics, "a");
+    let token = h.join(join_req(GROUP, "", "classic", &["t"]));
+    assert_eq!(
+        h.join_response(token).error,
+        Some(GroupError::InconsistentGroupProtocol)
+    );
+    // Once empty, the group may change type.
+    assert_eq!(send(&mut h, &topics, req("a", -1)).error, None);
+    let _ = a;
+    let listed = h.state.list_groups(&[]);
+    assert_eq!(
+        (listed[0].group_type, listed[0].state),
+        ("consumer", GroupState::Empty)
+    );
+    let mut classic = Harness::with_config(config());
+    let joined = classic.join(join_req("k", "", "classic", &["t"]));
+    let _ = classic.join_response(joined);
+    let member = classic.join_response(joined).member_id;
+    let again = classic.join(join_req("k", &member, "classic", &["t"]));
+    classic.run_until(10_000, |h| h.answered(again));
+    let mut r = req("c1", 0);
+    r.group_id = "k".into();
+    assert_eq!(
+        send(&mut classic, &topics, r).error,
+        Some(GroupError::GroupIdNotFound)
+    );
+}
+
+#[test]
+fn deleting_an_empty_consumer_group_and_refusing_a_live_one() {
+    let mut h = harness();
+    let topics = catalog(2);
+    let _a = join(&mut h, &topics, "a");
+    let token = h.token();
+    let out = h
+        .state
+        .handle_delete_groups(h.now, token, vec![GROUP.to_string()]);
+    h.absorb(out);
+    match h.answers.remove(&token) {
+        Some(Response::DeleteGroups(r)) => {
+            assert_eq!(r.groups[0].1, Some(GroupError::NonEmptyGroup))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(send(&mut h, &topics, req("a", -1)).error, None);
+    let token = h.token();
+    let out = h
+        .state
+        .handle_delete_groups(h.now, token, vec![GROUP.to_string()]);
+    h.absorb(out);
+    match h.answers.remove(&token) {
+        Some(Response::DeleteGroups(r)) => assert_eq!(r.groups[0].1, None),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.state.group_state(GROUP), None);
+}
+
+#[test]
+fn replay_resumes_the_group_with_the_same_epochs_and_assignments() {
+    let mut h = harness();
+    let topics = catalog(6);
+    let mut clients = vec![join(&mut h, &topics, "a"), join(&mut h, &topics, "b")];
+    // Mid-reconciliation: a has been asked to revoke but has not confirmed.
+    beat(&mut h, &topics, &mut clients[0]);
+    let before = h.state.describe_consumer_group(GROUP);
+    let mut replayed = Harness::from_state(GroupsState::replay(
+        config(),
+        Box::new(SeededMemberIds::new(1)),
+        Duration::ZERO,
+        h.durable.clone(),
+    ));
+    assert_eq!(replayed.state.describe_consumer_group(GROUP), before);
+    // And it carries on from there with the same clients.
+    settle(&mut replayed, &topics, &mut clients);
+    let all: BTreeSet<_> = clients.iter().flat_map(|c| partitions(&c.owned)).collect();
+    assert_eq!(all.len(), 6);
+}
+
+#[test]
+fn a_failed_write_fails_the_heartbeat_and_the_next_write_carries_the_whole_group() {
+    let mut h = harness();
+    let topics = catalog(2);
+    let _a = join(&mut h, &topics, "a");
+    h.hold_persists = true;
+    let token = h.token();
+    let out = h
+        .state
+        .handle_consumer_heartbeat(h.now, token, req("b", 0), &topics);
+    h.absorb(out);
+    assert!(!h.answered(token), "answered before its write was durable");
+    h.complete_persist(strata_groups::PersistOutcome::Failed(
+        strata_groups::PersistFailure::Unavailable,
+    ));
+    match h.answers.remove(&token) {
+        Some(Response::ConsumerHeartbeat(r)) => {
+            assert_eq!(r.error, Some(GroupError::CoordinatorNotAvailable))
+        }
+        other => panic!("{other:?}"),
+    }
+    h.hold_persists = false;
+    let _c = join(&mut h, &topics, "c");
+    let replayed = GroupsState::replay(
+        config(),
+        Box::new(SeededMemberIds::new(1)),
+        Duration::ZERO,
+        h.durable.clone(),
+    );
+    assert_eq!(
+        replayed.describe_consumer_group(GROUP),
+        h.state.describe_consumer_group(GROUP)
+    );
+}
