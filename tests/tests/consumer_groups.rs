@@ -1953,3 +1953,56 @@ fn python_confluent_kafka_groups_share_and_broadcast() {
         started.elapsed()
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// 7. KIP-848 consumer groups (group.protocol=consumer) with Python's confluent-kafka
+// ---------------------------------------------------------------------------------------------
+
+/// Runs one scenario of tests/python/consumer_protocol.py against a fresh broker whose
+/// KIP-848 session timeout is short, so a killed member's partitions move within seconds.
+fn python_consumer_protocol(scenario: &str) {
+    let started = Instant::now();
+    let broker = start_broker(&[
+        "--group-consumer-session-timeout",
+        "3s",
+        "--group-consumer-heartbeat-interval",
+        "200ms",
+    ]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/consumer_protocol.py");
+    let mut command = Command::new("python3");
+    command
+        .arg(&script)
+        .arg("--bootstrap")
+        .arg(broker.bootstrap())
+        .arg("--topic")
+        .arg(format!("kip848-{scenario}"))
+        .arg("--scenario")
+        .arg(scenario);
+    let finished = run_with_deadline(command, b"", Duration::from_secs(120));
+    finished.assert_success("tests/python/consumer_protocol.py");
+    eprintln!(
+        "{}python consumer protocol {scenario}: {:.1?}",
+        finished.stdout,
+        started.elapsed()
+    );
+}
+
+#[test]
+fn kip848_two_members_share_partitions_with_exact_committed_offsets() {
+    python_consumer_protocol("share");
+}
+
+#[test]
+fn kip848_five_members_share_partitions_with_exact_committed_offsets() {
+    python_consumer_protocol("five");
+}
+
+#[test]
+fn kip848_a_member_added_while_consuming_gets_partitions_without_duplicates() {
+    python_consumer_protocol("added");
+}
+
+#[test]
+fn kip848_a_killed_members_partitions_go_to_the_others_after_the_session_timeout() {
+    python_consumer_protocol("killed");
+}

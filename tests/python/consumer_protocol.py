@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+"""KIP-848 consumer groups (group.protocol=consumer) through a Strata broker with Python's
+confluent-kafka client.
+
+Scenarios (--scenario):
+- share:  two members share a topic's partitions;
+- five:   five members share them;
+- added:  two members consume while records arrive, a third joins half-way;
+- killed: three members, one in a child process that is SIGKILLed once it owns partitions;
+          the broker's session timeout (a short one set by the test on the broker) hands its
+          partitions to the other two.
+
+Every member commits synchronously after each batch it processes and when partitions are
+revoked. Checks: members own disjoint partitions at all times they report; every record is
+received (exactly once, except in "killed", where the killed member's uncommitted records are
+received again, as at-least-once delivery allows); at the end the committed offset of every
+partition is its end offset; ConsumerGroupDescribe reports a Stable consumer group.
+Exits 0 when everything holds, 1 with a message otherwise, 2 when confluent-kafka is missing.
+
+Run by tests/tests/consumer_groups.rs against the real binary:
+    python3 tests/python/consumer_protocol.py --bootstrap 127.0.0.1:9092 --topic t --scenario share
+"""
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+try:
+    from confluent_kafka import Consumer, Producer, TopicPartition, ConsumerGroupType
+    from confluent_kafka.admin import AdminClient, NewTopic
+except ImportError as error:  # pragma: no cover - depends on the machine
+    print(f"confluent-kafka is not installed ({error}); pip install confluent-kafka", file=sys.stderr)
+    sys.exit(2)
+
+DEADLINE_SECONDS = 60.0
+
+
+def fail(why):
+    print(f"consumer protocol FAILED: {why}", file=sys.stderr)
+    sys.exit(1)
+
+
+def consumer(bootstrap, group, name):
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "client.id": name,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 100,
+        }
+    )
+
+
+class Member:
+    """One subscribed consumer and everything it saw."""
+
+    def __init__(self, bootstrap, topic, group, name):
+        self.name = name
+        self.topic = topic
+        self.assignment = set()
+        self.got = []  # (partition, offset)
+        self.positions = {}
+        self.errors = []
+        self.consumer = consumer(bootstrap, group, name)
+        self.consumer.subscribe([topic], on_assign=self.on_assign, on_revoke=self.on_revoke)
+
+    def on_assign(self, consumer, partitions):
+        self.assignment |= {p.partition for p in partitions}
+
+    def on_revoke(self, consumer, partitions):
+        revoked = {p.partition for p in partitions}
+        self.commit(revoked)
+        self.assignment -= revoked
+        for p in revoked:
+            self.positions.pop(p, None)
+
+    def commit(self, only=None):
+        offsets = [
+            TopicPartition(self.topic, p, o)
+            for p, o in sorted(self.positions.items())
+            if p in self.assignment and (only is None or p in only)
+        ]
+        if not offsets:
+            return
+        try:
+            answer = self.consumer.commit(offsets=offsets, asynchronous=False)
+        except Exception as error:  # KafkaException; reported, never retried
+            self.errors.append(f"commit {offsets}: {error}")
+            return
+        for tp in answer or []:
+            if tp.error is not None:
+                self.errors.append(f"commit {tp.partition}: {tp.error}")
+
+    def poll(self):
+        messages = self.consumer.consume(num_messages=200, timeout=0.05)
+        for message in messages:
+            if message.error():
+                self.errors.append(f"consume: {message.error()}")
+                continue
+            self.got.append((message.partition(), message.offset()))
+            self.positions[message.partition()] = message.offset() + 1
+        if messages:
+            self.commit()
+
+    def describe(self):
+        return f"{self.name}: assignment {sorted(self.assignment)}, {len(self.got)} records, errors {self.errors}"
+
+
+def create_topic(bootstrap, topic, partitions):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)]).values():
+        future.result(timeout=30)
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while True:
+        described = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if described is not None and described.error is None and len(described.partitions) == partitions:
+            return admin
+        if time.monotonic() > deadline:
+            fail(f"Metadata never listed {topic} with {partitions} partitions")
+        time.sleep(0.05)
+
+
+def produce(bootstrap, topic, partitions, count, start=0):
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
+    errors = []
+
+    def delivered(error, message):
+        if error is not None:
+            errors.append(str(error))
+
+    for seq in range(start, start + count):
+        producer.produce(topic, value=f"seq={seq}".encode(), partition=seq % partitions, on_delivery=delivered)
+        producer.poll(0)
+    if producer.flush(30) != 0 or errors:
+        fail(f"produce failed: {errors[:3]}")
+
+
+def end_offsets(bootstrap, topic, partitions):
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe-end-offsets"})
+    ends = {p: probe.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+    probe.close()
+    return ends
+
+
+def poll_until(members, what, condition):
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while not condition():
+        if time.monotonic() > deadline:
+            fail(f"timed out waiting until {what}:\n  " + "\n  ".join(m.describe() for m in members))
+        for member in members:
+            member.poll()
+        owned = [p for m in members for p in m.assignment]
+        if len(owned) != len(set(owned)):
+            fail("two members own one partition:\n  " + "\n  ".join(m.describe() for m in members))
+
+
+def check_end(bootstrap, admin, topic, group, partitions, members, exactly_once):
+    ends = end_offsets(bootstrap, topic, partitions)
+    total = sum(ends.values())
+    received = [r for m in members for r in m.got]
+    distinct = set(received)
+    expected = {(p, o) for p, end in ends.items() for o in range(end)}
+    if exactly_once and distinct != expected:
+        fail(f"received {len(distinct)} distinct records of {total}")
+    if not exactly_once:
+        # The killed member received the start of its partitions; the rest must be a
+        # contiguous run up to the end, picked up from its last commit.
+        for p, end in ends.items():
+            offsets = sorted({o for q, o in distinct if q == p})
+            if not offsets or offsets[-1] != end - 1 or len(offsets) != end - offsets[0]:
+                fail(f"partition {p}: survivors received a gap or stopped short of {end}")
+    if exactly_once and len(received) != total:
+        fail(f"{len(received) - total} records received twice")
+    for m in members:
+        if m.errors:
+            fail(m.describe())
+    # The group must be Stable and report itself as a consumer group.
+    description = admin.describe_consumer_groups([group])[group].result(timeout=30)
+    if description.type != ConsumerGroupType.CONSUMER:
+        fail(f"described type {description.type}")
+    owned = sorted(p.partition for member in description.members for p in member.assignment.topic_partitions)
+    if owned != list(range(partitions)):
+        fail(f"ConsumerGroupDescribe assignment {owned}")
+    probe = consumer(bootstrap, group, "checker")
+    committed = probe.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+    probe.close()
+    got = {tp.partition: tp.offset for tp in committed}
+    if got != ends:
+        fail(f"committed offsets {got} != end offsets {ends}")
+    for m in members:
+        m.consumer.close()
+    return total
+
+
+def scenario_share(args, count_members, partitions=8, records=4000):
+    admin = create_topic(args.bootstrap, args.topic, partitions)
+    produce(args.bootstrap, args.topic, partitions, records)
+    group = f"{args.topic}-group"
+    members = [Member(args.bootstrap, args.topic, group, f"m{i}") for i in range(count_members)]
+    poll_until(
+        members,
+        "every record is received and every member owns partitions",
+        lambda: len({r for m in members for r in m.got}) >= records and all(m.assignment for m in members),
+    )
+    for m in members:
+        m.commit()
+    return check_end(args.bootstrap, admin, args.topic, group, partitions, members, exactly_once=True)
+
+
+def scenario_added(args, partitions=6, records=3000):
+    admin = create_topic(args.bootstrap, args.topic, partitions)
+    group = f"{args.topic}-group"
+    produce(args.bootstrap, args.topic, partitions, records // 2)
+    members = [Member(args.bootstrap, args.topic, group, f"m{i}") for i in range(2)]
+    poll_until(members, "the first half is received", lambda: len({r for m in members for r in m.got}) >= records // 2)
+    members.append(Member(args.bootstrap, args.topic, group, "late"))
+    produce(args.bootstrap, args.topic, partitions, records - records // 2, start=records // 2)
+    poll_until(
+        members,
+        "everything is received and the late member owns partitions",
+        lambda: len({r for m in members for r in m.got}) >= records and all(m.assignment for m in members),
+    )
+    for m in members:
+        m.commit()
+    return check_end(args.bootstrap, admin, args.topic, group, partitions, members, exactly_once=True)
+
+
+def scenario_killed(args, partitions=6, records=3000):
+    admin = create_topic(args.bootstrap, args.topic, partitions)
+    group = f"{args.topic}-group"
+    produce(args.bootstrap, args.topic, partitions, records)
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--bootstrap", args.bootstrap, "--topic", args.topic, "--scenario", "child"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    # The child says "owned" once it owns partitions and has committed some progress.
+    line = child.stdout.readline().strip()
+    if line != "owned":
+        fail(f"child member said {line!r}")
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    members = [Member(args.bootstrap, args.topic, group, f"m{i}") for i in range(2)]
+    poll_until(
+        members,
+        "the survivors own every partition and received everything",
+        lambda: sorted(p for m in members for p in m.assignment) == list(range(partitions))
+        and all(m.positions.get(p) == records // partitions for m in members for p in m.assignment),
+    )
+    for m in members:
+        m.commit()
+    return check_end(args.bootstrap, admin, args.topic, group, partitions, members, exactly_once=False)
+
+
+def child(args):
+    member = Member(args.bootstrap, args.topic, f"{args.topic}-group", "doomed")
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while not (member.assignment and member.got):
+        if time.monotonic() > deadline:
+            fail("child never owned partitions")
+        member.poll()
+    print("owned", flush=True)
+    while True:  # until killed; keeps heartbeating through librdkafka's own thread
+        time.sleep(1)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--scenario", required=True, choices=["share", "five", "added", "killed", "child"])
+    args = parser.parse_args()
+    started = time.monotonic()
+    if args.scenario == "child":
+        child(args)
+        return
+    total = {
+        "share": lambda: scenario_share(args, 2),
+        "five": lambda: scenario_share(args, 5, partitions=10, records=5000),
+        "added": lambda: scenario_added(args),
+        "killed": lambda: scenario_killed(args),
+    }[args.scenario]()
+    print(f"consumer protocol {args.scenario}: {total} records, committed offsets exact, {time.monotonic() - started:.1f}s")
+
+
+if __name__ == "__main__":
+    main()
