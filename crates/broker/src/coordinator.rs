@@ -48,7 +48,8 @@ enum Request {
     OffsetCommit(OffsetCommitRequest),
     OffsetDelete(OffsetDeleteRequest),
     DeleteGroups(Vec<String>),
-    ConsumerHeartbeat(ConsumerHeartbeatRequest),
+    // Boxed: the largest request by far, and the channel holds one slot per command.
+    ConsumerHeartbeat(Box<ConsumerHeartbeatRequest>),
 }
 
 /// The log's topic catalog as KIP-848 groups see it: an in-memory lookup, no IO.
@@ -257,7 +258,8 @@ impl GroupCoordinator {
         req: ConsumerHeartbeatRequest,
     ) -> Result<Response, GroupError> {
         let group = req.group_id.clone();
-        self.ask(&group, Request::ConsumerHeartbeat(req)).await
+        self.ask(&group, Request::ConsumerHeartbeat(Box::new(req)))
+            .await
     }
 
     pub async fn consumer_describe(
@@ -504,7 +506,7 @@ async fn run_shard(
                             Request::OffsetDelete(r) => state.handle_offset_delete(now, token, r),
                             Request::DeleteGroups(ids) => state.handle_delete_groups(now, token, ids),
                             Request::ConsumerHeartbeat(r) => {
-                                state.handle_consumer_heartbeat(now, token, r, &LogCatalog(&log))
+                                state.handle_consumer_heartbeat(now, token, *r, &LogCatalog(&log))
                             }
                         }
                     }
