@@ -1507,6 +1507,41 @@ mod tests {
     }
 
     #[test]
+    fn kip848_group_timings_have_kafkas_defaults_and_are_checked() {
+        let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        assert_eq!(s.group_consumer_session_timeout, Duration::from_secs(45));
+        assert_eq!(s.group_consumer_heartbeat_interval, Duration::from_secs(5));
+        let f = file("group_consumer_session_timeout = \"3s\"\n");
+        let flags = FlagOverrides {
+            group_consumer_heartbeat_interval: Some("200ms".into()),
+            ..Default::default()
+        };
+        let (s, _) = load(Some(f.path()), env(&[]), &flags).unwrap();
+        assert_eq!(s.group_consumer_session_timeout, Duration::from_secs(3));
+        assert_eq!(
+            s.group_consumer_heartbeat_interval,
+            Duration::from_millis(200)
+        );
+        // An interval not below the session would expire members between heartbeats.
+        let e = load(
+            None,
+            env(&[("STRATA_GROUP_CONSUMER_HEARTBEAT_INTERVAL", "45s")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("group_consumer_heartbeat_interval"), "{e}");
+        let e = load(
+            None,
+            env(&[("STRATA_GROUP_CONSUMER_SESSION_TIMEOUT", "0s")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("group_consumer_session_timeout"), "{e}");
+    }
+
+    #[test]
     fn metrics_listen_is_off_by_default_and_set_by_every_layer() {
         let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
         assert_eq!(s.metrics_listen, None);
