@@ -108,6 +108,14 @@ class Member:
         if messages:
             self.commit()
 
+    def reached(self, end):
+        """Whether every owned partition's fetch position is `end` (a partition whose previous
+        owner committed everything has no records for this member, only a position)."""
+        if not self.assignment:
+            return False
+        positions = self.consumer.position([TopicPartition(self.topic, p) for p in self.assignment])
+        return all(self.positions.get(tp.partition, tp.offset) == end for tp in positions)
+
     def describe(self):
         return f"{self.name}: assignment {sorted(self.assignment)}, {len(self.got)} records, errors {self.errors}"
 
@@ -251,11 +259,76 @@ def scenario_killed(args, partitions=6, records=3000):
         members,
         "the survivors own every partition and received everything",
         lambda: sorted(p for m in members for p in m.assignment) == list(range(partitions))
-        and all(m.positions.get(p) == records // partitions for m in members for p in m.assignment),
+        and all(m.reached(records // partitions) for m in members),
     )
     for m in members:
         m.commit()
     return check_end(args.bootstrap, admin, args.topic, group, partitions, members, exactly_once=False)
+
+
+def static_member(args, index):
+    member = Member(args.bootstrap, args.topic, f"{args.topic}-group", f"s{index}")
+    member.consumer.close()  # replaced below: the instance id must be set before subscribing
+    config = {
+        "bootstrap.servers": args.bootstrap,
+        "group.id": f"{args.topic}-group",
+        "group.protocol": "consumer",
+        "group.instance.id": f"instance-{index}",
+        "client.id": f"s{index}",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 100,
+    }
+    member.consumer = Consumer(config)
+    member.revocations = []
+    member.assignments = []
+    original_assign, original_revoke = member.on_assign, member.on_revoke
+
+    def on_assign(consumer, partitions):
+        member.assignments.append(sorted(p.partition for p in partitions))
+        original_assign(consumer, partitions)
+
+    def on_revoke(consumer, partitions):
+        member.revocations.append(sorted(p.partition for p in partitions))
+        original_revoke(consumer, partitions)
+
+    member.consumer.subscribe([args.topic], on_assign=on_assign, on_revoke=on_revoke)
+    return member
+
+
+def scenario_restart(args, phase, partitions=6, half=1500):
+    """Phase a: two static members consume the first half and leave as static members (-2).
+    The test then kills and restarts the broker. Phase b: the same instances come back, get
+    the partitions they had without any revocation, and consume exactly the second half."""
+    group = f"{args.topic}-group"
+    if phase == "a":
+        admin = create_topic(args.bootstrap, args.topic, partitions)
+        produce(args.bootstrap, args.topic, partitions, half)
+    else:
+        admin = AdminClient({"bootstrap.servers": args.bootstrap})
+        produce(args.bootstrap, args.topic, partitions, half, start=half)
+    members = [static_member(args, i) for i in range(2)]
+    want = half * (1 if phase == "a" else 2) // partitions
+    poll_until(
+        members,
+        f"phase {phase}: both members own partitions and reached offset {want} everywhere",
+        lambda: sorted(p for m in members for p in m.assignment) == list(range(partitions))
+        and all(m.reached(want) for m in members),
+    )
+    for m in members:
+        m.commit()
+    if phase == "b":
+        for m in members:
+            if m.revocations or len(m.assignments) != 1:
+                fail(f"{m.name} rebalanced after coming back: assigned {m.assignments}, revoked {m.revocations}")
+        received = [r for m in members for r in m.got]
+        if sorted(received) != sorted((p, o) for p in range(partitions) for o in range(half // partitions, want)):
+            fail(f"phase b received {len(received)} records, not exactly the second half")
+        check_end(args.bootstrap, admin, args.topic, group, partitions, members, exactly_once=False)
+        return 2 * half
+    for m in members:
+        m.consumer.close()  # a static member's close leaves with epoch -2
+    return half
 
 
 def child(args):
@@ -274,7 +347,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--topic", required=True)
-    parser.add_argument("--scenario", required=True, choices=["share", "five", "added", "killed", "child"])
+    parser.add_argument("--scenario", required=True, choices=["share", "five", "added", "killed", "child", "restart-a", "restart-b"])
     args = parser.parse_args()
     started = time.monotonic()
     if args.scenario == "child":
@@ -285,6 +358,8 @@ def main():
         "five": lambda: scenario_share(args, 5, partitions=10, records=5000),
         "added": lambda: scenario_added(args),
         "killed": lambda: scenario_killed(args),
+        "restart-a": lambda: scenario_restart(args, "a"),
+        "restart-b": lambda: scenario_restart(args, "b"),
     }[args.scenario]()
     print(f"consumer protocol {args.scenario}: {total} records, committed offsets exact, {time.monotonic() - started:.1f}s")
 

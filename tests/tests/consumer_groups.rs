@@ -2006,3 +2006,95 @@ fn kip848_a_member_added_while_consuming_gets_partitions_without_duplicates() {
 fn kip848_a_killed_members_partitions_go_to_the_others_after_the_session_timeout() {
     python_consumer_protocol("killed");
 }
+
+/// One consumer group as ConsumerGroupDescribe reports it: (group epoch, assignment epoch,
+/// instance id → (member epoch, partitions)).
+type ConsumerGroupView = (i32, i32, BTreeMap<String, (i32, Vec<i32>)>);
+
+/// Waits until the group's coordinator answers (a restarted broker replays its shards first).
+fn describe_consumer_group(broker: &StrataProcess, group: &str) -> ConsumerGroupView {
+    wait_until("ConsumerGroupDescribe answers", DEADLINE, || {
+        try_describe_consumer_group(broker, group)
+    })
+}
+
+fn try_describe_consumer_group(broker: &StrataProcess, group: &str) -> Option<ConsumerGroupView> {
+    use kafka_protocol::messages::ConsumerGroupDescribeRequest;
+    let mut raw = RawConnection::connect(broker.addr());
+    let mut request = ConsumerGroupDescribeRequest::default();
+    request.group_ids = vec![GroupId(StrBytes::from_string(group.to_string()))];
+    let response = raw.request(1, &request);
+    let described = &response.groups[0];
+    if described.error_code != 0 {
+        eprintln!(
+            "ConsumerGroupDescribe {group}: error {}",
+            described.error_code
+        );
+        return None;
+    }
+    let members = described
+        .members
+        .iter()
+        .map(|m| {
+            let mut partitions: Vec<i32> = m
+                .assignment
+                .topic_partitions
+                .iter()
+                .flat_map(|t| t.partitions.iter().copied())
+                .collect();
+            partitions.sort();
+            let instance = m.instance_id.as_ref().map(|s| s.to_string());
+            (instance.unwrap_or_default(), (m.member_epoch, partitions))
+        })
+        .collect();
+    Some((described.group_epoch, described.assignment_epoch, members))
+}
+
+#[test]
+fn kip848_static_members_resume_with_the_same_epochs_and_partitions_after_a_broker_kill() {
+    let started = Instant::now();
+    // A session long enough for the members to come back after the restart.
+    let mut broker = start_broker(&[
+        "--group-consumer-session-timeout",
+        "30s",
+        "--group-consumer-heartbeat-interval",
+        "200ms",
+    ]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/consumer_protocol.py");
+    let phase = |broker: &StrataProcess, scenario: &str| {
+        let mut command = Command::new("python3");
+        command
+            .arg(&script)
+            .arg("--bootstrap")
+            .arg(broker.bootstrap())
+            .arg("--topic")
+            .arg("kip848-restart")
+            .arg("--scenario")
+            .arg(scenario);
+        let finished = run_with_deadline(command, b"", Duration::from_secs(120));
+        finished.assert_success("tests/python/consumer_protocol.py");
+        eprint!("{}", finished.stdout);
+    };
+    let group = "kip848-restart-group";
+    phase(&broker, "restart-a");
+    // Both members left as static members: still in the group, epoch -2, partitions kept.
+    let before = describe_consumer_group(&broker, group);
+    assert_eq!(before.2.len(), 2, "{before:?}");
+    assert!(
+        before
+            .2
+            .values()
+            .all(|(epoch, p)| *epoch == -2 && !p.is_empty()),
+        "{before:?}"
+    );
+    broker.kill9();
+    broker.restart();
+    // The replayed group is the same group: epochs, members and assignments.
+    assert_eq!(describe_consumer_group(&broker, group), before);
+    phase(&broker, "restart-b");
+    // The instances came back to their own partitions without a new group epoch (a join as
+    // new members would have bumped it), and left as static members again when phase b closed.
+    let after = describe_consumer_group(&broker, group);
+    assert_eq!(after, before);
+    eprintln!("kip848 restart: {:.1?}", started.elapsed());
+}

@@ -289,8 +289,13 @@ impl GroupsState {
                 }
                 None => {}
             }
-            tracing::info!(group = %group_id, generation = group.generation_id,
-                members = group.members.len(), offsets = group.offsets.len(), "loaded group");
+            match &group.consumer {
+                Some(c) => tracing::info!(group = %group_id, group_epoch = c.group_epoch,
+                    members = c.members.len(), offsets = group.offsets.len(),
+                    "loaded consumer group"),
+                None => tracing::info!(group = %group_id, generation = group.generation_id,
+                    members = group.members.len(), offsets = group.offsets.len(), "loaded group"),
+            }
             self.groups.insert(group_id.clone(), group);
             self.with_group(&group_id, now, &mut out, |group, cx| {
                 group.on_loaded(cx, now)
