@@ -280,6 +280,9 @@ pub struct OffsetFetchRequest {
     pub partitions: Option<Vec<TopicPartition>>,
     /// KIP-447: report UNSTABLE_OFFSET_COMMIT for partitions with a commit still being written.
     pub require_stable: bool,
+    /// v9+: the asking member's id and epoch, checked against KIP-848 consumer groups
+    /// (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH); `None` for tools outside the group.
+    pub member: Option<(String, i32)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

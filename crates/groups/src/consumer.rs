@@ -543,6 +543,24 @@ impl Group {
         }
     }
 
+    /// Kafka's `ConsumerGroup.validateOffsetFetch`: a member asking must be current; a tool
+    /// (no member id, epoch -1) may always read.
+    pub(crate) fn validate_consumer_fetch(
+        &self,
+        member_id: &str,
+        epoch: i32,
+    ) -> Option<GroupError> {
+        let group = self.consumer.as_ref()?;
+        if member_id.is_empty() && epoch < 0 {
+            return None;
+        }
+        match group.members.get(member_id) {
+            None => Some(GroupError::UnknownMemberId),
+            Some(m) if m.value.member_epoch != epoch => Some(GroupError::StaleMemberEpoch),
+            Some(_) => None,
+        }
+    }
+
     pub(crate) fn consumer_subscribes_to(&self, topic: &str) -> Option<bool> {
         let group = self.consumer.as_ref()?;
         Some(

@@ -587,6 +587,16 @@ impl GroupsState {
     /// OffsetFetch for one group: committed offsets regardless of the group's state (simple
     /// consumers use offsets without group management). Unknown partitions get offset -1.
     pub fn offset_fetch(&self, req: &OffsetFetchRequest) -> OffsetFetchResponse {
+        if let (Some(group), Some((member_id, epoch))) =
+            (self.groups.get(&req.group_id), &req.member)
+        {
+            if let Some(error) = group.validate_consumer_fetch(member_id, *epoch) {
+                return OffsetFetchResponse {
+                    error: Some(error),
+                    partitions: Vec::new(),
+                };
+            }
+        }
         let partitions = match self.groups.get(&req.group_id) {
             Some(group) => group.fetch_offsets(req.partitions.as_deref(), req.require_stable),
             None => req

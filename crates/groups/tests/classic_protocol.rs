@@ -666,6 +666,7 @@ fn member_offset_commits_become_visible_once_durable() {
         Offset(-1)
     );
     let stable = h.state.offset_fetch(&OffsetFetchRequest {
+        member: None,
         group_id: G.into(),
         partitions: Some(vec![TopicPartition::new("t", 0)]),
         require_stable: true,

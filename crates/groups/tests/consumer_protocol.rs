@@ -386,6 +386,24 @@ fn offset_commits_check_the_member_epoch() {
     );
     let fetched = h.fetch(GROUP, Some(&[("t", 0)]));
     assert_eq!(fetched.partitions[0].offset.get(), 5);
+    // OffsetFetch v9 names the member: it must be current too.
+    let fetch_as = |h: &Harness, member: &str, epoch: i32| {
+        h.state
+            .offset_fetch(&strata_groups::OffsetFetchRequest {
+                group_id: GROUP.into(),
+                partitions: None,
+                require_stable: false,
+                member: Some((member.into(), epoch)),
+            })
+            .error
+    };
+    assert_eq!(fetch_as(&h, "a", a.epoch), None);
+    assert_eq!(
+        fetch_as(&h, "a", a.epoch - 1),
+        Some(GroupError::StaleMemberEpoch)
+    );
+    assert_eq!(fetch_as(&h, "zz", 1), Some(GroupError::UnknownMemberId));
+    assert_eq!(fetch_as(&h, "", -1), None);
 }
 
 #[test]

@@ -447,6 +447,12 @@ pub(crate) async fn offset_fetch(
     let mut response = OffsetFetchResponse::default();
     if v >= 8 {
         let fetches = request.groups.into_iter().map(|group| async move {
+            // v9+ (KIP-848): the member asking, checked against consumer groups.
+            let member = group
+                .member_id
+                .as_ref()
+                .filter(|_| v >= 9)
+                .map(|id| (id.to_string(), group.member_epoch));
             let wanted = group.topics.map(|topics| {
                 topics
                     .into_iter()
@@ -454,7 +460,7 @@ pub(crate) async fn offset_fetch(
                     .collect::<Vec<_>>()
             });
             let (error, topics) =
-                fetch_group(broker, &group.group_id, wanted, require_stable).await;
+                fetch_group(broker, &group.group_id, wanted, require_stable, member).await;
             let mut g = OffsetFetchResponseGroup::default();
             g.group_id = group.group_id;
             g.error_code = group_code(error);
@@ -490,8 +496,14 @@ pub(crate) async fn offset_fetch(
             .map(|t| (t.name, t.partition_indexes))
             .collect::<Vec<_>>()
     });
-    let (error, mut topics) =
-        fetch_group(broker, &request.group_id, wanted.clone(), require_stable).await;
+    let (error, mut topics) = fetch_group(
+        broker,
+        &request.group_id,
+        wanted.clone(),
+        require_stable,
+        None,
+    )
+    .await;
     if v < 2 {
         if let (Some(error), Some(wanted)) = (error, wanted) {
             // v1 has no top-level error: Kafka repeats it on every requested partition.
@@ -550,6 +562,7 @@ async fn fetch_group(
     group_id: &GroupId,
     wanted: WantedOffsets,
     require_stable: bool,
+    member: Option<(String, i32)>,
 ) -> (
     Option<GroupError>,
     Vec<(TopicName, Vec<groups::FetchedOffset>)>,
@@ -569,6 +582,7 @@ async fn fetch_group(
         group_id: group_id.0.to_string(),
         partitions,
         require_stable,
+        member,
     };
     let fetched = match broker.groups.offset_fetch(fetch).await {
         Ok(fetched) => fetched,

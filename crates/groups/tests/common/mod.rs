@@ -264,6 +264,7 @@ impl Harness {
 
     pub fn fetch(&self, group: &str, partitions: Option<&[(&str, i32)]>) -> OffsetFetchResponse {
         self.state.offset_fetch(&OffsetFetchRequest {
+            member: None,
             group_id: group.into(),
             partitions: partitions.map(|ps| {
                 ps.iter()
