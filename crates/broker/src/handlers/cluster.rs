@@ -6,6 +6,14 @@
 //! controls anything; clients only display it). A reassignment moves a partition's ownership:
 //! its first replica becomes a placement override, which the owner hands over to; Strata keeps
 //! one copy of the data in storage, so the other replicas of a request mean nothing here.
+//!
+//! ElectLeaders (v0–v2): a PREFERRED election moves a partition to its preferred replica (its
+//! assignment's first broker, or without one where rendezvous hashing places it) the way a
+//! reassignment does: a placement override, which the owner hands over to gracefully. Note that
+//! a reassignment keeps the topic's assignment, so a later preferred election moves the
+//! partition back to it. An UNCLEAN election is never needed: the data is in storage, so any
+//! live broker can own any partition without losing a record, and a partition without a live
+//! owner is claimed by one within the lease anyway.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,13 +22,14 @@ use kafka_protocol::messages::alter_partition_reassignments_response::{
     ReassignablePartitionResponse, ReassignableTopicResponse,
 };
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::list_partition_reassignments_response::{
     OngoingPartitionReassignment, OngoingTopicReassignment,
 };
 use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse,
-    BrokerId as WireBrokerId, DescribeClusterRequest, DescribeClusterResponse,
-    ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse,
+    BrokerId as WireBrokerId, DescribeClusterRequest, DescribeClusterResponse, ElectLeadersRequest,
+    ElectLeadersResponse, ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse,
 };
 use strata_cluster::ClusterView;
 use strata_core::{BrokerId, TopicPartition};
@@ -209,6 +218,132 @@ async fn reassign(
         "partition reassignment requested"
     );
     Ok(())
+}
+
+/// Kafka's ElectionType.
+const ELECTION_PREFERRED: i8 = 0;
+const ELECTION_UNCLEAN: i8 = 1;
+
+pub(crate) async fn elect_leaders(
+    broker: &Broker,
+    request: ElectLeadersRequest,
+    ctx: &RequestContext,
+) -> ElectLeadersResponse {
+    let mut response = ElectLeadersResponse::default();
+    response.error_code = code::NONE;
+    // v0 has no election type: it is always a preferred election.
+    let election = if ctx.api_version == 0 {
+        ELECTION_PREFERRED
+    } else {
+        request.election_type
+    };
+    if election != ELECTION_PREFERRED && election != ELECTION_UNCLEAN {
+        response.error_code = code::INVALID_REQUEST;
+        return response;
+    }
+    // Null names every partition; then, as Kafka does, only those an election moved (or
+    // failed to) are answered.
+    let all = request.topic_partitions.is_none();
+    let wanted: Vec<(String, Vec<i32>)> = match request.topic_partitions {
+        Some(topics) => topics
+            .into_iter()
+            .map(|t| (t.topic.0.to_string(), t.partitions))
+            .collect(),
+        None => broker
+            .log
+            .topics()
+            .iter()
+            .map(|t| (t.name.to_string(), (0..t.partitions).collect()))
+            .collect(),
+    };
+    let view = broker.cluster.as_deref().map(|n| n.view());
+    let leaders = Leaders::of(broker);
+    let mut by_topic: BTreeMap<String, Vec<PartitionResult>> = BTreeMap::new();
+    for (name, partitions) in wanted {
+        let info = broker.log.topic(&name);
+        for partition in partitions {
+            let outcome = match &info {
+                Some(info) if (0..info.partitions).contains(&partition) => {
+                    elect(broker, view.as_ref(), &leaders, info, partition, election).await
+                }
+                _ => Err((
+                    code::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("{name}-{partition} does not exist"),
+                )),
+            };
+            if all && matches!(&outcome, Err((code::ELECTION_NOT_NEEDED, _))) {
+                continue;
+            }
+            let mut r = PartitionResult::default();
+            r.partition_id = partition;
+            match outcome {
+                Ok(()) => r.error_code = code::NONE,
+                Err((error, text)) => {
+                    r.error_code = error;
+                    r.error_message = message(text);
+                }
+            }
+            by_topic.entry(name.clone()).or_default().push(r);
+        }
+    }
+    response.replica_election_results = by_topic
+        .into_iter()
+        .map(|(name, partition_result)| {
+            let mut t = ReplicaElectionResult::default();
+            t.topic = topic_name(&name);
+            t.partition_result = partition_result;
+            t
+        })
+        .collect();
+    response
+}
+
+async fn elect(
+    broker: &Broker,
+    view: Option<&ClusterView>,
+    leaders: &Leaders<'_>,
+    info: &TopicInfo,
+    partition: i32,
+    election: i8,
+) -> Result<(), (i16, String)> {
+    let leader = leaders.leader(info, partition).map(|(id, _)| id);
+    if election == ELECTION_UNCLEAN {
+        return Err((
+            code::ELECTION_NOT_NEEDED,
+            "the data is in shared storage: any live broker can lead without losing records, \
+             so there is never an unclean election to make"
+                .to_string(),
+        ));
+    }
+    let Some(preferred) = leaders.preferred(info, partition) else {
+        return Err((
+            code::PREFERRED_LEADER_NOT_AVAILABLE,
+            "no live broker can lead the partition".to_string(),
+        ));
+    };
+    if leader == Some(preferred) {
+        return Err((
+            code::ELECTION_NOT_NEEDED,
+            format!("broker {preferred}, the preferred replica, already leads"),
+        ));
+    }
+    let draining = view.is_some_and(|v| v.is_draining(BrokerId(preferred)));
+    if !leaders.is_live(preferred) || draining {
+        return Err((
+            code::PREFERRED_LEADER_NOT_AVAILABLE,
+            format!(
+                "the preferred replica, broker {preferred}, is not a live, non-draining broker"
+            ),
+        ));
+    }
+    reassign(
+        broker,
+        view,
+        info,
+        partition,
+        Some(vec![WireBrokerId(preferred)]),
+    )
+    .await
 }
 
 pub(crate) async fn list_partition_reassignments(

@@ -156,6 +156,10 @@ pub(crate) async fn topics_or_auto_create<'a>(
         .map(|name| NewTopic {
             name: (*name).to_string(),
             partitions: None,
+            // Auto-creation answers no client asking for a factor: the default is stored
+            // unchecked, and Metadata reports as many replicas as are live.
+            replication_factor: Some(broker.settings.default_replication_factor),
+            assignments: BTreeMap::new(),
             overrides: BTreeMap::new(),
         })
         .collect();
