@@ -189,6 +189,7 @@ fn batch_error_code(error: &BatchError) -> i16 {
         // Java producer answers it by splitting the batch.
         BatchError::DecompressedTooLarge { .. } => code::MESSAGE_TOO_LARGE,
         BatchError::InvalidRecordCount { .. }
+        | BatchError::InvalidRecord { .. }
         | BatchError::UnknownCompression(_)
         | BatchError::ControlBatchFromClient
         | BatchError::InvalidSequence { .. } => code::INVALID_RECORD,

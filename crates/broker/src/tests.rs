@@ -1046,3 +1046,59 @@ async fn elect_leaders_alone_on_the_storage_is_never_needed() {
     assert!(response.replica_election_results.is_empty());
     broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_batch_refused_for_one_record_names_it_in_record_errors() {
+    let broker = start().await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "kip-467").await;
+    // Two records whose second says offset delta 0 again: the CRC is right (it is computed
+    // over the bad bytes), so only the record walk objects.
+    let good = record_batch(&[b"first", b"second"], 1_000);
+    let mut bad = BytesMut::from(&good[..]);
+    // The second record starts after the first (its length varint and 1 + 1 + 1 + 1 + 1 + 5 + 1
+    // bytes); its offset delta follows its attributes and timestamp delta.
+    let first_len = 1 + 1 + 1 + 1 + 1 + 5 + 1;
+    let second_offset_delta = 61 + 1 + first_len + 1 + 1 + 1;
+    assert_eq!(bad[second_offset_delta], 2, "zigzag 1");
+    bad[second_offset_delta] = 0;
+    let crc = crc32c::crc32c(&bad[21..]);
+    bad[17..21].copy_from_slice(&crc.to_be_bytes());
+    for v in [8, 9] {
+        let response: ProduceResponse = client
+            .call(
+                ApiKey::Produce,
+                v,
+                &produce_request("kip-467", -1, bad.clone().freeze()),
+            )
+            .await;
+        let p = &response.responses[0].partition_responses[0];
+        assert_eq!(p.error_code, 87, "INVALID_RECORD");
+        assert_eq!(p.record_errors.len(), 1, "v{v}: {p:?}");
+        assert_eq!(p.record_errors[0].batch_index, 1);
+        let why = p.record_errors[0]
+            .batch_index_error_message
+            .as_ref()
+            .unwrap();
+        assert!(why.contains("offset delta 0"), "{why}");
+        assert!(
+            p.error_message.as_ref().unwrap().contains("record 1"),
+            "{p:?}"
+        );
+    }
+    // A CRC mismatch fails the whole batch: a message, no record named.
+    let mut corrupt = BytesMut::from(&good[..]);
+    corrupt[17] ^= 0xff;
+    let response: ProduceResponse = client
+        .call(
+            ApiKey::Produce,
+            9,
+            &produce_request("kip-467", -1, corrupt.freeze()),
+        )
+        .await;
+    let p = &response.responses[0].partition_responses[0];
+    assert_eq!(p.error_code, 2, "CORRUPT_MESSAGE");
+    assert!(p.record_errors.is_empty());
+    assert!(p.error_message.as_ref().unwrap().contains("CRC"), "{p:?}");
+    broker.shutdown().await;
+}
