@@ -1252,7 +1252,8 @@ mod tests {
             env(&[("STRATA_DEFAULT_REPLICATION_FACTOR", "3")]),
             &FlagOverrides::default(),
         )
-        .unwrap();
+        .unwrap()
+        .0;
         assert_eq!(s.default_replication_factor, 3);
         let flags = FlagOverrides {
             default_replication_factor: Some(2),
@@ -1261,6 +1262,7 @@ mod tests {
         assert_eq!(
             load(None, env(&[]), &flags)
                 .unwrap()
+                .0
                 .default_replication_factor,
             2
         );
