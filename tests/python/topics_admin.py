@@ -68,7 +68,7 @@ def create(admin):
     futures = admin.create_topics(
         [
             NewTopic("rf3", num_partitions=2, replication_factor=3),
-            NewTopic("pinned", replica_assignment=[[2, 1, 3]]),
+            NewTopic("pinned", num_partitions=1, replica_assignment=[[2, 1, 3]]),
             NewTopic("rf4", num_partitions=1, replication_factor=4),
         ],
         operation_timeout=20,

@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kafka_protocol::messages::alter_partition_reassignments_response::{
     ReassignablePartitionResponse, ReassignableTopicResponse,
@@ -259,6 +260,8 @@ pub(crate) async fn elect_leaders(
     let view = broker.cluster.as_deref().map(|n| n.view());
     let leaders = Leaders::of(broker);
     let mut by_topic: BTreeMap<String, Vec<PartitionResult>> = BTreeMap::new();
+    // (topic, index of its result, the topic, partition, preferred broker) of each move.
+    let mut moved = Vec::new();
     for (name, partitions) in wanted {
         let info = broker.log.topic(&name);
         for partition in partitions {
@@ -274,16 +277,41 @@ pub(crate) async fn elect_leaders(
             if all && matches!(&outcome, Err((code::ELECTION_NOT_NEEDED, _))) {
                 continue;
             }
+            let results = by_topic.entry(name.clone()).or_default();
             let mut r = PartitionResult::default();
             r.partition_id = partition;
-            match outcome {
-                Ok(()) => r.error_code = code::NONE,
-                Err((error, text)) => {
+            match (outcome, &info) {
+                (Ok(preferred), Some(info)) => {
+                    r.error_code = code::NONE;
+                    moved.push((
+                        name.clone(),
+                        results.len(),
+                        Arc::clone(info),
+                        partition,
+                        preferred,
+                    ));
+                }
+                (Ok(_), None) => r.error_code = code::NONE,
+                (Err((error, text)), _) => {
                     r.error_code = error;
                     r.error_message = message(text);
                 }
             }
-            by_topic.entry(name.clone()).or_default().push(r);
+            results.push(r);
+        }
+    }
+    // As in Kafka, answered once the elected leaders lead (so an election asked again right
+    // after is not needed), within the request's timeout.
+    for (name, i, info, partition, preferred) in
+        unmoved_after(broker, request.timeout_ms, moved).await
+    {
+        if let Some(r) = by_topic.get_mut(&name).and_then(|rs| rs.get_mut(i)) {
+            r.error_code = code::REQUEST_TIMED_OUT;
+            r.error_message = message(format!(
+                "{}-{partition} is moving to broker {preferred}, which did not lead it within \
+                 the request's {} ms",
+                info.name, request.timeout_ms
+            ));
         }
     }
     response.replica_election_results = by_topic
@@ -298,6 +326,32 @@ pub(crate) async fn elect_leaders(
     response
 }
 
+/// A move of each partition to its preferred broker whose leader is not yet that broker once
+/// `timeout_ms` passed.
+async fn unmoved_after(
+    broker: &Broker,
+    timeout_ms: i32,
+    mut moving: Vec<(String, usize, Arc<TopicInfo>, i32, i32)>,
+) -> Vec<(String, usize, Arc<TopicInfo>, i32, i32)> {
+    let Some(node) = broker.cluster() else {
+        return Vec::new();
+    };
+    let patience = Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
+    let deadline = broker.clock.monotonic().saturating_add(patience);
+    loop {
+        let leaders = Leaders::of(broker);
+        moving.retain(|(_, _, info, partition, preferred)| {
+            leaders.leader(info, *partition).map(|(id, _)| id) != Some(*preferred)
+        });
+        if moving.is_empty() || broker.clock.monotonic() >= deadline {
+            return moving;
+        }
+        broker.clock.sleep(super::LEADER_POLL).await;
+        node.refresh_owners().await;
+    }
+}
+
+/// The broker a partition is moved to, or why it is not.
 async fn elect(
     broker: &Broker,
     view: Option<&ClusterView>,
@@ -305,7 +359,7 @@ async fn elect(
     info: &TopicInfo,
     partition: i32,
     election: i8,
-) -> Result<(), (i16, String)> {
+) -> Result<i32, (i16, String)> {
     let leader = leaders.leader(info, partition).map(|(id, _)| id);
     if election == ELECTION_UNCLEAN {
         return Err((
@@ -344,6 +398,7 @@ async fn elect(
         Some(vec![WireBrokerId(preferred)]),
     )
     .await
+    .map(|()| preferred)
 }
 
 pub(crate) async fn list_partition_reassignments(

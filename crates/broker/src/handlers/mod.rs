@@ -208,7 +208,7 @@ pub(crate) async fn topics_or_auto_create<'a>(
 }
 
 /// How often [`await_leaders`] re-reads the ownership records.
-const LEADER_POLL: Duration = Duration::from_millis(10);
+pub(crate) const LEADER_POLL: Duration = Duration::from_millis(10);
 
 /// Waits until every partition in `partitions` has a leader as Metadata would name it (a live
 /// owner), or `patience` has passed; returns whether they all have one. Kafka assigns leaders
