@@ -65,13 +65,25 @@ impl BatchRecord {
 
 /// Encodes a complete, valid batch with base offset 0 and no producer id (not idempotent).
 pub fn encode_batch(records: &[BatchRecord], base_timestamp: i64, codec: Codec) -> Vec<u8> {
+    let deltas: Vec<i32> = (0..records.len() as i32).collect();
+    encode_batch_with_offset_deltas(records, base_timestamp, codec, &deltas)
+}
+
+/// [`encode_batch`] with each record's offset delta as given (a well-framed batch with a valid
+/// CRC whose records may be out of sequence: only the broker's record walk can object).
+pub fn encode_batch_with_offset_deltas(
+    records: &[BatchRecord],
+    base_timestamp: i64,
+    codec: Codec,
+    offset_deltas: &[i32],
+) -> Vec<u8> {
     assert!(
         !records.is_empty(),
         "Kafka batches hold at least one record"
     );
     let mut body = Vec::new();
-    for (offset_delta, record) in records.iter().enumerate() {
-        encode_record(&mut body, record, offset_delta as i32);
+    for (record, offset_delta) in records.iter().zip(offset_deltas) {
+        encode_record(&mut body, record, *offset_delta);
     }
     let body = match codec {
         Codec::None => body,

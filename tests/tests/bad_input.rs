@@ -320,3 +320,56 @@ async fn fetch_past_the_end_or_before_the_start_is_offset_out_of_range() {
     }
     assert_still_serving(&mut broker, "fetch-out-of-range").await;
 }
+
+/// KIP-467: a batch refused because of one record names it. The CRC is valid (computed over the
+/// out-of-sequence record), so only the broker's record walk sees the second record's offset
+/// delta; the answer is INVALID_RECORD with `record_errors` naming record 1 and an
+/// `error_message`, and nothing of the batch is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_with_one_bad_record_names_it_in_record_errors() {
+    let topic = "record-errors";
+    let mut broker = broker_with_topic(topic).await;
+    let mut raw = RawConnection::connect(broker.addr());
+    let version = produce_version(&mut raw);
+    assert!(
+        version >= 8,
+        "record_errors need Produce v8, negotiated v{version}"
+    );
+    let records = [
+        BatchRecord::new(b"k0", b"first"),
+        BatchRecord::new(b"k1", b"second"),
+        BatchRecord::new(b"k2", b"third"),
+    ];
+    let bad = batch::encode_batch_with_offset_deltas(&records, now_ms(), Codec::None, &[0, 7, 2]);
+    assert!(batch::crc_is_valid(&bad));
+    let answer = raw.produce(version, topic, 0, bad);
+    assert_eq!(answer.error_code, INVALID_RECORD, "{answer:?}");
+    let named: Vec<(i32, String)> = answer
+        .record_errors
+        .iter()
+        .map(|e| {
+            (
+                e.batch_index,
+                e.batch_index_error_message
+                    .as_ref()
+                    .map(|m| m.to_string())
+                    .unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(named.len(), 1, "{answer:?}");
+    assert_eq!(named[0].0, 1);
+    assert!(named[0].1.contains("offset delta 7"), "{named:?}");
+    let message = answer
+        .error_message
+        .as_ref()
+        .map(|m| m.to_string())
+        .unwrap_or_default();
+    assert!(message.contains("record 1"), "{message}");
+    assert_eq!(
+        watermarks(&broker.bootstrap(), topic, 0).await,
+        (0, 0),
+        "nothing stored"
+    );
+    assert_still_serving(&mut broker, "record-errors").await;
+}

@@ -173,6 +173,7 @@ async fn route(
             ctx,
             &cluster::alter_partition_reassignments(broker, r, ctx).await,
         ),
+        RequestKind::ElectLeaders(r) => reply(ctx, &cluster::elect_leaders(broker, r, ctx).await),
         RequestKind::ListPartitionReassignments(r) => reply(
             ctx,
             &cluster::list_partition_reassignments(broker, r, ctx).await,

@@ -64,6 +64,8 @@ pub mod code {
     pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
     pub const FENCED_INSTANCE_ID: i16 = 82;
     pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
+    pub const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
+    pub const ELECTION_NOT_NEEDED: i16 = 84;
     pub const INVALID_RECORD: i16 = 87;
     pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
     pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
@@ -88,6 +90,7 @@ pub fn error_code(error: &LogError) -> i16 {
         LogError::InvalidTopic(_) => code::INVALID_TOPIC_EXCEPTION,
         LogError::InvalidPartitions(_) => code::INVALID_PARTITIONS,
         LogError::InvalidConfig(_) => code::INVALID_CONFIG,
+        LogError::InvalidReplicaAssignment(_) => code::INVALID_REPLICA_ASSIGNMENT,
         LogError::CorruptMessage(e) => batch_error_code(e),
         LogError::MessageTooLarge { .. } => code::MESSAGE_TOO_LARGE,
         LogError::OffsetOutOfRange { .. } => code::OFFSET_OUT_OF_RANGE,
@@ -195,6 +198,7 @@ fn batch_error_code(error: &BatchError) -> i16 {
         // Java producer answers it by splitting the batch.
         BatchError::DecompressedTooLarge { .. } => code::MESSAGE_TOO_LARGE,
         BatchError::InvalidRecordCount { .. }
+        | BatchError::InvalidRecord { .. }
         | BatchError::UnknownCompression(_)
         | BatchError::ControlBatchFromClient
         | BatchError::InvalidSequence { .. } => code::INVALID_RECORD,
@@ -261,6 +265,10 @@ mod tests {
         assert_eq!(error_code(&LogError::TopicAlreadyExists("t".into())), 36);
         assert_eq!(error_code(&LogError::InvalidPartitions("0".into())), 37);
         assert_eq!(error_code(&LogError::InvalidConfig("x".into())), 40);
+        assert_eq!(
+            error_code(&LogError::InvalidReplicaAssignment("x".into())),
+            39
+        );
         assert_eq!(
             error_code(&LogError::MessageTooLarge { size: 2, max: 1 }),
             10

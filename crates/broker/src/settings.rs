@@ -59,6 +59,11 @@ pub struct BrokerSettings {
     pub max_inflight_requests_per_connection: usize,
     /// Whether Metadata (and Produce) may create unknown topics (`auto.create.topics.enable`).
     pub auto_create_topics: bool,
+    /// `default.replication.factor`: the factor of topics created with -1 or auto-created.
+    /// Strata keeps one copy in storage whatever it is; it sets how many live brokers
+    /// Metadata lists as a partition's replicas. CreateTopics refuses a factor larger than
+    /// the live brokers (INVALID_REPLICATION_FACTOR), as Kafka does.
+    pub default_replication_factor: i16,
     /// Floor for a produce's durability wait: a client timeout of 0 (or a tiny one) would fail
     /// appends that are about to land, and the retry would duplicate them.
     pub min_produce_timeout: Duration,
@@ -163,6 +168,7 @@ impl Default for BrokerSettings {
             auto_create_topics_per_second: 100,
             max_inflight_requests_per_connection: 1024,
             auto_create_topics: true,
+            default_replication_factor: 1,
             min_produce_timeout: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(30),
             // Kafka uses 50; every shard is a partition replayed at startup, and one broker

@@ -808,3 +808,297 @@ async fn a_request_whose_decoded_size_exceeds_the_request_memory_is_refused_unre
         .await;
     broker.shutdown().await;
 }
+
+pub(super) fn creatable(name: &str, partitions: i32, rf: i16) -> CreatableTopic {
+    let mut t = CreatableTopic::default();
+    t.name = topic_name(name);
+    t.num_partitions = partitions;
+    t.replication_factor = rf;
+    t
+}
+
+pub(super) fn assigned(name: &str, replicas: &[&[i32]]) -> CreatableTopic {
+    let mut t = creatable(name, -1, -1);
+    t.assignments = replicas
+        .iter()
+        .enumerate()
+        .map(|(p, brokers)| {
+            let mut a = kafka_protocol::messages::create_topics_request::CreatableReplicaAssignment::default();
+            a.partition_index = p as i32;
+            a.broker_ids = brokers.iter().map(|b| kafka_protocol::messages::BrokerId(*b)).collect();
+            a
+        })
+        .collect();
+    t
+}
+
+#[tokio::test]
+async fn create_topics_stores_the_factor_and_assignments_and_checks_them_against_live_brokers() {
+    let broker = start_with(|s| s.default_replication_factor = 2).await;
+    let mut client = broker.client().await;
+    let mut request = CreateTopicsRequest::default();
+    request.timeout_ms = 5_000;
+    request.topics = vec![
+        assigned("mine", &[&[0], &[0]]),
+        assigned("elsewhere", &[&[7]]),
+        assigned("twice", &[&[0, 0]]),
+        creatable("default-factor", 1, -1),
+        creatable("one", 1, 1),
+    ];
+    let response: CreateTopicsResponse = client.call(ApiKey::CreateTopics, 7, &request).await;
+    let codes: Vec<i16> = response.topics.iter().map(|t| t.error_code).collect();
+    assert_eq!(codes, vec![0, 39, 39, 38, 0]);
+    let text = |i: usize| {
+        response.topics[i]
+            .error_message
+            .as_ref()
+            .unwrap()
+            .to_string()
+    };
+    assert!(text(1).contains("broker 7"), "{}", text(1));
+    assert!(
+        text(3).contains("larger than the 1 live broker"),
+        "{}",
+        text(3)
+    );
+    assert_eq!(response.topics[0].num_partitions, 2);
+    assert_eq!(response.topics[0].replication_factor, 1);
+    let catalog = strata_layout::CatalogReader::new(broker.store.as_ref());
+    let mine = catalog.topic("mine").await.unwrap().unwrap();
+    assert_eq!(
+        mine.assignments,
+        std::collections::BTreeMap::from([(0, vec![0]), (1, vec![0])])
+    );
+    assert_eq!(mine.replication_factor, Some(1));
+    let one = catalog.topic("one").await.unwrap().unwrap();
+    assert_eq!(
+        (one.replication_factor, one.assignments.len()),
+        (Some(1), 0)
+    );
+
+    // CreatePartitions: one assignment per new partition, on live brokers.
+    let partitions = |replicas: Vec<Vec<i32>>| {
+        let mut t =
+            kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic::default();
+        t.name = topic_name("mine");
+        t.count = 2 + replicas.len() as i32;
+        t.assignments = Some(
+            replicas
+                .into_iter()
+                .map(|brokers| {
+                    let mut a = kafka_protocol::messages::create_partitions_request::CreatePartitionsAssignment::default();
+                    a.broker_ids = brokers.into_iter().map(kafka_protocol::messages::BrokerId).collect();
+                    a
+                })
+                .collect(),
+        );
+        let mut request = CreatePartitionsRequest::default();
+        request.timeout_ms = 5_000;
+        request.topics = vec![t];
+        request
+    };
+    let response: CreatePartitionsResponse = client
+        .call(ApiKey::CreatePartitions, 3, &partitions(vec![vec![3]]))
+        .await;
+    assert_eq!(response.results[0].error_code, 39);
+    let response: CreatePartitionsResponse = client
+        .call(ApiKey::CreatePartitions, 3, &partitions(vec![vec![0]]))
+        .await;
+    assert_eq!(response.results[0].error_code, 0);
+    let mine = catalog.topic("mine").await.unwrap().unwrap();
+    assert_eq!(
+        (mine.partitions, mine.assignments.get(&2)),
+        (3, Some(&vec![0]))
+    );
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn topic_configs_come_from_the_table_accepted_refused_and_described() {
+    let broker = start().await;
+    let mut client = broker.client().await;
+    let with = |name: &str, configs: &[(&str, &str)]| {
+        let mut t = creatable(name, 1, -1);
+        t.configs = configs
+            .iter()
+            .map(|(k, v)| {
+                let mut c =
+                    kafka_protocol::messages::create_topics_request::CreatableTopicConfig::default(
+                    );
+                c.name = StrBytes::from_string(k.to_string());
+                c.value = Some(StrBytes::from_string(v.to_string()));
+                c
+            })
+            .collect();
+        t
+    };
+    let mut request = CreateTopicsRequest::default();
+    request.timeout_ms = 5_000;
+    request.topics = vec![
+        with(
+            "connect-offsets",
+            &[
+                ("min.insync.replicas", "2"),
+                ("segment.bytes", "1048576"),
+                ("cleanup.policy", "delete"),
+            ],
+        ),
+        with("zstd", &[("compression.type", "zstd")]),
+        with("compacted", &[("cleanup.policy", "compact")]),
+        with("tiered", &[("remote.storage.enable", "true")]),
+        with("typo", &[("min.insync.replica", "2")]),
+    ];
+    let response: CreateTopicsResponse = client.call(ApiKey::CreateTopics, 7, &request).await;
+    let codes: Vec<i16> = response.topics.iter().map(|t| t.error_code).collect();
+    assert_eq!(codes, vec![0, 40, 40, 40, 40]);
+    let text = |i: usize| {
+        response.topics[i]
+            .error_message
+            .as_ref()
+            .unwrap()
+            .to_string()
+    };
+    assert!(text(1).contains("does not recompress"), "{}", text(1));
+    assert!(text(2).contains("compact"), "{}", text(2));
+    assert!(text(4).contains("unknown"), "{}", text(4));
+
+    let mut resource =
+        kafka_protocol::messages::describe_configs_request::DescribeConfigsResource::default();
+    resource.resource_type = 2;
+    resource.resource_name = StrBytes::from_static_str("connect-offsets");
+    resource.configuration_keys = None;
+    let mut describe = DescribeConfigsRequest::default();
+    describe.resources = vec![resource];
+    describe.include_documentation = true;
+    let response: DescribeConfigsResponse =
+        client.call(ApiKey::DescribeConfigs, 4, &describe).await;
+    let configs = &response.results[0].configs;
+    assert_eq!(configs.len(), strata_log::config_table::TOPIC_CONFIGS.len());
+    let get = |name: &str| configs.iter().find(|c| c.name.as_str() == name).unwrap();
+    let min_isr = get("min.insync.replicas");
+    assert_eq!(
+        (
+            min_isr.value.as_ref().map(|v| v.as_str()),
+            min_isr.config_source,
+            min_isr.config_type
+        ),
+        (Some("2"), 1, 3)
+    );
+    let segment_ms = get("segment.ms");
+    assert_eq!(
+        (
+            segment_ms.value.as_ref().map(|v| v.as_str()),
+            segment_ms.config_source,
+            segment_ms.config_type
+        ),
+        (Some("604800000"), 5, 5)
+    );
+    assert!(get("unclean.leader.election.enable")
+        .documentation
+        .is_some());
+    broker.shutdown().await;
+}
+
+pub(super) fn elect_request(
+    election_type: i8,
+    topics: Option<Vec<(&str, Vec<i32>)>>,
+) -> ElectLeadersRequest {
+    let mut request = ElectLeadersRequest::default();
+    request.election_type = election_type;
+    request.timeout_ms = 5_000;
+    request.topic_partitions = topics.map(|topics| {
+        topics
+            .into_iter()
+            .map(|(name, partitions)| {
+                let mut t =
+                    kafka_protocol::messages::elect_leaders_request::TopicPartitions::default();
+                t.topic = topic_name(name);
+                t.partitions = partitions;
+                t
+            })
+            .collect()
+    });
+    request
+}
+
+#[tokio::test]
+async fn elect_leaders_alone_on_the_storage_is_never_needed() {
+    let broker = start().await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "elected").await;
+    for (version, election) in [(0, 0), (1, 0), (2, 0), (2, 1)] {
+        let response: ElectLeadersResponse = client
+            .call(
+                ApiKey::ElectLeaders,
+                version,
+                &elect_request(election, Some(vec![("elected", vec![0, 5])])),
+            )
+            .await;
+        let results = &response.replica_election_results[0].partition_result;
+        let codes: Vec<i16> = results.iter().map(|r| r.error_code).collect();
+        assert_eq!(codes, vec![84, 3], "v{version} type {election}");
+    }
+    // Every partition: none needed an election, so none is listed.
+    let response: ElectLeadersResponse = client
+        .call(ApiKey::ElectLeaders, 2, &elect_request(0, None))
+        .await;
+    assert_eq!(response.error_code, 0);
+    assert!(response.replica_election_results.is_empty());
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_batch_refused_for_one_record_names_it_in_record_errors() {
+    let broker = start().await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "kip-467").await;
+    // Two records whose second says offset delta 0 again: the CRC is right (it is computed
+    // over the bad bytes), so only the record walk objects.
+    let good = record_batch(&[b"first", b"second"], 1_000);
+    let mut bad = BytesMut::from(&good[..]);
+    // The second record starts after the first (its length varint and 1 + 1 + 1 + 1 + 1 + 5 + 1
+    // bytes); its offset delta follows its attributes and timestamp delta.
+    let first_len = 1 + 1 + 1 + 1 + 1 + 5 + 1;
+    let second_offset_delta = 61 + 1 + first_len + 1 + 1 + 1;
+    assert_eq!(bad[second_offset_delta], 2, "zigzag 1");
+    bad[second_offset_delta] = 0;
+    let crc = crc32c::crc32c(&bad[21..]);
+    bad[17..21].copy_from_slice(&crc.to_be_bytes());
+    for v in [8, 9] {
+        let response: ProduceResponse = client
+            .call(
+                ApiKey::Produce,
+                v,
+                &produce_request("kip-467", -1, bad.clone().freeze()),
+            )
+            .await;
+        let p = &response.responses[0].partition_responses[0];
+        assert_eq!(p.error_code, 87, "INVALID_RECORD");
+        assert_eq!(p.record_errors.len(), 1, "v{v}: {p:?}");
+        assert_eq!(p.record_errors[0].batch_index, 1);
+        let why = p.record_errors[0]
+            .batch_index_error_message
+            .as_ref()
+            .unwrap();
+        assert!(why.contains("offset delta 0"), "{why}");
+        assert!(
+            p.error_message.as_ref().unwrap().contains("record 1"),
+            "{p:?}"
+        );
+    }
+    // A CRC mismatch fails the whole batch: a message, no record named.
+    let mut corrupt = BytesMut::from(&good[..]);
+    corrupt[17] ^= 0xff;
+    let response: ProduceResponse = client
+        .call(
+            ApiKey::Produce,
+            9,
+            &produce_request("kip-467", -1, corrupt.freeze()),
+        )
+        .await;
+    let p = &response.responses[0].partition_responses[0];
+    assert_eq!(p.error_code, 2, "CORRUPT_MESSAGE");
+    assert!(p.record_errors.is_empty());
+    assert!(p.error_message.as_ref().unwrap().contains("CRC"), "{p:?}");
+    broker.shutdown().await;
+}

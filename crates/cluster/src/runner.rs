@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use strata_core::{Clock, Epoch, Ticker};
+use strata_core::{BrokerId, Clock, Epoch, Ticker};
 use strata_storage::{ObjectStore, Version};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -39,6 +39,13 @@ pub trait ResourceHost: Send + Sync + 'static {
     /// return Ok only when all that is durable. Must be idempotent and accept resources it is
     /// not serving.
     async fn stop_serving(&self, resource: &str, reason: StopReason) -> ClusterResult<()>;
+
+    /// Where resources prefer to live (e.g. a partition's explicitly assigned first
+    /// replica), as of the last [`Self::resources`]. Placement puts a resource there while
+    /// that broker is a candidate, ahead of hashing; an operator's override wins over it.
+    fn preferred_owners(&self) -> BTreeMap<String, BrokerId> {
+        BTreeMap::new()
+    }
 }
 
 /// Timing of the runner.
@@ -159,7 +166,9 @@ impl<H: ResourceHost> OwnershipRunner<H> {
     pub async fn observe(&mut self) -> ClusterResult<()> {
         let view = self.view.borrow_and_update().clone();
         let resources = self.host.resources().await?;
-        let overrides = self.ownership.placement_overrides().await?;
+        // The operator's overrides win over the resources' own preferences.
+        let mut overrides = self.host.preferred_owners();
+        overrides.extend(self.ownership.placement_overrides().await?);
         // Which records to read depends on the new view and overrides: a scratch copy of the
         // controller answers that without deciding anything yet.
         let mut scratch = self.controller.clone();

@@ -43,6 +43,15 @@ pub struct CatalogTopic<C> {
     pub name: Arc<str>,
     pub id: TopicId,
     pub partitions: i32,
+    /// The replication factor clients asked for (None: created before it was stored, or with
+    /// the broker default at the time, which is read as 1). Strata keeps one copy in storage
+    /// whatever this says; it decides how many brokers Metadata lists as replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_factor: Option<i16>,
+    /// Explicit replica assignments, by partition: broker ids, the first one the partition's
+    /// preferred owner. Partitions created without one are absent.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub assignments: BTreeMap<i32, Vec<i32>>,
     /// Explicitly set configs, as given (DescribeConfigs reports them as non-default).
     pub overrides: BTreeMap<String, String>,
     /// The effective config (defaults + overrides).
@@ -71,6 +80,8 @@ pub struct TopicSummary {
     pub name: Arc<str>,
     pub id: TopicId,
     pub partitions: i32,
+    pub replication_factor: Option<i16>,
+    pub assignments: BTreeMap<i32, Vec<i32>>,
     pub overrides: BTreeMap<String, String>,
 }
 
@@ -151,6 +162,8 @@ impl<'a> CatalogReader<'a> {
                 name: t.name,
                 id: t.id,
                 partitions: t.partitions,
+                replication_factor: t.replication_factor,
+                assignments: t.assignments,
                 overrides: t.overrides,
             })
             .collect())
@@ -195,9 +208,28 @@ mod tests {
         assert_eq!(catalog.version, 2);
         let orders = &catalog.topics["orders"];
         assert_eq!(orders.partitions, 3);
+        assert_eq!(orders.replication_factor, None);
+        assert!(orders.assignments.is_empty());
         assert_eq!(orders.config["retention_ms"], 1000);
         // Re-encoded, it reads back the same (with its schema number now).
         let again: Catalog<serde_json::Value> = decode("k", &encode(&catalog).unwrap()).unwrap();
+        assert_eq!(again, catalog);
+    }
+
+    #[test]
+    fn replication_factor_and_assignments_round_trip() {
+        let mut catalog: Catalog<serde_json::Value> = decode("k", OLD.as_bytes()).unwrap();
+        let orders = catalog.topics.get_mut("orders").unwrap();
+        orders.replication_factor = Some(3);
+        orders.assignments = BTreeMap::from([(0, vec![2, 1, 3]), (2, vec![3, 1, 2])]);
+        let bytes = encode(&catalog).unwrap();
+        let text = std::str::from_utf8(&bytes).unwrap();
+        assert!(text.contains(r#""replication_factor":3"#), "{text}");
+        assert!(
+            text.contains(r#""assignments":{"0":[2,1,3],"2":[3,1,2]}"#),
+            "{text}"
+        );
+        let again: Catalog<serde_json::Value> = decode("k", &bytes).unwrap();
         assert_eq!(again, catalog);
     }
 

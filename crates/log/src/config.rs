@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config_table::{config_def, TOPIC_CONFIGS};
 use crate::{LogError, LogResult};
 
 /// Broker-wide log settings. The server fills these from its configuration file; defaults suit
@@ -118,16 +119,6 @@ pub struct ConfigEntry {
     pub read_only: bool,
 }
 
-/// Names accepted in topic configs. `cleanup.policy` accepts only `delete`: compaction by key
-/// is not implemented and is refused rather than faked.
-pub const TOPIC_CONFIG_NAMES: &[&str] = &[
-    "retention.ms",
-    "retention.bytes",
-    "max.message.bytes",
-    "cleanup.policy",
-    "message.timestamp.type",
-];
-
 impl TopicConfig {
     /// Builds a config from explicit overrides, rejecting unknown names and bad values.
     pub fn from_overrides(overrides: &BTreeMap<String, String>) -> LogResult<Self> {
@@ -140,6 +131,12 @@ impl TopicConfig {
 
     fn apply(&mut self, name: &str, value: &str) -> LogResult<()> {
         let bad = |why: &str| LogError::InvalidConfig(format!("{name}={value:?}: {why}"));
+        let Some(def) = config_def(name) else {
+            return Err(LogError::InvalidConfig(format!(
+                "unknown or unsupported topic config {name:?}"
+            )));
+        };
+        (def.check)(value).map_err(|why| bad(&why))?;
         match name {
             "retention.ms" => {
                 let v: i64 = value.trim().parse().map_err(|_| bad("not an integer"))?;
@@ -162,13 +159,6 @@ impl TopicConfig {
                 }
                 self.max_message_bytes = v;
             }
-            "cleanup.policy" => {
-                if value.trim() != "delete" {
-                    return Err(bad(
-                        "only cleanup.policy=delete is supported (no log compaction)",
-                    ));
-                }
-            }
             "message.timestamp.type" => {
                 self.timestamp_type = match value.trim() {
                     "CreateTime" => TimestampType::CreateTime,
@@ -176,41 +166,70 @@ impl TopicConfig {
                     _ => return Err(bad("must be CreateTime or LogAppendTime")),
                 }
             }
-            _ => {
-                return Err(LogError::InvalidConfig(format!(
-                    "unknown or unsupported topic config {name:?}"
-                )))
-            }
+            // Checked above, and either with no effect or only accepted at the value Strata
+            // behaves as.
+            _ => {}
         }
         Ok(())
     }
 
-    /// Every supported config with its effective value, for DescribeConfigs.
+    /// Every accepted config (the table's rows, in its order) with its effective value, for
+    /// DescribeConfigs.
     pub fn entries(&self, overrides: &BTreeMap<String, String>) -> Vec<ConfigEntry> {
-        let value = |name: &'static str, v: String| ConfigEntry {
-            name,
-            value: v,
-            is_default: !overrides.contains_key(name),
-            read_only: false,
-        };
-        vec![
-            value("retention.ms", self.retention_ms.to_string()),
-            value("retention.bytes", self.retention_bytes.to_string()),
-            value("max.message.bytes", self.max_message_bytes.to_string()),
-            value("cleanup.policy", "delete".to_string()),
-            value(
-                "message.timestamp.type",
-                match self.timestamp_type {
-                    TimestampType::CreateTime => "CreateTime".to_string(),
-                    TimestampType::LogAppendTime => "LogAppendTime".to_string(),
-                },
-            ),
-        ]
+        TOPIC_CONFIGS
+            .iter()
+            .map(|def| {
+                let value = match def.name {
+                    "retention.ms" => self.retention_ms.to_string(),
+                    "retention.bytes" => self.retention_bytes.to_string(),
+                    "max.message.bytes" => self.max_message_bytes.to_string(),
+                    "message.timestamp.type" => match self.timestamp_type {
+                        TimestampType::CreateTime => "CreateTime".to_string(),
+                        TimestampType::LogAppendTime => "LogAppendTime".to_string(),
+                    },
+                    _ => overrides
+                        .get(def.name)
+                        .map_or(def.default, |v| v.trim())
+                        .to_string(),
+                };
+                ConfigEntry {
+                    name: def.name,
+                    value,
+                    is_default: !overrides.contains_key(def.name),
+                    read_only: false,
+                }
+            })
+            .collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn describes_every_row_of_the_table_with_overrides_as_set() {
+        let overrides = BTreeMap::from([
+            ("min.insync.replicas".to_string(), "2".to_string()),
+            ("retention.ms".to_string(), "1000".to_string()),
+        ]);
+        let config = TopicConfig::from_overrides(&overrides).unwrap();
+        let entries = config.entries(&overrides);
+        assert_eq!(entries.len(), TOPIC_CONFIGS.len());
+        let get = |name: &str| entries.iter().find(|e| e.name == name).unwrap().clone();
+        assert_eq!(
+            (
+                get("min.insync.replicas").value,
+                get("min.insync.replicas").is_default
+            ),
+            ("2".to_string(), false)
+        );
+        assert_eq!(get("retention.ms").value, "1000");
+        assert_eq!(
+            (get("segment.bytes").value, get("segment.bytes").is_default),
+            ("1073741824".to_string(), true)
+        );
+        assert_eq!(get("compression.type").value, "producer");
+    }
+
     use super::*;
 
     #[test]
@@ -223,6 +242,9 @@ mod tests {
         assert!(one("retention.ms", "soon").is_err());
         assert!(one("cleanup.policy", "compact").is_err());
         assert!(one("segment.bytes.typo", "1").is_err());
+        assert!(one("compression.type", "zstd").is_err());
+        assert!(one("min.insync.replicas", "2").is_ok());
+        assert!(one("min.insync.replicas", "0").is_err());
         assert_eq!(
             one("message.timestamp.type", "LogAppendTime")
                 .unwrap()

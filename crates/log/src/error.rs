@@ -16,6 +16,8 @@ pub enum LogError {
     InvalidPartitions(String),
     #[error("invalid config: {0}")]
     InvalidConfig(String),
+    #[error("invalid replica assignment: {0}")]
+    InvalidReplicaAssignment(String),
     #[error("corrupt record batch: {0}")]
     CorruptMessage(#[from] BatchError),
     #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]

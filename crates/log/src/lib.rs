@@ -15,6 +15,7 @@ mod append;
 mod cache;
 pub mod catalog;
 pub mod config;
+pub mod config_table;
 mod error;
 mod index;
 mod maintenance;

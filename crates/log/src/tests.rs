@@ -462,7 +462,9 @@ async fn topics_survive_restarts_and_deleted_topics_lose_their_data() {
         .await
         .unwrap();
     log.delete_topic("drop").await.unwrap();
-    log.create_partitions("keep", 5, false).await.unwrap();
+    log.create_partitions("keep", 5, BTreeMap::new(), false)
+        .await
+        .unwrap();
     log.shutdown().await.unwrap();
     let log = open(&store, config()).await;
     assert_eq!(log.topics().len(), 1);

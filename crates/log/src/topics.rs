@@ -16,11 +16,15 @@ use crate::partition::{Partition, Serving, TailEntry};
 use crate::shared::{read_lock, release_wal, spawn_delete, write_lock, Ownership};
 use crate::{LogError, LogResult};
 
-/// A topic to create: its name, partition count (None = the default) and config overrides.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A topic to create: its name, partition count (None = the default), replication factor
+/// (None = the broker default), explicit replica assignments by partition (checked against the
+/// live brokers by the caller, which knows them) and config overrides.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NewTopic {
     pub name: String,
     pub partitions: Option<i32>,
+    pub replication_factor: Option<i16>,
+    pub assignments: BTreeMap<i32, Vec<i32>>,
     pub overrides: BTreeMap<String, String>,
 }
 
@@ -54,6 +58,7 @@ impl LogManager {
             name: name.to_string(),
             partitions,
             overrides,
+            ..NewTopic::default()
         };
         self.create_topics(vec![spec], validate_only)
             .await?
@@ -138,11 +143,14 @@ impl LogManager {
                 "at most {MAX_PARTITIONS} partitions per topic, got {count}"
             )));
         }
+        check_assignments(&spec.assignments, 0, count)?;
         let config = TopicConfig::from_overrides(&spec.overrides)?;
         Ok(TopicInfo {
             name: spec.name.into(),
             id: TopicId::random(),
             partitions: count,
+            replication_factor: spec.replication_factor,
+            assignments: spec.assignments,
             overrides: spec.overrides,
             config,
         })
@@ -161,11 +169,13 @@ impl LogManager {
         Ok(())
     }
 
-    /// Raises a topic's partition count to `total` (InvalidPartitions if not larger).
+    /// Raises a topic's partition count to `total` (InvalidPartitions if not larger), with
+    /// the new partitions' explicit replica assignments if any (by partition).
     pub async fn create_partitions(
         &self,
         name: &str,
         total: i32,
+        assignments: BTreeMap<i32, Vec<i32>>,
         validate_only: bool,
     ) -> LogResult<()> {
         let check = |info: &TopicInfo| {
@@ -180,7 +190,7 @@ impl LogManager {
                     "at most {MAX_PARTITIONS} partitions per topic, got {total}"
                 )));
             }
-            Ok(())
+            check_assignments(&assignments, info.partitions, total)
         };
         let current = self.topic(name).ok_or(LogError::UnknownTopicOrPartition)?;
         check(&current)?;
@@ -194,6 +204,8 @@ impl LogManager {
                 .ok_or(LogError::UnknownTopicOrPartition)?;
             check(t)?;
             t.partitions = total;
+            t.assignments
+                .extend(assignments.iter().map(|(p, a)| (*p, a.clone())));
             Ok(())
         })
         .await
@@ -240,7 +252,7 @@ impl LogManager {
                         overrides.insert(k.clone(), v.clone());
                     }
                     None => {
-                        if !crate::config::TOPIC_CONFIG_NAMES.contains(&k.as_str()) {
+                        if crate::config_table::config_def(k).is_none() {
                             return Err(LogError::InvalidConfig(format!(
                                 "unknown or unsupported topic config {k:?}"
                             )));
@@ -353,6 +365,25 @@ impl LogManager {
         }
         Ok(())
     }
+}
+
+/// Explicit assignments must name partitions in `from..to` only, each with at least one
+/// broker and no broker twice (which brokers exist is the caller's to check).
+fn check_assignments(assignments: &BTreeMap<i32, Vec<i32>>, from: i32, to: i32) -> LogResult<()> {
+    for (partition, brokers) in assignments {
+        if !(from..to).contains(partition) {
+            return Err(LogError::InvalidReplicaAssignment(format!(
+                "partition {partition} is not among the partitions created ({from}..{to})"
+            )));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        if brokers.is_empty() || !brokers.iter().all(|b| seen.insert(*b)) {
+            return Err(LogError::InvalidReplicaAssignment(format!(
+                "partition {partition}'s replicas {brokers:?} must be non-empty and distinct"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A topic with more partitions than this is almost certainly a typo.

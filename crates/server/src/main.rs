@@ -57,7 +57,8 @@ enum Command {
     ///
     /// The file takes the flag names with underscores (listen, advertised_listener, node_id,
     /// cluster_id, storage, ephemeral_storage_ok, auto_create_topics,
-    /// auto_create_topics_per_request, auto_create_topics_per_second, max_request_bytes,
+    /// auto_create_topics_per_request, auto_create_topics_per_second,
+    /// default_replication_factor, max_request_bytes,
     /// queued_max_request_bytes, max_connections, max_connections_per_ip, connections_max_idle,
     /// request_read_timeout,
     /// max_inflight_requests_per_connection, shutdown_grace, group_shards,
@@ -145,6 +146,11 @@ struct ServeArgs {
     /// Topics auto-created per second, broker-wide [default: 100].
     #[arg(long, value_name = "N")]
     auto_create_topics_per_second: Option<u32>,
+    /// Replication factor of topics created with -1 or auto-created; the storage keeps one
+    /// durable copy whatever it is, Metadata lists this many live brokers as replicas
+    /// [default: 1].
+    #[arg(long, value_name = "N")]
+    default_replication_factor: Option<i16>,
     /// Partitions of __consumer_offsets (consumer-group coordinator shards), used when the
     /// topic is first created [default: 8].
     #[arg(long, value_name = "N")]
@@ -285,6 +291,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         queued_max_request_bytes: args.queued_max_request_bytes,
         auto_create_topics_per_request: args.auto_create_topics_per_request,
         auto_create_topics_per_second: args.auto_create_topics_per_second,
+        default_replication_factor: args.default_replication_factor,
         group_shards: args.group_shards,
         group_initial_rebalance_delay: args.group_initial_rebalance_delay,
         group_min_session_timeout: args.group_min_session_timeout,
@@ -426,6 +433,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 .context("queued_max_request_bytes")?,
             auto_create_topics_per_request: settings.auto_create_topics_per_request,
             auto_create_topics_per_second: settings.auto_create_topics_per_second,
+            default_replication_factor: settings.default_replication_factor,
             max_inflight_requests_per_connection: settings.max_inflight_requests_per_connection,
             auto_create_topics: settings.auto_create_topics,
             shutdown_grace: settings.shutdown_grace,

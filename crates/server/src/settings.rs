@@ -43,6 +43,11 @@ pub struct Settings {
     /// Topics auto-created per second, broker-wide (bursts up to one second's worth); beyond it
     /// unknown topics are answered LEADER_NOT_AVAILABLE, and clients ask again.
     pub auto_create_topics_per_second: u32,
+    /// Kafka's `default.replication.factor`: the factor of topics created with -1 or
+    /// auto-created. The storage keeps the data durable whatever it is; it sets how many live
+    /// brokers Metadata lists as replicas. CreateTopics with -1 is refused while fewer brokers
+    /// are live. 1 to 32767.
+    pub default_replication_factor: i16,
     /// Largest request accepted (Kafka's `socket.request.max.bytes`); larger ones close the
     /// connection.
     pub max_request_bytes: ByteSize,
@@ -205,6 +210,7 @@ impl Default for Settings {
             auto_create_topics: true,
             auto_create_topics_per_request: broker.auto_create_topics_per_request,
             auto_create_topics_per_second: broker.auto_create_topics_per_second,
+            default_replication_factor: broker.default_replication_factor,
             max_request_bytes: ByteSize(100 << 20),
             max_connections: broker.max_connections,
             max_connections_per_ip: broker.max_connections_per_ip,
@@ -529,6 +535,11 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         Kind::Integer,
     ),
     (
+        "STRATA_DEFAULT_REPLICATION_FACTOR",
+        &["default_replication_factor"],
+        Kind::Integer,
+    ),
+    (
         "STRATA_MAX_INFLIGHT_REQUESTS_PER_CONNECTION",
         &["max_inflight_requests_per_connection"],
         Kind::Integer,
@@ -680,6 +691,7 @@ pub struct FlagOverrides {
     pub queued_max_request_bytes: Option<String>,
     pub auto_create_topics_per_request: Option<usize>,
     pub auto_create_topics_per_second: Option<u32>,
+    pub default_replication_factor: Option<i16>,
     pub group_shards: Option<i32>,
     pub group_initial_rebalance_delay: Option<String>,
     pub group_min_session_timeout: Option<String>,
@@ -880,6 +892,13 @@ pub fn load(
                 .map(|v| toml::Value::Integer(i64::from(v))),
         ),
         (
+            "default-replication-factor",
+            &["default_replication_factor"],
+            flags
+                .default_replication_factor
+                .map(|v| toml::Value::Integer(i64::from(v))),
+        ),
+        (
             "group-shards",
             &["group_shards"],
             flags
@@ -1050,6 +1069,9 @@ impl Settings {
                 "auto_create_topics_per_request",
                 "must be at least 1 (turn auto_create_topics off instead)",
             );
+        }
+        if self.default_replication_factor < 1 {
+            return bad("default_replication_factor", "must be at least 1");
         }
         if self.auto_create_topics_per_second == 0 {
             return bad(
@@ -1256,6 +1278,7 @@ mod tests {
         assert_eq!(s.request_read_timeout, Duration::from_secs(30));
         assert_eq!(s.auto_create_topics_per_request, 100);
         assert_eq!(s.auto_create_topics_per_second, 100);
+        assert_eq!(s.default_replication_factor, 1);
         assert_eq!(s.metrics_max_connections, 64);
         let f = file("max_request_bytes = \"100MiB\"\nqueued_max_request_bytes = \"64MiB\"\n");
         let e = load(Some(f.path()), env(&[]), &FlagOverrides::default())
@@ -1276,6 +1299,35 @@ mod tests {
         };
         let e = load(None, env(&[]), &flags).unwrap_err().to_string();
         assert!(e.contains("auto_create_topics_per_second"), "{e}");
+    }
+
+    #[test]
+    fn default_replication_factor_comes_from_every_layer_and_is_checked() {
+        let s = load(
+            None,
+            env(&[("STRATA_DEFAULT_REPLICATION_FACTOR", "3")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap()
+        .0;
+        assert_eq!(s.default_replication_factor, 3);
+        let flags = FlagOverrides {
+            default_replication_factor: Some(2),
+            ..Default::default()
+        };
+        assert_eq!(
+            load(None, env(&[]), &flags)
+                .unwrap()
+                .0
+                .default_replication_factor,
+            2
+        );
+        let flags = FlagOverrides {
+            default_replication_factor: Some(0),
+            ..Default::default()
+        };
+        let e = load(None, env(&[]), &flags).unwrap_err().to_string();
+        assert!(e.contains("default_replication_factor"), "{e}");
     }
 
     #[test]

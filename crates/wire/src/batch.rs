@@ -122,6 +122,15 @@ pub enum BatchError {
     /// The record framing inside an uncompressed batch does not add up.
     #[error("invalid records: {0}")]
     InvalidRecords(String),
+    /// One record of an uncompressed batch is invalid (its fields do not fill its declared
+    /// length, or its offset delta is out of sequence), the batch around it being well framed:
+    /// Kafka's INVALID_RECORD, naming the record by its index in the batch (KIP-467).
+    #[error("record {index} of the batch is invalid: {reason}")]
+    InvalidRecord {
+        /// The record's position in its batch, from 0.
+        index: i32,
+        reason: String,
+    },
     /// A compressed batch inflates to more than the broker is willing to decompress (a
     /// compression bomb, or a batch far beyond any producer's batch size).
     #[error("record batch decompresses to more than {limit} bytes")]
@@ -738,7 +747,14 @@ pub fn validate_records(batch: &BatchView) -> Result<RecordsCheck, BatchError> {
             .ok_or_else(|| {
                 BatchError::InvalidRecords(format!("record of {len} bytes runs past the batch end"))
             })?;
-        let timestamp_delta = check_record_body(&data[position..end], seen)?;
+        let timestamp_delta =
+            check_record_body(&data[position..end], seen).map_err(|e| match e {
+                BatchError::InvalidRecords(reason) => BatchError::InvalidRecord {
+                    index: seen,
+                    reason,
+                },
+                other => other,
+            })?;
         max_timestamp =
             max_timestamp.max(batch.header.base_timestamp.saturating_add(timestamp_delta));
         position = end;
@@ -1067,7 +1083,8 @@ mod tests {
     fn invalid_records(records: &[u8], count: i32) -> String {
         match validate_records(&with_records(records, count)) {
             Err(BatchError::InvalidRecords(why)) => why,
-            other => panic!("expected InvalidRecords, got {other:?}"),
+            Err(BatchError::InvalidRecord { reason, .. }) => reason,
+            other => panic!("expected InvalidRecords or InvalidRecord, got {other:?}"),
         }
     }
 
@@ -1099,9 +1116,10 @@ mod tests {
             .build();
         // The header's lastOffsetDelta is count - 1, so only the record walk sees this.
         let batch = one_batch(bytes).unwrap();
+        // Kafka's INVALID_RECORD, naming the record (KIP-467): the second one.
         assert!(matches!(
             validate_records(&batch),
-            Err(BatchError::InvalidRecords(why)) if why.contains("offset delta 5")
+            Err(BatchError::InvalidRecord { index: 1, reason }) if reason.contains("offset delta 5")
         ));
     }
 

@@ -1,12 +1,12 @@
 //! The log and the group coordinator as the ownership runner's [`ResourceHost`].
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use strata_cluster::{ClusterError, ClusterResult, ResourceHost, StopReason};
-use strata_core::{Clock, Epoch, TopicPartition};
+use strata_core::{BrokerId, Clock, Epoch, TopicPartition};
 
 use strata_log::{LogError, LogManager};
 use tracing::{info, warn};
@@ -91,6 +91,18 @@ impl ResourceHost for LogHost {
             .iter()
             .flat_map(|t| (0..t.partitions).map(move |p| resource_name(t.id, p)))
             .collect())
+    }
+
+    fn preferred_owners(&self) -> BTreeMap<String, BrokerId> {
+        self.log
+            .topics()
+            .iter()
+            .flat_map(|t| {
+                t.assignments.iter().filter_map(move |(p, replicas)| {
+                    Some((resource_name(t.id, *p), BrokerId(*replicas.first()?)))
+                })
+            })
+            .collect()
     }
 
     async fn start_serving(&self, resource: &str, epoch: Epoch) -> ClusterResult<()> {

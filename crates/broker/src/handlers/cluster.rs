@@ -6,21 +6,31 @@
 //! controls anything; clients only display it). A reassignment moves a partition's ownership:
 //! its first replica becomes a placement override, which the owner hands over to; Strata keeps
 //! one copy of the data in storage, so the other replicas of a request mean nothing here.
+//!
+//! ElectLeaders (v0–v2): a PREFERRED election moves a partition to its preferred replica (its
+//! assignment's first broker, or without one where rendezvous hashing places it) the way a
+//! reassignment does: a placement override, which the owner hands over to gracefully. Note that
+//! a reassignment keeps the topic's assignment, so a later preferred election moves the
+//! partition back to it. An UNCLEAN election is never needed: the data is in storage, so any
+//! live broker can own any partition without losing a record, and a partition without a live
+//! owner is claimed by one within the lease anyway.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kafka_protocol::messages::alter_partition_reassignments_response::{
     ReassignablePartitionResponse, ReassignableTopicResponse,
 };
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::list_partition_reassignments_response::{
     OngoingPartitionReassignment, OngoingTopicReassignment,
 };
 use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse,
-    BrokerId as WireBrokerId, DescribeClusterRequest, DescribeClusterResponse,
-    ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse,
+    BrokerId as WireBrokerId, DescribeClusterRequest, DescribeClusterResponse, ElectLeadersRequest,
+    ElectLeadersResponse, ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse,
 };
 use strata_cluster::ClusterView;
 use strata_core::{BrokerId, TopicPartition};
@@ -209,6 +219,186 @@ async fn reassign(
         "partition reassignment requested"
     );
     Ok(())
+}
+
+/// Kafka's ElectionType.
+const ELECTION_PREFERRED: i8 = 0;
+const ELECTION_UNCLEAN: i8 = 1;
+
+pub(crate) async fn elect_leaders(
+    broker: &Broker,
+    request: ElectLeadersRequest,
+    ctx: &RequestContext,
+) -> ElectLeadersResponse {
+    let mut response = ElectLeadersResponse::default();
+    response.error_code = code::NONE;
+    // v0 has no election type: it is always a preferred election.
+    let election = if ctx.api_version == 0 {
+        ELECTION_PREFERRED
+    } else {
+        request.election_type
+    };
+    if election != ELECTION_PREFERRED && election != ELECTION_UNCLEAN {
+        response.error_code = code::INVALID_REQUEST;
+        return response;
+    }
+    // Null names every partition; then, as Kafka does, only those an election moved (or
+    // failed to) are answered.
+    let all = request.topic_partitions.is_none();
+    let wanted: Vec<(String, Vec<i32>)> = match request.topic_partitions {
+        Some(topics) => topics
+            .into_iter()
+            .map(|t| (t.topic.0.to_string(), t.partitions))
+            .collect(),
+        None => broker
+            .log
+            .topics()
+            .iter()
+            .map(|t| (t.name.to_string(), (0..t.partitions).collect()))
+            .collect(),
+    };
+    let view = broker.cluster.as_deref().map(|n| n.view());
+    let leaders = Leaders::of(broker);
+    let mut by_topic: BTreeMap<String, Vec<PartitionResult>> = BTreeMap::new();
+    // (topic, index of its result, the topic, partition, preferred broker) of each move.
+    let mut moved = Vec::new();
+    for (name, partitions) in wanted {
+        let info = broker.log.topic(&name);
+        for partition in partitions {
+            let outcome = match &info {
+                Some(info) if (0..info.partitions).contains(&partition) => {
+                    elect(broker, view.as_ref(), &leaders, info, partition, election).await
+                }
+                _ => Err((
+                    code::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("{name}-{partition} does not exist"),
+                )),
+            };
+            if all && matches!(&outcome, Err((code::ELECTION_NOT_NEEDED, _))) {
+                continue;
+            }
+            let results = by_topic.entry(name.clone()).or_default();
+            let mut r = PartitionResult::default();
+            r.partition_id = partition;
+            match (outcome, &info) {
+                (Ok(preferred), Some(info)) => {
+                    r.error_code = code::NONE;
+                    moved.push((
+                        name.clone(),
+                        results.len(),
+                        Arc::clone(info),
+                        partition,
+                        preferred,
+                    ));
+                }
+                (Ok(_), None) => r.error_code = code::NONE,
+                (Err((error, text)), _) => {
+                    r.error_code = error;
+                    r.error_message = message(text);
+                }
+            }
+            results.push(r);
+        }
+    }
+    // As in Kafka, answered once the elected leaders lead (so an election asked again right
+    // after is not needed), within the request's timeout.
+    for (name, i, info, partition, preferred) in
+        unmoved_after(broker, request.timeout_ms, moved).await
+    {
+        if let Some(r) = by_topic.get_mut(&name).and_then(|rs| rs.get_mut(i)) {
+            r.error_code = code::REQUEST_TIMED_OUT;
+            r.error_message = message(format!(
+                "{}-{partition} is moving to broker {preferred}, which did not lead it within \
+                 the request's {} ms",
+                info.name, request.timeout_ms
+            ));
+        }
+    }
+    response.replica_election_results = by_topic
+        .into_iter()
+        .map(|(name, partition_result)| {
+            let mut t = ReplicaElectionResult::default();
+            t.topic = topic_name(&name);
+            t.partition_result = partition_result;
+            t
+        })
+        .collect();
+    response
+}
+
+/// A move of each partition to its preferred broker whose leader is not yet that broker once
+/// `timeout_ms` passed.
+async fn unmoved_after(
+    broker: &Broker,
+    timeout_ms: i32,
+    mut moving: Vec<(String, usize, Arc<TopicInfo>, i32, i32)>,
+) -> Vec<(String, usize, Arc<TopicInfo>, i32, i32)> {
+    let Some(node) = broker.cluster() else {
+        return Vec::new();
+    };
+    let patience = Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
+    let deadline = broker.clock.monotonic().saturating_add(patience);
+    loop {
+        let leaders = Leaders::of(broker);
+        moving.retain(|(_, _, info, partition, preferred)| {
+            leaders.leader(info, *partition).map(|(id, _)| id) != Some(*preferred)
+        });
+        if moving.is_empty() || broker.clock.monotonic() >= deadline {
+            return moving;
+        }
+        broker.clock.sleep(super::LEADER_POLL).await;
+        node.refresh_owners().await;
+    }
+}
+
+/// The broker a partition is moved to, or why it is not.
+async fn elect(
+    broker: &Broker,
+    view: Option<&ClusterView>,
+    leaders: &Leaders<'_>,
+    info: &TopicInfo,
+    partition: i32,
+    election: i8,
+) -> Result<i32, (i16, String)> {
+    let leader = leaders.leader(info, partition).map(|(id, _)| id);
+    if election == ELECTION_UNCLEAN {
+        return Err((
+            code::ELECTION_NOT_NEEDED,
+            "the data is in shared storage: any live broker can lead without losing records, \
+             so there is never an unclean election to make"
+                .to_string(),
+        ));
+    }
+    let Some(preferred) = leaders.preferred(info, partition) else {
+        return Err((
+            code::PREFERRED_LEADER_NOT_AVAILABLE,
+            "no live broker can lead the partition".to_string(),
+        ));
+    };
+    if leader == Some(preferred) {
+        return Err((
+            code::ELECTION_NOT_NEEDED,
+            format!("broker {preferred}, the preferred replica, already leads"),
+        ));
+    }
+    let draining = view.is_some_and(|v| v.is_draining(BrokerId(preferred)));
+    if !leaders.is_live(preferred) || draining {
+        return Err((
+            code::PREFERRED_LEADER_NOT_AVAILABLE,
+            format!(
+                "the preferred replica, broker {preferred}, is not a live, non-draining broker"
+            ),
+        ));
+    }
+    reassign(
+        broker,
+        view,
+        info,
+        partition,
+        Some(vec![WireBrokerId(preferred)]),
+    )
+    .await
+    .map(|()| preferred)
 }
 
 pub(crate) async fn list_partition_reassignments(

@@ -18,6 +18,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use strata_log::config::ConfigEntry;
+use strata_log::config_table::config_def;
 use strata_log::{TopicConfig, TopicInfo};
 
 use super::{refuse_internal, str_bytes};
@@ -69,32 +70,29 @@ pub(crate) fn config_source(entry: &ConfigEntry) -> i8 {
     }
 }
 
+/// A topic config's type comes from the log's table; the rest are this broker's own.
 fn type_of(name: &str) -> i8 {
+    if let Some(def) = config_def(name) {
+        return def.kind.code();
+    }
     match name {
-        "retention.ms" | "retention.bytes" | "log.retention.ms" => config_type::LONG,
-        "max.message.bytes"
-        | "message.max.bytes"
+        "log.retention.ms" => config_type::LONG,
+        "message.max.bytes"
         | "num.partitions"
         | "node.id"
         | "broker.id"
         | "socket.request.max.bytes"
         | "min.insync.replicas" => config_type::INT,
         "default.replication.factor" => config_type::SHORT,
-        "cleanup.policy" => config_type::LIST,
         "auto.create.topics.enable" => config_type::BOOLEAN,
         _ => config_type::STRING,
     }
 }
 
+/// A topic config's documentation is its row's reason in the log's table (what it does in
+/// Strata, or why it does nothing).
 fn documentation(name: &str) -> Option<&'static str> {
-    Some(match name {
-        "retention.ms" => "How long records are kept before they may be deleted; -1 keeps them forever.",
-        "retention.bytes" => "Bytes a partition may hold before its oldest records may be deleted; -1 means no limit.",
-        "max.message.bytes" => "The largest record batch the topic accepts.",
-        "cleanup.policy" => "Only 'delete' is supported: Strata does not compact logs by key.",
-        "message.timestamp.type" => "CreateTime (the producer's timestamp) or LogAppendTime (the broker's).",
-        _ => return None,
-    })
+    config_def(name).map(|def| def.why)
 }
 
 pub(crate) fn describe_configs(
@@ -228,7 +226,10 @@ fn broker_entries(broker: &Broker, name: &str) -> Result<Vec<(ConfigEntry, i8)>,
             "num.partitions",
             broker.log.config().default_partitions.to_string(),
         ),
-        fixed("default.replication.factor", "1".to_string()),
+        fixed(
+            "default.replication.factor",
+            broker.settings.default_replication_factor.to_string(),
+        ),
         fixed("min.insync.replicas", "1".to_string()),
         fixed(
             "socket.request.max.bytes",

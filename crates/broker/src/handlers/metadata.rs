@@ -21,8 +21,9 @@ use crate::errors::{code, lookup_error_code};
 use crate::server::Broker;
 use crate::RequestContext;
 use std::collections::BTreeMap;
-use strata_cluster::{ClusterView, OwnerRecord};
-use strata_core::TopicPartition;
+use strata_cluster::{rendezvous_weight, ClusterView, OwnerRecord};
+use strata_core::{BrokerId, TopicPartition};
+use strata_layout::cluster::partition_resource;
 
 pub(crate) async fn handle(
     broker: &Broker,
@@ -150,8 +151,13 @@ fn described_topic(
                     if v >= 7 {
                         p.leader_epoch = epoch;
                     }
-                    p.replica_nodes = vec![WireBrokerId(leader)];
-                    p.isr_nodes = vec![WireBrokerId(leader)];
+                    let replicas: Vec<WireBrokerId> = leaders
+                        .replicas(info, index, leader)
+                        .into_iter()
+                        .map(WireBrokerId)
+                        .collect();
+                    p.isr_nodes = replicas.clone();
+                    p.replica_nodes = replicas;
                 }
                 None => {
                     // Between owners (a handover, or a dead owner whose lease has not run
@@ -167,6 +173,19 @@ fn described_topic(
         })
         .collect();
     topic
+}
+
+/// `brokers` heaviest first by the partition's rendezvous weight: the order placement would
+/// pick them in, so a partition's reported replicas are stable and spread over the brokers.
+fn rendezvous_order(info: &TopicInfo, partition: i32, mut brokers: Vec<i32>) -> Vec<i32> {
+    let resource = partition_resource(info.id, partition);
+    brokers.sort_by_key(|b| {
+        (
+            std::cmp::Reverse(rendezvous_weight(&resource, BrokerId(*b))),
+            *b,
+        )
+    });
+    brokers
 }
 
 /// The cluster view and ownership records one answer is built from.
@@ -222,6 +241,75 @@ impl<'a> Leaders<'a> {
                 brokers
             }
         }
+    }
+
+    /// The ids of [`Self::brokers`].
+    pub(crate) fn live_ids(&self) -> Vec<i32> {
+        match &self.cluster {
+            None => vec![self.node_id],
+            Some((_, view, _)) => {
+                let mut ids: Vec<i32> = view.members.keys().map(|id| id.0).collect();
+                if !ids.contains(&self.node_id) {
+                    ids.push(self.node_id);
+                    ids.sort_unstable();
+                }
+                ids
+            }
+        }
+    }
+
+    /// The replicas (and ISR: they are the same) reported for a partition led by `leader`:
+    /// the leader first, then the topic's explicit assignment in its order, or without one
+    /// the live brokers in the partition's rendezvous order (stable while membership is),
+    /// up to the replication factor. Only live brokers are listed: the storage holds the one
+    /// copy of the data, any live broker can serve it at once, so there is no
+    /// under-replicated or offline replica to report, only fewer replicas while fewer brokers
+    /// are live. Metadata and DescribeTopicPartitions both answer from this.
+    pub(crate) fn replicas(&self, info: &TopicInfo, partition: i32, leader: i32) -> Vec<i32> {
+        let live = self.live_ids();
+        let assigned = info.assignments.get(&partition);
+        let factor = match assigned {
+            Some(brokers) => brokers.len(),
+            None => usize::try_from(info.replication_factor.unwrap_or(1)).unwrap_or(1),
+        }
+        .max(1);
+        let others: Vec<i32> = match assigned {
+            Some(brokers) => brokers
+                .iter()
+                .copied()
+                .filter(|b| live.contains(b))
+                .collect(),
+            None => rendezvous_order(info, partition, live),
+        };
+        let mut replicas = vec![leader];
+        replicas.extend(others.into_iter().filter(|b| *b != leader));
+        replicas.truncate(factor);
+        replicas
+    }
+
+    /// The broker a partition prefers: its assignment's first replica, or without one the
+    /// live, non-draining broker rendezvous hashing places it on. None without a candidate.
+    pub(crate) fn preferred(&self, info: &TopicInfo, partition: i32) -> Option<i32> {
+        if let Some(first) = info.assignments.get(&partition).and_then(|a| a.first()) {
+            return Some(*first);
+        }
+        let candidates: Vec<i32> = match &self.cluster {
+            None => vec![self.node_id],
+            Some((_, view, _)) => view
+                .members
+                .keys()
+                .filter(|id| !view.is_draining(**id))
+                .map(|id| id.0)
+                .collect(),
+        };
+        rendezvous_order(info, partition, candidates)
+            .first()
+            .copied()
+    }
+
+    /// Whether `broker` is live (this broker always is, to itself).
+    pub(crate) fn is_live(&self, broker: i32) -> bool {
+        self.live_ids().contains(&broker)
     }
 
     /// The lowest live id (ourselves while the view is still empty).

@@ -157,6 +157,10 @@ pub(crate) async fn topics_or_auto_create<'a>(
         .map(|name| NewTopic {
             name: (*name).to_string(),
             partitions: None,
+            // Auto-creation answers no client asking for a factor: the default is stored
+            // unchecked, and Metadata reports as many replicas as are live.
+            replication_factor: Some(broker.settings.default_replication_factor),
+            assignments: BTreeMap::new(),
             overrides: BTreeMap::new(),
         })
         .collect();
@@ -205,7 +209,7 @@ pub(crate) async fn topics_or_auto_create<'a>(
 }
 
 /// How often [`await_leaders`] re-reads the ownership records.
-const LEADER_POLL: Duration = Duration::from_millis(10);
+pub(crate) const LEADER_POLL: Duration = Duration::from_millis(10);
 
 /// Waits until every partition in `partitions` has a leader as Metadata would name it (a live
 /// owner), or `patience` has passed; returns whether they all have one. Kafka assigns leaders

@@ -1,5 +1,13 @@
 //! Produce (v3–v13): every partition of the request is appended concurrently; each gets its
 //! own error code. Record batches go to the log as the client's bytes.
+//!
+//! A refused batch is explained (v8+): `error_message` for every error, and for a batch
+//! refused because of one of its records (INVALID_RECORD) `record_errors` names that record by
+//! its index in the batch (KIP-467), as Kafka does. Strata locates the record for the checks
+//! of an uncompressed batch's records (a record whose fields do not fill its declared length,
+//! an out-of-sequence offset delta); whole-batch failures (CRC mismatch: CORRUPT_MESSAGE,
+//! sizes, sequence numbers) and records of compressed batches get the message alone. Strata
+//! checks no record's timestamp, so it never answers INVALID_TIMESTAMP for one.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,11 +15,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::join_all;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use strata_core::TopicPartition;
 use strata_log::{Acks, AppendOutcome, AppendTicket, LogError, TopicInfo};
+use strata_wire::batch::BatchError;
 use tracing::debug;
 
 use super::{refuse_internal, topic_id_of, topics_or_auto_create};
@@ -30,8 +41,41 @@ pub(crate) enum Outcome {
     CloseConnection,
 }
 
-/// A partition's failure: a Kafka code and, for v8+, a message.
-type PartitionError = (i16, Option<String>);
+/// A partition's failure: a Kafka code and, for v8+, a message and the records that failed
+/// the batch (KIP-467).
+#[derive(Debug, Clone)]
+struct PartitionError {
+    code: i16,
+    message: Option<String>,
+    /// (index of the record in its batch, why).
+    records: Vec<(i32, String)>,
+}
+
+impl From<(i16, Option<String>)> for PartitionError {
+    fn from((code, message): (i16, Option<String>)) -> Self {
+        Self {
+            code,
+            message,
+            records: Vec::new(),
+        }
+    }
+}
+
+impl From<&LogError> for PartitionError {
+    fn from(e: &LogError) -> Self {
+        let records = match e {
+            LogError::CorruptMessage(BatchError::InvalidRecord { index, reason }) => {
+                vec![(*index, reason.clone())]
+            }
+            _ => Vec::new(),
+        };
+        Self {
+            code: error_code(e),
+            message: Some(e.to_string()),
+            records,
+        }
+    }
+}
 
 pub(crate) async fn handle(
     broker: &Broker,
@@ -46,10 +90,10 @@ pub(crate) async fn handle(
     let acks = match request.acks {
         0 => Ok(Acks::None { timeout }),
         1 | -1 => Ok(Acks::Durable { timeout }),
-        other => Err((
+        other => Err(PartitionError::from((
             code::INVALID_REQUIRED_ACKS,
             Some(format!("acks must be 0, 1 or -1, got {other}")),
-        )),
+        ))),
     };
     // Transactions are not implemented (InitProducerId refuses transactional ids), so a
     // transactional produce can only come from a confused client: refuse it per partition.
@@ -59,10 +103,10 @@ pub(crate) async fn handle(
         .is_some_and(|id| !id.0.is_empty());
     let refusal = match &acks {
         Err(e) => Some(e.clone()),
-        Ok(_) if transactional => Some((
+        Ok(_) if transactional => Some(PartitionError::from((
             code::INVALID_REQUEST,
             Some("transactions are not supported by this broker".to_string()),
-        )),
+        ))),
         Ok(_) => None,
     };
     let acks = acks.unwrap_or(Acks::None { timeout });
@@ -92,12 +136,12 @@ pub(crate) async fn handle(
             broker
                 .log
                 .topic_by_id(topic_id_of(&topic.topic_id))
-                .ok_or((code::UNKNOWN_TOPIC_ID, None))
+                .ok_or(PartitionError::from((code::UNKNOWN_TOPIC_ID, None)))
         } else {
             match resolved.get(topic.name.0.as_str()) {
                 Some(Ok(info)) => Ok(Arc::clone(info)),
-                Some(Err(e)) => Err((lookup_error_code(e), Some(e.to_string()))),
-                None => Err((code::UNKNOWN_TOPIC_OR_PARTITION, None)),
+                Some(Err(e)) => Err((lookup_error_code(e), Some(e.to_string())).into()),
+                None => Err((code::UNKNOWN_TOPIC_OR_PARTITION, None).into()),
             }
         };
         staged.push(produce_topic(broker, topic, info, acks, refusal.clone(), v).await);
@@ -113,7 +157,7 @@ pub(crate) async fn handle(
                     if let Err(e) = &result {
                         log_append_failure(&tp, e);
                     }
-                    result.map_err(|e| (error_code(&e), Some(e.to_string())))
+                    result.map_err(|e| PartitionError::from(&e))
                 }
                 Err(e) => Err(e),
             };
@@ -131,8 +175,8 @@ pub(crate) async fn handle(
             .find_map(|(index, result)| result.as_ref().err().map(|e| (*index, e.clone())));
         return match failed {
             None => Outcome::NoResponse,
-            Some((partition, (error, text))) => {
-                debug!(peer = %ctx.peer, partition, error, message = ?text,
+            Some((partition, failure)) => {
+                debug!(peer = %ctx.peer, partition, error = failure.code, message = ?failure.message,
                     "acks=0 produce failed; closing connection");
                 Outcome::CloseConnection
             }
@@ -185,7 +229,7 @@ async fn produce_topic(
         (None, info) => info,
     }
     .and_then(|info| match refuse_internal(&info.name, "produce to") {
-        Some((error, text)) => Err((error, Some(text))),
+        Some((error, text)) => Err((error, Some(text)).into()),
         None => Ok(info),
     });
     let mut results = Vec::with_capacity(topic.partition_data.len());
@@ -207,14 +251,14 @@ async fn produce_partition(
         Err(e) => return (index, Err(e)),
     };
     if index < 0 || index >= topic.partitions {
-        return (index, Err((code::UNKNOWN_TOPIC_OR_PARTITION, None)));
+        return (index, Err((code::UNKNOWN_TOPIC_OR_PARTITION, None).into()));
     }
     let records: Bytes = match partition.records {
         Some(records) if !records.is_empty() => records,
         _ => {
             return (
                 index,
-                Err((code::INVALID_RECORD, Some("no record batches".to_string()))),
+                Err((code::INVALID_RECORD, Some("no record batches".to_string())).into()),
             )
         }
     };
@@ -223,7 +267,7 @@ async fn produce_partition(
         Ok(ticket) => (index, Ok((tp, ticket))),
         Err(e) => {
             log_append_failure(&tp, &e);
-            (index, Err((error_code(&e), Some(e.to_string()))))
+            (index, Err(PartitionError::from(&e)))
         }
     }
 }
@@ -252,12 +296,22 @@ fn partition_response(
                 p.log_start_offset = outcome.log_start_offset.get();
             }
         }
-        Err((error, text)) => {
-            p.error_code = error;
+        Err(failure) => {
+            p.error_code = failure.code;
             p.base_offset = -1;
             p.log_append_time_ms = -1;
             if v >= 8 {
-                p.error_message = text.map(StrBytes::from_string);
+                p.error_message = failure.message.map(StrBytes::from_string);
+                p.record_errors = failure
+                    .records
+                    .into_iter()
+                    .map(|(index, why)| {
+                        let mut r = BatchIndexAndErrorMessage::default();
+                        r.batch_index = index;
+                        r.batch_index_error_message = Some(StrBytes::from_string(why));
+                        r
+                    })
+                    .collect();
             }
         }
     }
@@ -284,7 +338,11 @@ mod tests {
             );
             let err = partition_response(
                 1,
-                Err((code::CORRUPT_MESSAGE, Some("bad crc".to_string()))),
+                Err(PartitionError {
+                    code: code::INVALID_RECORD,
+                    message: Some("record 1 is bad".to_string()),
+                    records: vec![(1, "bad".to_string())],
+                }),
                 v,
             );
             let mut topic = TopicProduceResponse::default();

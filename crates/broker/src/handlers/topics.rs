@@ -1,14 +1,20 @@
 //! CreateTopics (v2–v7), DeleteTopics (v1–v6), CreatePartitions (v0–v3).
 //!
-//! Replication factor: durability is the storage's job (Ceph replicas, S3's own), and every
-//! partition has exactly one copy as far as Kafka clients can tell. A request for -1 (the
-//! broker default) or 1 is accepted; a larger factor is refused with INVALID_REPLICATION_FACTOR
-//! as a Kafka cluster with that many brokers would refuse it, so tools that insist on three
-//! replicas learn at creation time that they will not get them from the broker.
-//! Manual replica assignments are accepted only when trivial (every replica is this broker).
+//! Replication factor: durability is the storage's job (Ceph replicas, S3's own), so the data
+//! has one copy in storage whatever the factor. Tools still ask for 3 (Kafka Connect's
+//! internal topics, Schema Registry's `_schemas`), so any factor from 1 to the number of live
+//! brokers is accepted (-1: `default_replication_factor`) and stored in the catalog, and
+//! Metadata lists that many live brokers as replicas (see `metadata::Leaders::replicas`); a
+//! larger factor is refused with INVALID_REPLICATION_FACTOR as Kafka refuses it.
+//!
+//! Explicit replica assignments (CreateTopics, CreatePartitions) must name live brokers, each
+//! once per partition, with the same number of replicas for every partition. They are stored;
+//! the first replica is the partition's preferred owner, which placement moves it to while
+//! that broker is live (see `cluster::host`), and Metadata lists the assignment's brokers.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsAssignment;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::create_topics_response::{
@@ -23,15 +29,11 @@ use strata_log::{LogError, NewTopic, TopicInfo};
 use tracing::info;
 
 use super::configs::{config_source, topic_entries};
+use super::metadata::Leaders;
 use super::{refuse_internal, str_bytes, topic_id_of, topic_name, uuid_of};
 use crate::errors::{code, error_code, message};
 use crate::server::Broker;
 use crate::RequestContext;
-
-/// Brokers a partition could be replicated to. One until brokers register with each other.
-fn broker_count(_broker: &Broker) -> i16 {
-    1
-}
 
 pub(crate) async fn create_topics(
     broker: &Broker,
@@ -48,6 +50,7 @@ pub(crate) async fn create_topics(
         .collect();
 
     // Every topic is validated first, then all valid ones are created in one catalog change.
+    let live: BTreeSet<i32> = Leaders::of(broker).live_ids().into_iter().collect();
     let mut outcomes = Vec::with_capacity(request.topics.len());
     let mut specs = Vec::new();
     for topic in request.topics {
@@ -58,7 +61,7 @@ pub(crate) async fn create_topics(
                 format!("topic {} appears more than once in the request", name.0),
             ))
         } else {
-            prepare(broker, topic)
+            prepare(broker, &live, topic)
         };
         match prepared {
             Ok(spec) => {
@@ -129,9 +132,13 @@ pub(crate) async fn create_topics(
 }
 
 /// A requested topic, checked and turned into what the log creates.
-fn prepare(broker: &Broker, topic: CreatableTopic) -> Result<NewTopic, (i16, String)> {
-    let partitions = if topic.assignments.is_empty() {
-        match topic.num_partitions {
+fn prepare(
+    broker: &Broker,
+    live: &BTreeSet<i32>,
+    topic: CreatableTopic,
+) -> Result<NewTopic, (i16, String)> {
+    let (partitions, replication_factor, assignments) = if topic.assignments.is_empty() {
+        let partitions = match topic.num_partitions {
             -1 => None,
             n if n <= 0 => {
                 return Err((
@@ -140,7 +147,13 @@ fn prepare(broker: &Broker, topic: CreatableTopic) -> Result<NewTopic, (i16, Str
                 ))
             }
             n => Some(n),
-        }
+        };
+        let factor = match topic.replication_factor {
+            -1 => broker.settings.default_replication_factor,
+            rf => rf,
+        };
+        check_replication_factor(factor, live)?;
+        (partitions, factor, BTreeMap::new())
     } else {
         if topic.num_partitions != -1 || topic.replication_factor != -1 {
             return Err((
@@ -149,29 +162,41 @@ fn prepare(broker: &Broker, topic: CreatableTopic) -> Result<NewTopic, (i16, Str
                     .to_string(),
             ));
         }
-        Some(trivial_assignment(broker, &topic)?)
-    };
-    match topic.replication_factor {
-        -1 => {}
-        rf if rf <= 0 => {
+        let mut indexes: Vec<i32> = topic
+            .assignments
+            .iter()
+            .map(|a| a.partition_index)
+            .collect();
+        indexes.sort_unstable();
+        if !indexes
+            .iter()
+            .enumerate()
+            .all(|(i, p)| usize::try_from(*p) == Ok(i))
+        {
             return Err((
-                code::INVALID_REPLICATION_FACTOR,
-                format!("replication factor must be positive or -1, got {rf}"),
-            ))
-        }
-        rf if rf > broker_count(broker) => {
-            return Err((
-                code::INVALID_REPLICATION_FACTOR,
+                code::INVALID_REPLICA_ASSIGNMENT,
                 format!(
-                    "replication factor {rf} is larger than the {} available broker(s); \
-                     Strata keeps one copy per partition and leaves durability to its storage, \
-                     so use 1 or -1",
-                    broker_count(broker)
+                    "assigned partitions must be numbered 0, 1, 2, ... once each, got {indexes:?}"
                 ),
-            ))
+            ));
         }
-        _ => {}
-    }
+        let assignments = check_assignments(
+            live,
+            None,
+            topic.assignments.iter().map(|a| {
+                (
+                    a.partition_index,
+                    a.broker_ids.iter().map(|b| b.0).collect(),
+                )
+            }),
+        )?;
+        let factor = assignments.values().next().map_or(1, Vec::len);
+        (
+            Some(i32::try_from(indexes.len()).unwrap_or(i32::MAX)),
+            i16::try_from(factor).unwrap_or(i16::MAX),
+            assignments,
+        )
+    };
     let mut overrides = BTreeMap::new();
     for config in topic.configs {
         let Some(value) = config.value else {
@@ -185,36 +210,110 @@ fn prepare(broker: &Broker, topic: CreatableTopic) -> Result<NewTopic, (i16, Str
     Ok(NewTopic {
         name: topic.name.0.to_string(),
         partitions,
+        replication_factor: Some(replication_factor),
+        assignments,
         overrides,
     })
 }
 
-/// The partition count of a manual assignment, if every partition is numbered densely from 0
-/// and placed on this broker alone.
-fn trivial_assignment(broker: &Broker, topic: &CreatableTopic) -> Result<i32, (i16, String)> {
-    let me = broker.settings.node_id.0;
-    let mut indexes: Vec<i32> = topic
-        .assignments
-        .iter()
-        .map(|a| a.partition_index)
-        .collect();
-    indexes.sort_unstable();
-    let dense = indexes
-        .iter()
-        .enumerate()
-        .all(|(i, p)| usize::try_from(*p) == Ok(i));
-    let on_me = topic
-        .assignments
-        .iter()
-        .all(|a| a.broker_ids.len() == 1 && a.broker_ids[0].0 == me);
-    if dense && on_me {
-        i32::try_from(indexes.len()).map_err(|_| (code::INVALID_REPLICA_ASSIGNMENT, String::new()))
-    } else {
-        Err((
-            code::INVALID_REPLICA_ASSIGNMENT,
-            format!("partitions must be numbered from 0 and each assigned to broker {me} alone"),
-        ))
+/// A factor from 1 to the number of live brokers, as Kafka allows. The storage keeps the
+/// data durable whatever the factor; it decides how many brokers are reported as replicas.
+pub(crate) fn check_replication_factor(
+    factor: i16,
+    live: &BTreeSet<i32>,
+) -> Result<(), (i16, String)> {
+    if factor <= 0 {
+        return Err((
+            code::INVALID_REPLICATION_FACTOR,
+            format!("replication factor must be positive or -1, got {factor}"),
+        ));
     }
+    if usize::try_from(factor).unwrap_or(usize::MAX) > live.len() {
+        return Err((
+            code::INVALID_REPLICATION_FACTOR,
+            format!(
+                "replication factor {factor} is larger than the {} live broker(s) {live:?}",
+                live.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Explicit replica assignments, by partition: every replica a live broker, none twice in a
+/// partition, every partition with the same number of replicas (`factor` when the topic
+/// already has one).
+pub(crate) fn check_assignments(
+    live: &BTreeSet<i32>,
+    factor: Option<usize>,
+    assignments: impl IntoIterator<Item = (i32, Vec<i32>)>,
+) -> Result<BTreeMap<i32, Vec<i32>>, (i16, String)> {
+    let bad = |text: String| Err((code::INVALID_REPLICA_ASSIGNMENT, text));
+    let mut checked = BTreeMap::new();
+    let mut factor = factor;
+    for (partition, brokers) in assignments {
+        if brokers.is_empty() {
+            return bad(format!("partition {partition} is assigned no replica"));
+        }
+        if let Some(unknown) = brokers.iter().find(|b| !live.contains(b)) {
+            return bad(format!(
+                "partition {partition} is assigned to broker {unknown}, which is not a live \
+                 broker (live: {live:?})"
+            ));
+        }
+        let distinct: BTreeSet<i32> = brokers.iter().copied().collect();
+        if distinct.len() != brokers.len() {
+            return bad(format!(
+                "partition {partition}'s replicas {brokers:?} name a broker twice"
+            ));
+        }
+        match factor {
+            Some(n) if n != brokers.len() => {
+                return bad(format!(
+                    "partition {partition} has {} replicas {brokers:?} where the others have {n}",
+                    brokers.len()
+                ))
+            }
+            _ => factor = Some(brokers.len()),
+        }
+        if checked.insert(partition, brokers).is_some() {
+            return bad(format!("partition {partition} is assigned twice"));
+        }
+    }
+    Ok(checked)
+}
+
+/// CreatePartitions' assignments: one per new partition, in order, each as long as the
+/// topic's replication factor.
+fn new_assignments(
+    info: &TopicInfo,
+    count: i32,
+    live: &BTreeSet<i32>,
+    given: &[CreatePartitionsAssignment],
+) -> Result<BTreeMap<i32, Vec<i32>>, (i16, String)> {
+    let new = usize::try_from(count - info.partitions).unwrap_or(0);
+    if given.len() != new {
+        return Err((
+            code::INVALID_REPLICA_ASSIGNMENT,
+            format!(
+                "{} assignments given for the {new} new partition(s) of {}",
+                given.len(),
+                info.name
+            ),
+        ));
+    }
+    let factor = info.assignments.values().next().map(Vec::len).or_else(|| {
+        info.replication_factor
+            .and_then(|rf| usize::try_from(rf).ok())
+    });
+    check_assignments(
+        live,
+        factor,
+        given
+            .iter()
+            .zip(info.partitions..)
+            .map(|(a, partition)| (partition, a.broker_ids.iter().map(|b| b.0).collect())),
+    )
 }
 
 fn creatable_result(
@@ -230,7 +329,7 @@ fn creatable_result(
             result.error_message = None;
             if v >= 5 {
                 result.num_partitions = info.partitions;
-                result.replication_factor = 1;
+                result.replication_factor = info.replication_factor.unwrap_or(1);
                 result.configs = Some(
                     topic_entries(&info)
                         .into_iter()
@@ -350,7 +449,7 @@ pub(crate) async fn create_partitions(
     request: CreatePartitionsRequest,
     _ctx: &RequestContext,
 ) -> CreatePartitionsResponse {
-    let me = broker.settings.node_id.0;
+    let live: BTreeSet<i32> = Leaders::of(broker).live_ids().into_iter().collect();
     let mut seen = HashSet::new();
     let duplicates: HashSet<String> = request
         .topics
@@ -364,12 +463,14 @@ pub(crate) async fn create_partitions(
     let mut added = Vec::new();
     for topic in request.topics {
         let name = topic.name.0.to_string();
-        let before = broker.log.topic(&name).map_or(0, |t| t.partitions);
-        let trivial = topic.assignments.as_ref().is_none_or(|assignments| {
-            assignments
-                .iter()
-                .all(|a| a.broker_ids.len() == 1 && a.broker_ids[0].0 == me)
-        });
+        let existing = broker.log.topic(&name);
+        let before = existing.as_ref().map_or(0, |t| t.partitions);
+        let assigned = match (&topic.assignments, &existing) {
+            (None, _) => Ok(BTreeMap::new()),
+            (Some(given), Some(info)) => new_assignments(info, topic.count, &live, given),
+            // The log answers for an unknown topic.
+            (Some(_), None) => Ok(BTreeMap::new()),
+        };
         let outcome = if duplicates.contains(&name) {
             Err((
                 code::INVALID_REQUEST,
@@ -377,17 +478,15 @@ pub(crate) async fn create_partitions(
             ))
         } else if let Some(refusal) = refuse_internal(&name, "add partitions to") {
             Err(refusal)
-        } else if !trivial {
-            Err((
-                code::INVALID_REPLICA_ASSIGNMENT,
-                format!("new partitions must each be assigned to broker {me} alone"),
-            ))
         } else {
-            broker
-                .log
-                .create_partitions(&name, topic.count, request.validate_only)
-                .await
-                .map_err(|e| (error_code(&e), e.to_string()))
+            match assigned {
+                Err(refusal) => Err(refusal),
+                Ok(assigned) => broker
+                    .log
+                    .create_partitions(&name, topic.count, assigned, request.validate_only)
+                    .await
+                    .map_err(|e| (error_code(&e), e.to_string())),
+            }
         };
         added_any |= outcome.is_ok() && !request.validate_only;
         let mut result = CreatePartitionsTopicResult::default();

@@ -511,3 +511,155 @@ async fn a_drain_requested_offline_moves_every_partition_away() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Asks `client` for `topic`'s Metadata until `done` accepts it, for at most PATIENCE.
+async fn metadata_until(
+    client: &mut Client,
+    topic: &str,
+    what: &str,
+    done: impl Fn(&MetadataResponse) -> bool,
+) -> MetadataResponse {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let metadata: MetadataResponse = client
+            .call(ApiKey::Metadata, 12, &metadata_request(&[topic]))
+            .await;
+        if done(&metadata) {
+            return metadata;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out: {what}: {metadata:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn replicas_of(metadata: &MetadataResponse, partition: usize) -> (i32, Vec<i32>, Vec<i32>) {
+    let p = &metadata.topics[0].partitions[partition];
+    (
+        p.leader_id.0,
+        p.replica_nodes.iter().map(|b| b.0).collect(),
+        p.isr_nodes.iter().map(|b| b.0).collect(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replication_factor_assignments_and_preferred_elections_on_three_brokers() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let a = Member::start(&store, 1).await;
+    let _b = Member::start(&store, 2).await;
+    let _c = Member::start(&store, 3).await;
+    let mut client = a.client().await;
+    // Factors are checked against the live brokers: wait until broker 1 sees all three.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let metadata: MetadataResponse = client
+            .call(ApiKey::Metadata, 12, &metadata_request(&[]))
+            .await;
+        if metadata.brokers.len() == 3 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never saw 3 brokers"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut request = CreateTopicsRequest::default();
+    request.timeout_ms = 10_000;
+    request.topics = vec![
+        creatable("rf3", 2, 3),
+        super::assigned("pinned", &[&[2, 1, 3]]),
+        creatable("rf4", 1, 4),
+        super::assigned("nowhere", &[&[9, 1]]),
+        super::assigned("uneven", &[&[1, 2], &[3]]),
+    ];
+    let response: CreateTopicsResponse = client.call(ApiKey::CreateTopics, 7, &request).await;
+    let codes: Vec<i16> = response.topics.iter().map(|t| t.error_code).collect();
+    assert_eq!(codes, vec![0, 0, 38, 39, 39], "{response:?}");
+    assert_eq!(response.topics[0].replication_factor, 3);
+
+    // RF 3: three live brokers, the leader first, all in sync.
+    let metadata = metadata_until(&mut client, "rf3", "rf3 led", |m| {
+        m.topics[0].partitions.iter().all(|p| p.leader_id.0 > 0)
+    })
+    .await;
+    for partition in 0..2 {
+        let (leader, replicas, isr) = replicas_of(&metadata, partition);
+        assert_eq!(replicas[0], leader);
+        let mut sorted = replicas.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, vec![1, 2, 3]);
+        assert_eq!(isr, replicas);
+    }
+
+    // The assignment's first replica leads, and the replicas are the assignment's.
+    let led_by =
+        |broker: i32| move |m: &MetadataResponse| m.topics[0].partitions[0].leader_id.0 == broker;
+    let metadata = metadata_until(&mut client, "pinned", "broker 2 leads pinned", led_by(2)).await;
+    assert_eq!(replicas_of(&metadata, 0), (2, vec![2, 1, 3], vec![2, 1, 3]));
+
+    // Moved away by a reassignment, then back by a preferred election.
+    let mut partition = ReassignablePartition::default();
+    partition.partition_index = 0;
+    partition.replicas = Some(vec![kafka_protocol::messages::BrokerId(3)]);
+    let mut topic = ReassignableTopic::default();
+    topic.name = topic_name("pinned");
+    topic.partitions = vec![partition];
+    let mut reassign = AlterPartitionReassignmentsRequest::default();
+    reassign.timeout_ms = 10_000;
+    reassign.topics = vec![topic];
+    let response: AlterPartitionReassignmentsResponse = client
+        .call(ApiKey::AlterPartitionReassignments, 0, &reassign)
+        .await;
+    assert_eq!(response.responses[0].partitions[0].error_code, 0);
+    let metadata = metadata_until(&mut client, "pinned", "broker 3 leads pinned", led_by(3)).await;
+    assert_eq!(replicas_of(&metadata, 0).1, vec![3, 2, 1]);
+
+    let elect = super::elect_request(0, Some(vec![("pinned", vec![0])]));
+    let response: ElectLeadersResponse = client.call(ApiKey::ElectLeaders, 2, &elect).await;
+    assert_eq!(
+        response.replica_election_results[0].partition_result[0].error_code, 0,
+        "{response:?}"
+    );
+    metadata_until(
+        &mut client,
+        "pinned",
+        "broker 2 leads pinned again",
+        led_by(2),
+    )
+    .await;
+    let response: ElectLeadersResponse = client.call(ApiKey::ElectLeaders, 2, &elect).await;
+    assert_eq!(
+        response.replica_election_results[0].partition_result[0].error_code,
+        84
+    );
+
+    // CreatePartitions with an assignment: the new partition's first replica leads it.
+    let mut t =
+        kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic::default();
+    t.name = topic_name("pinned");
+    t.count = 2;
+    let mut a3 =
+        kafka_protocol::messages::create_partitions_request::CreatePartitionsAssignment::default();
+    a3.broker_ids = [3, 1, 2]
+        .into_iter()
+        .map(kafka_protocol::messages::BrokerId)
+        .collect();
+    t.assignments = Some(vec![a3]);
+    let mut request = CreatePartitionsRequest::default();
+    request.timeout_ms = 10_000;
+    request.topics = vec![t];
+    let response: CreatePartitionsResponse =
+        client.call(ApiKey::CreatePartitions, 3, &request).await;
+    assert_eq!(response.results[0].error_code, 0, "{response:?}");
+    let metadata = metadata_until(&mut client, "pinned", "broker 3 leads pinned-1", |m| {
+        m.topics[0]
+            .partitions
+            .get(1)
+            .is_some_and(|p| p.leader_id.0 == 3)
+    })
+    .await;
+    assert_eq!(replicas_of(&metadata, 1), (3, vec![3, 1, 2], vec![3, 1, 2]));
+}
