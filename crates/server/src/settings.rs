@@ -68,7 +68,7 @@ pub struct Settings {
     /// connection. Must be at least `max_request_bytes`.
     pub queued_max_request_bytes: ByteSize,
     /// Partitions one DescribeTopicPartitions answer describes at most (Kafka's
-    /// `max.request.partition.size.limit`); the client gets a cursor for the rest.
+    /// `max.request.partition.size.limit`); the client gets a cursor for the rest. At least 1.
     pub max_request_partition_size_limit: usize,
     /// Requests of one connection processed at once before the broker stops reading it.
     pub max_inflight_requests_per_connection: usize,
@@ -1187,6 +1187,25 @@ pub fn parse_host_port(text: &str) -> Result<(String, u16), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn describe_topic_partitions_limit_defaults_to_kafkas_and_refuses_zero() {
+        let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        assert_eq!(s.max_request_partition_size_limit, 2000);
+        let (s, _) = load(
+            None,
+            env(&[("STRATA_MAX_REQUEST_PARTITION_SIZE_LIMIT", "50")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap();
+        assert_eq!(s.max_request_partition_size_limit, 50);
+        let flags = FlagOverrides {
+            max_request_partition_size_limit: Some(0),
+            ..FlagOverrides::default()
+        };
+        let e = load(None, env(&[]), &flags).unwrap_err().to_string();
+        assert!(e.contains("max_request_partition_size_limit"), "{e}");
+    }
 
     #[test]
     fn log_dir_names_carry_no_credentials() {

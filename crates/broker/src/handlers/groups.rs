@@ -924,7 +924,7 @@ mod tests {
         assert!(coordinator_for(key_type::GROUP).is_ok());
         assert_eq!(
             coordinator_for(key_type::TRANSACTION).unwrap_err().0,
-            code::COORDINATOR_NOT_AVAILABLE
+            code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         );
         assert_eq!(coordinator_for(7).unwrap_err().0, code::INVALID_REQUEST);
     }
