@@ -3,9 +3,11 @@
 //! The table is the single source of truth: dispatch refuses any key or version outside it, and
 //! ApiVersions advertises exactly it, so a client never negotiates a version we cannot serve.
 
-use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::api_versions_response::{
+    ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
+};
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
-use kafka_protocol::protocol::VersionRange;
+use kafka_protocol::protocol::{StrBytes, VersionRange};
 
 use crate::errors::code;
 use crate::RequestContext;
@@ -52,7 +54,75 @@ const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterPartitionReassignments, 0, 0),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::ListConfigResources, 0, 1),
+    (ApiKey::DescribeTopicPartitions, 0, 0),
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::ListTransactions, 0, 2),
+    (ApiKey::DescribeTransactions, 0, 0),
 ];
+
+/// One feature flag (KIP-584) as ApiVersions v3+ reports it, and DescribeFeatures in Java's
+/// AdminClient shows it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Feature {
+    pub name: &'static str,
+    /// The levels this broker's code supports.
+    pub min: i16,
+    pub max: i16,
+    /// The level in force; None (or 0) is not reported as finalized, as in Kafka, where level
+    /// 0 means "off".
+    pub finalized: Option<i16>,
+}
+
+/// Strata's features: none yet. Kafka's `metadata.version` and `kraft.version` describe its
+/// KRaft metadata log, which Strata does not have; `transaction.version` and `share.version`
+/// would claim protocols it does not implement; `group.version` 1 means the KIP-848 consumer
+/// protocol, not implemented yet. Clients treat a missing feature as level 0, which is what
+/// Strata supports. Adding one is adding a row, e.g.
+/// `Feature { name: "group.version", min: 0, max: 1, finalized: Some(1) }`.
+pub(crate) const FEATURES: &[Feature] = &[];
+
+/// The epoch of the finalized features: they only change with the code, so any fixed number
+/// serves; -1 (unknown) while none is finalized, as Kafka reports before it has any.
+fn finalized_epoch(features: &[Feature]) -> i64 {
+    if features.iter().any(|f| f.finalized.unwrap_or(0) > 0) {
+        0
+    } else {
+        -1
+    }
+}
+
+/// Fills the feature sections of a v3+ answer from `features`.
+fn set_features(response: &mut ApiVersionsResponse, features: &[Feature]) {
+    response.supported_features = features
+        .iter()
+        .map(|f| {
+            let mut k = SupportedFeatureKey::default();
+            k.name = StrBytes::from_static_str(f.name);
+            k.min_version = f.min;
+            k.max_version = f.max;
+            k
+        })
+        .collect();
+    response.finalized_features = features
+        .iter()
+        .filter_map(|f| {
+            let level = f.finalized.filter(|level| *level > 0)?;
+            let mut k = FinalizedFeatureKey::default();
+            k.name = StrBytes::from_static_str(f.name);
+            k.min_version_level = level;
+            k.max_version_level = level;
+            Some(k)
+        })
+        .collect();
+    response.finalized_features_epoch = finalized_epoch(features);
+}
 
 /// The versions of `key` this broker serves, or None if it does not implement the API.
 pub fn supported_versions(key: ApiKey) -> Option<VersionRange> {
@@ -88,13 +158,15 @@ fn api_version_list() -> Vec<ApiVersion> {
         .collect()
 }
 
-/// The answer to an ApiVersions request of a supported version. No feature sections: Strata
-/// has no finalized features (no transactions, no KRaft metadata versions) and clients do not
-/// require them.
-pub(crate) fn handle(_request: ApiVersionsRequest, _ctx: &RequestContext) -> ApiVersionsResponse {
+/// The answer to an ApiVersions request of a supported version; from v3 with the feature
+/// sections of [`FEATURES`].
+pub(crate) fn handle(_request: ApiVersionsRequest, ctx: &RequestContext) -> ApiVersionsResponse {
     let mut response = ApiVersionsResponse::default();
     response.error_code = code::NONE;
     response.api_keys = api_version_list();
+    if ctx.api_version >= 3 {
+        set_features(&mut response, FEATURES);
+    }
     response
 }
 
@@ -120,6 +192,44 @@ mod tests {
             assert!(!range.is_empty(), "{key:?}");
         }
         assert_eq!(supported_apis().len(), IMPLEMENTED.len());
+    }
+
+    #[test]
+    fn a_feature_row_is_reported_supported_and_finalized_with_an_epoch() {
+        let rows = [
+            Feature {
+                name: "group.version",
+                min: 0,
+                max: 1,
+                finalized: Some(1),
+            },
+            Feature {
+                name: "off.version",
+                min: 0,
+                max: 2,
+                finalized: Some(0),
+            },
+        ];
+        let mut response = ApiVersionsResponse::default();
+        set_features(&mut response, &rows);
+        let supported: Vec<_> = response
+            .supported_features
+            .iter()
+            .map(|k| (k.name.as_str(), k.min_version, k.max_version))
+            .collect();
+        assert_eq!(supported, [("group.version", 0, 1), ("off.version", 0, 2)]);
+        let finalized: Vec<_> = response
+            .finalized_features
+            .iter()
+            .map(|k| (k.name.as_str(), k.min_version_level, k.max_version_level))
+            .collect();
+        assert_eq!(finalized, [("group.version", 1, 1)]);
+        assert_eq!(response.finalized_features_epoch, 0);
+
+        let mut none = ApiVersionsResponse::default();
+        set_features(&mut none, FEATURES);
+        assert_eq!(none.finalized_features_epoch, -1);
+        assert!(none.finalized_features.is_empty());
     }
 
     #[test]

@@ -168,6 +168,27 @@ async fn route(
             ctx,
             &configs::incremental_alter_configs(broker, r, ctx).await,
         ),
+        RequestKind::DescribeTopicPartitions(r) => {
+            reply(ctx, &admin::describe_topic_partitions(broker, r, ctx))
+        }
+        RequestKind::DescribeLogDirs(r) => reply(ctx, &admin::describe_log_dirs(broker, r, ctx)),
+        RequestKind::ListConfigResources(r) => {
+            reply(ctx, &admin::list_config_resources(broker, r, ctx))
+        }
+        RequestKind::DescribeProducers(r) => reply(ctx, &admin::describe_producers(broker, r, ctx)),
+        RequestKind::DescribeAcls(r) => reply(ctx, &security::describe_acls(r, ctx)),
+        RequestKind::CreateAcls(r) => reply(ctx, &security::create_acls(r, ctx)),
+        RequestKind::DeleteAcls(r) => reply(ctx, &security::delete_acls(r, ctx)),
+        RequestKind::DescribeUserScramCredentials(r) => {
+            reply(ctx, &security::describe_user_scram_credentials(r, ctx))
+        }
+        RequestKind::DescribeClientQuotas(r) => {
+            reply(ctx, &security::describe_client_quotas(r, ctx))
+        }
+        RequestKind::ListTransactions(r) => reply(ctx, &security::list_transactions(r, ctx)),
+        RequestKind::DescribeTransactions(r) => {
+            reply(ctx, &security::describe_transactions(r, ctx))
+        }
         RequestKind::DescribeCluster(r) => reply(ctx, &cluster::describe_cluster(broker, r, ctx)),
         RequestKind::AlterPartitionReassignments(r) => reply(
             ctx,

@@ -52,6 +52,8 @@ pub mod code {
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
     pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
     pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+    pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+    pub const SECURITY_DISABLED: i16 = 54;
     pub const KAFKA_STORAGE_ERROR: i16 = 56;
     pub const UNKNOWN_PRODUCER_ID: i16 = 59;
     pub const NON_EMPTY_GROUP: i16 = 68;
@@ -70,11 +72,13 @@ pub mod code {
     pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
     pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
     pub const THROTTLING_QUOTA_EXCEEDED: i16 = 89;
+    pub const RESOURCE_NOT_FOUND: i16 = 91;
     pub const UNKNOWN_TOPIC_ID: i16 = 100;
     pub const FENCED_MEMBER_EPOCH: i16 = 110;
     pub const UNRELEASED_INSTANCE_ID: i16 = 111;
     pub const UNSUPPORTED_ASSIGNOR: i16 = 112;
     pub const STALE_MEMBER_EPOCH: i16 = 113;
+    pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
     pub const MISMATCHED_ENDPOINT_TYPE: i16 = 114;
     pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
 }

@@ -57,6 +57,17 @@ pub struct BrokerSettings {
     /// broker stops reading that connection until the oldest request has been answered, which
     /// pushes back on the client through TCP.
     pub max_inflight_requests_per_connection: usize,
+    /// Partitions one DescribeTopicPartitions answer describes at most (Kafka's
+    /// `max.request.partition.size.limit`); a client asking for more (its
+    /// `response_partition_limit`) gets this many and a cursor to ask for the rest, so one
+    /// request cannot make the broker build an answer of every partition of every topic.
+    pub max_request_partition_size_limit: usize,
+    /// What DescribeConfigs reports as `listeners`: the address the Kafka listener is bound
+    /// to, as Kafka spells it (`PLAINTEXT://host:port`). Descriptive only.
+    pub listeners: String,
+    /// What DescribeLogDirs names the one log directory: the storage location without
+    /// credentials (a path, or `s3://bucket/prefix`). Descriptive only.
+    pub log_dir: String,
     /// Whether Metadata (and Produce) may create unknown topics (`auto.create.topics.enable`).
     pub auto_create_topics: bool,
     /// `default.replication.factor`: the factor of topics created with -1 or auto-created.
@@ -167,6 +178,10 @@ impl Default for BrokerSettings {
             auto_create_topics_per_request: 100,
             auto_create_topics_per_second: 100,
             max_inflight_requests_per_connection: 1024,
+            // Kafka's default.
+            max_request_partition_size_limit: 2000,
+            listeners: "PLAINTEXT://127.0.0.1:9092".to_string(),
+            log_dir: "memory://".to_string(),
             auto_create_topics: true,
             default_replication_factor: 1,
             min_produce_timeout: Duration::from_secs(1),

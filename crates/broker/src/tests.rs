@@ -203,6 +203,15 @@ fn zigzag_varint(out: &mut BytesMut, value: i64) {
 
 /// A magic-2 record batch of uncompressed records without keys.
 pub(crate) fn record_batch(values: &[&[u8]], timestamp: i64) -> Bytes {
+    producer_batch(values, timestamp, (-1, -1, -1))
+}
+
+/// [`record_batch`] from an idempotent producer: (producer id, epoch, base sequence).
+pub(crate) fn producer_batch(
+    values: &[&[u8]],
+    timestamp: i64,
+    (producer_id, epoch, base_sequence): (i64, i16, i32),
+) -> Bytes {
     let mut records = BytesMut::new();
     for (i, value) in values.iter().enumerate() {
         let mut record = BytesMut::new();
@@ -221,9 +230,9 @@ pub(crate) fn record_batch(values: &[&[u8]], timestamp: i64) -> Bytes {
     after_crc.put_i32(values.len() as i32 - 1); // last offset delta
     after_crc.put_i64(timestamp);
     after_crc.put_i64(timestamp);
-    after_crc.put_i64(-1); // producer id
-    after_crc.put_i16(-1); // producer epoch
-    after_crc.put_i32(-1); // base sequence
+    after_crc.put_i64(producer_id);
+    after_crc.put_i16(epoch);
+    after_crc.put_i32(base_sequence);
     after_crc.put_i32(values.len() as i32);
     after_crc.put_slice(&records);
     let mut batch = BytesMut::new();
@@ -294,6 +303,7 @@ async fn create_topic(client: &mut Client, name: &str) -> uuid::Uuid {
 
 // --- tests ---
 
+mod admin;
 mod cluster;
 mod groups;
 

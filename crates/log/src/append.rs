@@ -227,6 +227,7 @@ impl LogManager {
                         b.base_sequence(),
                         b.record_count(),
                         base_offset,
+                        log_append_time.unwrap_or(*max_ts),
                     );
                 }
                 let done = match acks {
@@ -336,7 +337,7 @@ fn check_producers(states: &ProducerStates, batches: &[BatchView]) -> LogResult<
         if decision == SeqCheck::Append && batches.len() > 1 {
             scratch
                 .get_or_insert_with(|| states.clone())
-                .record(pid, epoch, seq, count, 0);
+                .record(pid, epoch, seq, count, 0, -1);
         }
         out.push(decision);
     }

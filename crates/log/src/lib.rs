@@ -38,6 +38,7 @@ pub use catalog::{TopicId, TopicInfo};
 pub use config::{default_concurrent_decompressions, LogConfig, TimestampType, TopicConfig};
 pub use error::{LogError, LogResult};
 pub use manager::LogManager;
+pub use producer::ProducerSummary;
 pub use read::{ReadOutcome, Watermarks};
 pub use shared::Ownership;
 pub use topics::NewTopic;

@@ -284,6 +284,7 @@ async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
                 e.base_sequence,
                 e.record_count,
                 e.base_offset,
+                e.max_timestamp,
             );
         }
     }

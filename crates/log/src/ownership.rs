@@ -364,6 +364,7 @@ async fn replay_stream(
                     e.base_sequence,
                     e.record_count,
                     e.base_offset,
+                    e.max_timestamp,
                 );
             }
             st.next_offset = tail.last_offset + 1;

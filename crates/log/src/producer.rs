@@ -29,6 +29,25 @@ pub struct BatchSeq {
 pub struct ProducerEntry {
     pub epoch: i16,
     pub batches: VecDeque<BatchSeq>,
+    /// Max timestamp of the producer's last batch (what DescribeProducers reports). Snapshots
+    /// written before it existed read as -1, unknown, until the producer appends again.
+    #[serde(default = "unknown_timestamp")]
+    pub last_timestamp: i64,
+}
+
+fn unknown_timestamp() -> i64 {
+    -1
+}
+
+/// One idempotent producer's state in a partition, as DescribeProducers reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerSummary {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// Sequence of the last record appended; -1 when none is remembered.
+    pub last_sequence: i32,
+    /// Max timestamp of the last batch; -1 when unknown.
+    pub last_timestamp: i64,
 }
 
 /// What to do with an incoming idempotent batch.
@@ -116,7 +135,21 @@ impl ProducerStates {
         }
     }
 
-    /// Records an appended batch (after `check` said Append, or on replay).
+    /// Every producer with state, by id.
+    pub fn summaries(&self) -> Vec<ProducerSummary> {
+        self.producers
+            .iter()
+            .map(|(id, entry)| ProducerSummary {
+                producer_id: *id,
+                epoch: entry.epoch,
+                last_sequence: entry.batches.back().map_or(-1, |b| b.last_seq),
+                last_timestamp: entry.last_timestamp,
+            })
+            .collect()
+    }
+
+    /// Records an appended batch (after `check` said Append, or on replay); `max_timestamp`
+    /// is the batch's (-1 where the caller does not know it).
     pub fn record(
         &mut self,
         producer_id: i64,
@@ -124,8 +157,10 @@ impl ProducerStates {
         first_seq: i32,
         record_count: i32,
         base_offset: i64,
+        max_timestamp: i64,
     ) {
         let entry = self.producers.entry(producer_id).or_default();
+        entry.last_timestamp = max_timestamp;
         if epoch != entry.epoch {
             entry.epoch = epoch;
             entry.batches.clear();
@@ -189,9 +224,9 @@ mod tests {
     fn accepts_in_order_and_recognises_retries() {
         let mut s = ProducerStates::default();
         assert_eq!(s.check(7, 0, 0, 10).unwrap(), SeqCheck::Append);
-        s.record(7, 0, 0, 10, 100);
+        s.record(7, 0, 0, 10, 100, -1);
         assert_eq!(s.check(7, 0, 10, 5).unwrap(), SeqCheck::Append);
-        s.record(7, 0, 10, 5, 110);
+        s.record(7, 0, 10, 5, 110, -1);
         assert_eq!(
             s.check(7, 0, 0, 10).unwrap(),
             SeqCheck::Duplicate { base_offset: 100 }
@@ -209,7 +244,7 @@ mod tests {
             s.check(1, 0, 5, 1),
             Err(LogError::UnknownProducerId(1))
         ));
-        s.record(1, 2, 0, 3, 0);
+        s.record(1, 2, 0, 3, 0, -1);
         assert!(matches!(
             s.check(1, 2, 4, 1),
             Err(LogError::OutOfOrderSequence { expected: 3, .. })
@@ -225,10 +260,10 @@ mod tests {
     #[test]
     fn sequences_wrap_at_i32_max() {
         let mut s = ProducerStates::default();
-        s.record(1, 0, 0, 1, 0);
+        s.record(1, 0, 0, 1, 0, -1);
         s.producers.get_mut(&1).unwrap().batches[0].last_seq = i32::MAX - 1;
         assert_eq!(s.check(1, 0, i32::MAX, 2).unwrap(), SeqCheck::Append);
-        s.record(1, 0, i32::MAX, 2, 1);
+        s.record(1, 0, i32::MAX, 2, 1, -1);
         assert_eq!(s.check(1, 0, 1, 1).unwrap(), SeqCheck::Append);
     }
 }

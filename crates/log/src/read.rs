@@ -14,6 +14,7 @@ use crate::manager::LogManager;
 use crate::manifest;
 use crate::partition::LoadedChunk;
 use crate::partition::{Partition, TailEntry};
+use crate::producer::ProducerSummary;
 use crate::shared::Shared;
 use crate::wal;
 use crate::{LogError, LogResult};
@@ -368,6 +369,31 @@ impl LogManager {
             log_start: Offset(st.log_start),
             high: Offset(st.high_watermark),
         })
+    }
+
+    /// Bytes of record batches the partition holds, from its own accounting (no storage
+    /// read): the compacted segments that still reach past the log start, plus the durable
+    /// tail not yet compacted. Like Kafka's partition size, which counts whole segment files,
+    /// a segment the log start has moved into counts whole until retention drops it.
+    pub fn partition_size(&self, tp: &TopicPartition) -> LogResult<u64> {
+        let part = self.partition_readable(tp)?;
+        let st = part.lock();
+        let segments: u64 = st
+            .manifest
+            .segments
+            .iter()
+            .filter(|s| s.last_offset >= st.log_start)
+            .map(|s| s.size)
+            .sum();
+        Ok(segments.saturating_add(st.tail_bytes as u64))
+    }
+
+    /// The idempotent producers the partition keeps state for, including appends not yet
+    /// durable (the state new appends are checked against).
+    pub fn producers(&self, tp: &TopicPartition) -> LogResult<Vec<ProducerSummary>> {
+        let part = self.partition_readable(tp)?;
+        let st = part.lock();
+        Ok(st.producers.summaries())
     }
 
     /// A channel whose value is the partition's high watermark; long-poll fetches wait on it.

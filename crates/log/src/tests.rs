@@ -1065,3 +1065,44 @@ async fn suspended_writes_keep_reads_and_resume_under_the_same_epoch() {
 }
 
 mod deposed;
+
+#[tokio::test]
+async fn partition_size_and_producer_state_survive_compaction_and_restart() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let log = open(&store, config()).await;
+    log.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    let (pid, epoch) = log.init_producer_id().await.unwrap();
+    let batches: Vec<Bytes> = (0..4)
+        .map(|i| batch(&["a", "b"], 1_000 + i, Some((pid, epoch, (2 * i) as i32))))
+        .collect();
+    let total: u64 = batches.iter().map(|b| b.len() as u64).sum();
+    for b in &batches {
+        log.append(&tp("t", 0), b.clone(), DURABLE).await.unwrap();
+    }
+    // In the uncompacted tail.
+    assert_eq!(log.partition_size(&tp("t", 0)).unwrap(), total);
+    let producers = log.producers(&tp("t", 0)).unwrap();
+    assert_eq!(
+        producers,
+        [crate::ProducerSummary {
+            producer_id: pid,
+            epoch,
+            last_sequence: 7,
+            // The batch's max timestamp: its first plus one per later record.
+            last_timestamp: 1_004,
+        }]
+    );
+    // In a compacted segment, read back from the manifest after a restart.
+    log.compact_now(&tp("t", 0)).await.unwrap();
+    assert_eq!(log.partition_size(&tp("t", 0)).unwrap(), total);
+    log.shutdown().await.unwrap();
+    let log = open(&store, config()).await;
+    assert_eq!(log.partition_size(&tp("t", 0)).unwrap(), total);
+    assert_eq!(log.producers(&tp("t", 0)).unwrap(), producers);
+    assert!(matches!(
+        log.partition_size(&tp("t", 1)),
+        Err(LogError::UnknownTopicOrPartition)
+    ));
+}

@@ -61,7 +61,8 @@ enum Command {
     /// default_replication_factor, max_request_bytes,
     /// queued_max_request_bytes, max_connections, max_connections_per_ip, connections_max_idle,
     /// request_read_timeout,
-    /// max_inflight_requests_per_connection, shutdown_grace, group_shards,
+    /// max_request_partition_size_limit, max_inflight_requests_per_connection, shutdown_grace,
+    /// group_shards,
     /// group_initial_rebalance_delay, group_min_session_timeout, group_max_session_timeout,
     /// offsets_commit_timeout, group_consumer_session_timeout [default: 45s],
     /// group_consumer_heartbeat_interval [default: 5s], metrics_listen, metrics_max_connections, metrics_timeout, cluster, lease_period,
@@ -151,6 +152,10 @@ struct ServeArgs {
     /// [default: 1].
     #[arg(long, value_name = "N")]
     default_replication_factor: Option<i16>,
+    /// Partitions one DescribeTopicPartitions answer describes; the client gets a cursor for
+    /// the rest [default: 2000].
+    #[arg(long, value_name = "N")]
+    max_request_partition_size_limit: Option<usize>,
     /// Partitions of __consumer_offsets (consumer-group coordinator shards), used when the
     /// topic is first created [default: 8].
     #[arg(long, value_name = "N")]
@@ -292,6 +297,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         auto_create_topics_per_request: args.auto_create_topics_per_request,
         auto_create_topics_per_second: args.auto_create_topics_per_second,
         default_replication_factor: args.default_replication_factor,
+        max_request_partition_size_limit: args.max_request_partition_size_limit,
         group_shards: args.group_shards,
         group_initial_rebalance_delay: args.group_initial_rebalance_delay,
         group_min_session_timeout: args.group_min_session_timeout,
@@ -435,6 +441,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             auto_create_topics_per_second: settings.auto_create_topics_per_second,
             default_replication_factor: settings.default_replication_factor,
             max_inflight_requests_per_connection: settings.max_inflight_requests_per_connection,
+            max_request_partition_size_limit: settings.max_request_partition_size_limit,
+            listeners: format!("PLAINTEXT://{bound}"),
+            log_dir: settings::log_dir_name(&settings.storage),
             auto_create_topics: settings.auto_create_topics,
             shutdown_grace: settings.shutdown_grace,
             group_shards: settings.group_shards,

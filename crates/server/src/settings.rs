@@ -72,6 +72,9 @@ pub struct Settings {
     /// sockets until memory frees; a request that would need more than all of it closes its
     /// connection. Must be at least `max_request_bytes`.
     pub queued_max_request_bytes: ByteSize,
+    /// Partitions one DescribeTopicPartitions answer describes at most (Kafka's
+    /// `max.request.partition.size.limit`); the client gets a cursor for the rest. At least 1.
+    pub max_request_partition_size_limit: usize,
     /// Requests of one connection processed at once before the broker stops reading it.
     pub max_inflight_requests_per_connection: usize,
     /// On SIGINT/SIGTERM, how long to wait for in-flight requests before giving up on them.
@@ -218,6 +221,7 @@ impl Default for Settings {
             request_read_timeout: broker.request_read_timeout,
             queued_max_request_bytes: ByteSize(broker.queued_max_request_bytes as u64),
             max_inflight_requests_per_connection: broker.max_inflight_requests_per_connection,
+            max_request_partition_size_limit: broker.max_request_partition_size_limit,
             shutdown_grace: broker.shutdown_grace,
             group_shards: broker.group_shards,
             group_initial_rebalance_delay: broker.group_initial_rebalance_delay,
@@ -540,6 +544,11 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         Kind::Integer,
     ),
     (
+        "STRATA_MAX_REQUEST_PARTITION_SIZE_LIMIT",
+        &["max_request_partition_size_limit"],
+        Kind::Integer,
+    ),
+    (
         "STRATA_MAX_INFLIGHT_REQUESTS_PER_CONNECTION",
         &["max_inflight_requests_per_connection"],
         Kind::Integer,
@@ -692,6 +701,7 @@ pub struct FlagOverrides {
     pub auto_create_topics_per_request: Option<usize>,
     pub auto_create_topics_per_second: Option<u32>,
     pub default_replication_factor: Option<i16>,
+    pub max_request_partition_size_limit: Option<usize>,
     pub group_shards: Option<i32>,
     pub group_initial_rebalance_delay: Option<String>,
     pub group_min_session_timeout: Option<String>,
@@ -899,6 +909,13 @@ pub fn load(
                 .map(|v| toml::Value::Integer(i64::from(v))),
         ),
         (
+            "max-request-partition-size-limit",
+            &["max_request_partition_size_limit"],
+            flags
+                .max_request_partition_size_limit
+                .map(|v| toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX))),
+        ),
+        (
             "group-shards",
             &["group_shards"],
             flags
@@ -1085,6 +1102,9 @@ impl Settings {
         if self.metrics_timeout.is_zero() {
             return bad("metrics_timeout", "must be more than 0s");
         }
+        if self.max_request_partition_size_limit == 0 {
+            return bad("max_request_partition_size_limit", "must be at least 1");
+        }
         if self.max_inflight_requests_per_connection == 0 {
             return bad("max_inflight_requests_per_connection", "must be at least 1");
         }
@@ -1197,6 +1217,24 @@ impl Settings {
     }
 }
 
+/// The storage location as DescribeLogDirs names the broker's one log directory: the URL
+/// without user information or query (where credentials and endpoint options go), so nothing
+/// secret reaches a client. A plain path is kept as it is.
+pub fn log_dir_name(storage: &str) -> String {
+    let Some((scheme, rest)) = storage.split_once("://") else {
+        return storage.to_string();
+    };
+    let rest = rest.split(['?', '#']).next().unwrap_or("");
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    format!("{scheme}://{host}{path}")
+}
+
 /// Whether a storage URL names the in-process memory backend, which loses everything on exit.
 pub fn is_ephemeral(storage: &str) -> bool {
     strata_storage::url_scheme(storage).as_deref() == Some("memory")
@@ -1227,6 +1265,43 @@ pub fn parse_host_port(text: &str) -> Result<(String, u16), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn describe_topic_partitions_limit_defaults_to_kafkas_and_refuses_zero() {
+        let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        assert_eq!(s.max_request_partition_size_limit, 2000);
+        let (s, _) = load(
+            None,
+            env(&[("STRATA_MAX_REQUEST_PARTITION_SIZE_LIMIT", "50")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap();
+        assert_eq!(s.max_request_partition_size_limit, 50);
+        let flags = FlagOverrides {
+            max_request_partition_size_limit: Some(0),
+            ..FlagOverrides::default()
+        };
+        let e = load(None, env(&[]), &flags).unwrap_err().to_string();
+        assert!(e.contains("max_request_partition_size_limit"), "{e}");
+    }
+
+    #[test]
+    fn log_dir_names_carry_no_credentials() {
+        assert_eq!(log_dir_name("./strata-data"), "./strata-data");
+        assert_eq!(
+            log_dir_name("file:///var/lib/strata"),
+            "file:///var/lib/strata"
+        );
+        assert_eq!(
+            log_dir_name("s3://strata/run1?endpoint=http://127.0.0.1:9310&secret_access_key=x"),
+            "s3://strata/run1"
+        );
+        assert_eq!(
+            log_dir_name("s3://key:secret@strata/prefix"),
+            "s3://strata/prefix"
+        );
+        assert_eq!(log_dir_name("rados://pool?user=admin"), "rados://pool");
+    }
     use std::io::Write;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {

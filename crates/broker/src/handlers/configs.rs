@@ -1,9 +1,10 @@
 //! DescribeConfigs (v1–v4), AlterConfigs (v0–v2), IncrementalAlterConfigs (v0–v1).
 //!
 //! Topic configs are the log's (`TopicConfig`); they can be described and changed. Broker
-//! configs are a small read-only set describing this broker: they come from `strata.toml` and
-//! are not dynamically changeable, so altering a broker resource is refused with a message
-//! that says where to change it.
+//! configs are Kafka's standard names filled from this broker's settings: they come from
+//! `strata.toml` (or the environment, or flags) and are not dynamically changeable, so altering
+//! a broker resource is refused with a message that says where to change it. A broker's logger
+//! list (BROKER_LOGGER) is empty: log levels are one process-wide filter.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,17 +20,21 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use strata_log::config::ConfigEntry;
 use strata_log::config_table::config_def;
-use strata_log::{TopicConfig, TopicInfo};
+use strata_log::{LogConfig, TopicConfig, TopicInfo};
 
 use super::{refuse_internal, str_bytes};
 use crate::errors::{code, error_code, message};
 use crate::server::Broker;
+use crate::BrokerSettings;
 use crate::RequestContext;
 
 /// Kafka's ConfigResource types.
-mod resource {
+pub(crate) mod resource {
     pub const TOPIC: i8 = 2;
     pub const BROKER: i8 = 4;
+    pub const BROKER_LOGGER: i8 = 8;
+    pub const CLIENT_METRICS: i8 = 16;
+    pub const GROUP: i8 = 32;
 }
 
 /// Kafka's ConfigSource values.
@@ -76,13 +81,23 @@ fn type_of(name: &str) -> i8 {
         return def.kind.code();
     }
     match name {
-        "log.retention.ms" => config_type::LONG,
+        "log.retention.ms"
+        | "log.retention.bytes"
+        | "connections.max.idle.ms"
+        | "queued.max.request.bytes" => config_type::LONG,
         "message.max.bytes"
         | "num.partitions"
         | "node.id"
         | "broker.id"
         | "socket.request.max.bytes"
-        | "min.insync.replicas" => config_type::INT,
+        | "min.insync.replicas"
+        | "max.connections"
+        | "max.connections.per.ip"
+        | "max.request.partition.size.limit"
+        | "offsets.topic.num.partitions"
+        | "group.initial.rebalance.delay.ms"
+        | "group.min.session.timeout.ms"
+        | "group.max.session.timeout.ms" => config_type::INT,
         "default.replication.factor" => config_type::SHORT,
         "auto.create.topics.enable" => config_type::BOOLEAN,
         _ => config_type::STRING,
@@ -123,6 +138,11 @@ pub(crate) fn describe_configs(
                     )),
                 },
                 resource::BROKER => broker_entries(broker, res.resource_name.as_str()),
+                // Strata has no per-logger levels to describe (one `--log-level` filter for the
+                // process): the broker's logger list is empty, not an error.
+                resource::BROKER_LOGGER => {
+                    check_broker_name(broker, res.resource_name.as_str()).map(|()| Vec::new())
+                }
                 other => Err((
                     code::INVALID_REQUEST,
                     format!("config resource type {other} is not supported"),
@@ -193,9 +213,125 @@ fn described(
     c
 }
 
-/// This broker's read-only configs. The resource name is the broker id, or empty for the
-/// cluster-wide defaults, as in Kafka.
+/// This broker's configs under Kafka's standard names, each from the setting it reports. The
+/// resource name is the broker id, or empty for the cluster-wide defaults, as in Kafka. None
+/// can be changed while the broker runs (all are read-only); a value equal to Strata's default
+/// is reported as DEFAULT_CONFIG, any other as STATIC_BROKER_CONFIG (from `strata.toml`, the
+/// environment or a flag), since the settings do not record which layer set them.
 fn broker_entries(broker: &Broker, name: &str) -> Result<Vec<(ConfigEntry, i8)>, (i16, String)> {
+    check_broker_name(broker, name)?;
+    let s = &broker.settings;
+    let d = BrokerSettings::default();
+    let topic = TopicConfig::default();
+    let log = broker.log.config();
+    let log_defaults = LogConfig::default();
+    let ms = |t: std::time::Duration| t.as_millis().to_string();
+    let entry = |name: &'static str, value: String, default: Option<String>| {
+        let is_default = default.as_ref() == Some(&value);
+        (
+            ConfigEntry {
+                name,
+                value,
+                is_default,
+                read_only: true,
+            },
+            if is_default {
+                source::DEFAULT_CONFIG
+            } else {
+                source::STATIC_BROKER_CONFIG
+            },
+        )
+    };
+    let fixed = |name: &'static str, value: String| entry(name, value, None);
+    let default = |name: &'static str, value: String| entry(name, value.clone(), Some(value));
+    let setting =
+        |name: &'static str, value: String, default: String| entry(name, value, Some(default));
+    let me = s.node_id.0.to_string();
+    Ok(vec![
+        fixed(
+            "advertised.listeners",
+            format!("PLAINTEXT://{}:{}", s.advertised_host, s.advertised_port),
+        ),
+        fixed("listeners", s.listeners.clone()),
+        fixed("node.id", me.clone()),
+        fixed("broker.id", me),
+        fixed("log.dirs", s.log_dir.clone()),
+        setting(
+            "auto.create.topics.enable",
+            s.auto_create_topics.to_string(),
+            d.auto_create_topics.to_string(),
+        ),
+        setting(
+            "num.partitions",
+            log.default_partitions.to_string(),
+            log_defaults.default_partitions.to_string(),
+        ),
+        // Reported only: the storage keeps the one copy whatever the factor says.
+        setting(
+            "default.replication.factor",
+            s.default_replication_factor.to_string(),
+            d.default_replication_factor.to_string(),
+        ),
+        default("min.insync.replicas", "1".to_string()),
+        default("log.retention.ms", topic.retention_ms.to_string()),
+        default("log.retention.bytes", topic.retention_bytes.to_string()),
+        default("message.max.bytes", topic.max_message_bytes.to_string()),
+        setting(
+            "socket.request.max.bytes",
+            s.max_request_bytes.to_string(),
+            d.max_request_bytes.to_string(),
+        ),
+        setting(
+            "queued.max.request.bytes",
+            s.queued_max_request_bytes.to_string(),
+            d.queued_max_request_bytes.to_string(),
+        ),
+        setting(
+            "max.connections",
+            s.max_connections.to_string(),
+            d.max_connections.to_string(),
+        ),
+        setting(
+            "max.connections.per.ip",
+            s.max_connections_per_ip.to_string(),
+            d.max_connections_per_ip.to_string(),
+        ),
+        setting(
+            "connections.max.idle.ms",
+            ms(s.connections_max_idle),
+            ms(d.connections_max_idle),
+        ),
+        setting(
+            "max.request.partition.size.limit",
+            s.max_request_partition_size_limit.to_string(),
+            d.max_request_partition_size_limit.to_string(),
+        ),
+        setting(
+            "offsets.topic.num.partitions",
+            s.group_shards.to_string(),
+            d.group_shards.to_string(),
+        ),
+        setting(
+            "group.initial.rebalance.delay.ms",
+            ms(s.group_initial_rebalance_delay),
+            ms(d.group_initial_rebalance_delay),
+        ),
+        setting(
+            "group.min.session.timeout.ms",
+            ms(s.group_min_session_timeout),
+            ms(d.group_min_session_timeout),
+        ),
+        setting(
+            "group.max.session.timeout.ms",
+            ms(s.group_max_session_timeout),
+            ms(d.group_max_session_timeout),
+        ),
+    ])
+}
+
+/// A BROKER or BROKER_LOGGER resource names this broker's id, or is empty (the cluster-wide
+/// defaults).
+fn check_broker_name(broker: &Broker, name: &str) -> Result<(), (i16, String)> {
     let me = broker.settings.node_id.0;
     if !name.is_empty() && name.parse::<i32>().ok() != Some(me) {
         return Err((
@@ -203,41 +339,14 @@ fn broker_entries(broker: &Broker, name: &str) -> Result<Vec<(ConfigEntry, i8)>,
             format!("unexpected broker id {name}; this is broker {me}"),
         ));
     }
-    let defaults = TopicConfig::default();
-    let fixed = |name: &'static str, value: String| {
-        (
-            ConfigEntry {
-                name,
-                value,
-                is_default: false,
-                read_only: true,
-            },
-            source::STATIC_BROKER_CONFIG,
-        )
-    };
-    Ok(vec![
-        fixed("node.id", me.to_string()),
-        fixed("broker.id", me.to_string()),
-        fixed(
-            "auto.create.topics.enable",
-            broker.settings.auto_create_topics.to_string(),
-        ),
-        fixed(
-            "num.partitions",
-            broker.log.config().default_partitions.to_string(),
-        ),
-        fixed(
-            "default.replication.factor",
-            broker.settings.default_replication_factor.to_string(),
-        ),
-        fixed("min.insync.replicas", "1".to_string()),
-        fixed(
-            "socket.request.max.bytes",
-            broker.settings.max_request_bytes.to_string(),
-        ),
-        fixed("message.max.bytes", defaults.max_message_bytes.to_string()),
-        fixed("log.retention.ms", defaults.retention_ms.to_string()),
-    ])
+    Ok(())
+}
+
+fn no_loggers() -> (i16, String) {
+    (
+        code::INVALID_REQUEST,
+        "Strata has no per-logger levels: the log filter is the serve flag --log-level".to_string(),
+    )
 }
 
 fn broker_is_read_only() -> (i16, String) {
@@ -287,6 +396,7 @@ pub(crate) async fn alter_configs(
                 }
             }
             resource::BROKER => Err(broker_is_read_only()),
+            resource::BROKER_LOGGER => Err(no_loggers()),
             other => Err((
                 code::INVALID_REQUEST,
                 format!("config resource type {other} is not supported"),
@@ -338,6 +448,7 @@ pub(crate) async fn incremental_alter_configs(
                 },
             },
             resource::BROKER => Err(broker_is_read_only()),
+            resource::BROKER_LOGGER => Err(no_loggers()),
             other => Err((
                 code::INVALID_REQUEST,
                 format!("config resource type {other} is not supported"),

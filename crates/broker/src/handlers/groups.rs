@@ -60,6 +60,10 @@ mod key_type {
 
 // ----- FindCoordinator -----
 
+/// What a transactional producer is told when it looks for its transaction coordinator.
+pub(crate) const TRANSACTIONS_UNSUPPORTED: &str = "Strata does not support transactions \
+    (transactional.id); use an idempotent producer (enable.idempotence=true) instead";
+
 /// FindCoordinator v0–v6. Every group is coordinated by this broker: it hosts every shard of
 /// `__consumer_offsets`. Any group id is accepted, the empty one included, as Kafka does (the
 /// group APIs themselves refuse an empty id where it is invalid).
@@ -128,11 +132,16 @@ pub(crate) fn find_coordinator(
 fn coordinator_for(kind: i8) -> Result<(), (i16, String)> {
     match kind {
         key_type::GROUP => Ok(()),
-        // What the brief of this broker asks for: producers asking for a transaction
-        // coordinator learn that there is none, with a message saying why.
+        // Transactions are not implemented. COORDINATOR_NOT_AVAILABLE is retriable: a
+        // transactional producer retried it until init_transactions timed out. The one answer
+        // both librdkafka and the Java producer treat as fatal at once is
+        // TRANSACTIONAL_ID_AUTHORIZATION_FAILED (measured with confluent-kafka 2.16: 0 s
+        // instead of the whole timeout; INVALID_REQUEST and UNSUPPORTED_VERSION are retried
+        // like COORDINATOR_NOT_AVAILABLE). Its name blames authorization; the message, which
+        // both clients print, says what is really missing.
         key_type::TRANSACTION => Err((
-            code::COORDINATOR_NOT_AVAILABLE,
-            "transactions are not supported".to_string(),
+            code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            TRANSACTIONS_UNSUPPORTED.to_string(),
         )),
         key_type::SHARE => Err((
             code::INVALID_REQUEST,
@@ -930,7 +939,7 @@ mod tests {
         assert!(coordinator_for(key_type::GROUP).is_ok());
         assert_eq!(
             coordinator_for(key_type::TRANSACTION).unwrap_err().0,
-            code::COORDINATOR_NOT_AVAILABLE
+            code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         );
         assert_eq!(coordinator_for(7).unwrap_err().0, code::INVALID_REQUEST);
     }

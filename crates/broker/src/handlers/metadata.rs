@@ -142,33 +142,16 @@ fn described_topic(
     }
     topic.partitions = (0..info.partitions)
         .map(|index| {
+            let state = leaders.partition(info, index);
             let mut p = MetadataResponsePartition::default();
             p.partition_index = index;
-            match leaders.leader(info, index) {
-                Some((leader, epoch)) => {
-                    p.error_code = code::NONE;
-                    p.leader_id = WireBrokerId(leader);
-                    if v >= 7 {
-                        p.leader_epoch = epoch;
-                    }
-                    let replicas: Vec<WireBrokerId> = leaders
-                        .replicas(info, index, leader)
-                        .into_iter()
-                        .map(WireBrokerId)
-                        .collect();
-                    p.isr_nodes = replicas.clone();
-                    p.replica_nodes = replicas;
-                }
-                None => {
-                    // Between owners (a handover, or a dead owner whose lease has not run
-                    // out): retriable, so clients refresh metadata until a new owner serves.
-                    p.error_code = code::LEADER_NOT_AVAILABLE;
-                    p.leader_id = WireBrokerId(-1);
-                    if v >= 7 {
-                        p.leader_epoch = -1;
-                    }
-                }
+            p.error_code = state.error_code;
+            p.leader_id = WireBrokerId(state.leader_id);
+            if v >= 7 {
+                p.leader_epoch = state.leader_epoch;
             }
+            p.replica_nodes = state.replicas.iter().copied().map(WireBrokerId).collect();
+            p.isr_nodes = state.isr.iter().copied().map(WireBrokerId).collect();
             p
         })
         .collect();
@@ -186,6 +169,19 @@ fn rendezvous_order(info: &TopicInfo, partition: i32, mut brokers: Vec<i32>) -> 
         )
     });
     brokers
+}
+
+/// One partition as Metadata and DescribeTopicPartitions report it: both build their entries
+/// from [`Leaders::partition`], so the two answers never disagree on leader, epoch or replicas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PartitionState {
+    pub error_code: i16,
+    /// -1 when no live broker holds the partition.
+    pub leader_id: i32,
+    /// -1 when there is no leader.
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
 }
 
 /// The cluster view and ownership records one answer is built from.
@@ -322,6 +318,32 @@ impl<'a> Leaders<'a> {
                 .next()
                 .map(|id| id.0)
                 .unwrap_or(fallback),
+        }
+    }
+
+    /// A partition's leader, epoch and replicas as clients are told them.
+    pub(crate) fn partition(&self, info: &TopicInfo, index: i32) -> PartitionState {
+        match self.leader(info, index) {
+            Some((leader, epoch)) => {
+                // Every replica is in sync: the storage, not the brokers, holds the data.
+                let replicas = self.replicas(info, index, leader);
+                PartitionState {
+                    error_code: code::NONE,
+                    leader_id: leader,
+                    leader_epoch: epoch,
+                    isr: replicas.clone(),
+                    replicas,
+                }
+            }
+            // Between owners (a handover, or a dead owner whose lease has not run out):
+            // retriable, so clients refresh metadata until a new owner serves.
+            None => PartitionState {
+                error_code: code::LEADER_NOT_AVAILABLE,
+                leader_id: -1,
+                leader_epoch: -1,
+                replicas: Vec::new(),
+                isr: Vec::new(),
+            },
         }
     }
 

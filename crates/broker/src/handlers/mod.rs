@@ -2,6 +2,7 @@
 //! message; dispatch does the decoding and encoding. Every field a handler sets is gated on the
 //! negotiated version: `kafka-protocol` refuses to encode a field the version does not carry.
 
+pub(crate) mod admin;
 pub(crate) mod cluster;
 pub(crate) mod configs;
 pub(crate) mod consumer_groups;
@@ -13,6 +14,7 @@ pub(crate) mod metadata;
 pub(crate) mod produce;
 pub(crate) mod producer;
 pub(crate) mod records;
+pub(crate) mod security;
 pub(crate) mod topics;
 
 use std::collections::{BTreeMap, HashMap};

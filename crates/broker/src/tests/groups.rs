@@ -557,11 +557,12 @@ async fn find_coordinator_answers_groups_and_refuses_transactions() {
     request.key = s("txn");
     request.key_type = 1;
     let response: FindCoordinatorResponse = client.call(ApiKey::FindCoordinator, 3, &request).await;
-    assert_eq!(response.error_code, 15);
+    // TRANSACTIONAL_ID_AUTHORIZATION_FAILED: the answer clients fail on at once.
+    assert_eq!(response.error_code, 53);
     assert_eq!(response.node_id.0, -1);
     assert_eq!(
         response.error_message.as_ref().map(|m| m.as_str()),
-        Some("transactions are not supported")
+        Some(crate::handlers::groups::TRANSACTIONS_UNSUPPORTED)
     );
 
     for v in 4..=6 {
@@ -589,7 +590,7 @@ async fn find_coordinator_answers_groups_and_refuses_transactions() {
         assert!(response
             .coordinators
             .iter()
-            .all(|c| c.error_code == 15 && c.error_message.is_some()));
+            .all(|c| c.error_code == 53 && c.error_message.is_some()));
     }
     let mut request = FindCoordinatorRequest::default();
     request.coordinator_keys = vec![s("share")];
