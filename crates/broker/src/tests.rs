@@ -295,6 +295,7 @@ async fn create_topic(client: &mut Client, name: &str) -> uuid::Uuid {
 // --- tests ---
 
 mod cluster;
+mod fetch_sessions;
 mod groups;
 
 #[tokio::test]
