@@ -62,7 +62,9 @@ enum Command {
     /// request_read_timeout,
     /// max_inflight_requests_per_connection, shutdown_grace, group_shards,
     /// group_initial_rebalance_delay, group_min_session_timeout, group_max_session_timeout,
-    /// offsets_commit_timeout, metrics_listen, metrics_max_connections, metrics_timeout, cluster, lease_period,
+    /// offsets_commit_timeout, max_incremental_fetch_session_cache_slots [default: 1000],
+    /// max_incremental_fetch_session_partitions [default: 1000000],
+    /// min_incremental_fetch_session_eviction [default: 120s], metrics_listen, metrics_max_connections, metrics_timeout, cluster, lease_period,
     /// heartbeat_interval, ownership_interval, move_watch_interval, auto_rebalance,
     /// standalone_seal_check) and a [log] section (flush_interval,
     /// flush_bytes, max_pending_bytes, segment_bytes, segment_interval, cache_bytes,
@@ -423,6 +425,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             group_min_session_timeout: settings.group_min_session_timeout,
             group_max_session_timeout: settings.group_max_session_timeout,
             offsets_commit_timeout: settings.offsets_commit_timeout,
+            max_incremental_fetch_session_cache_slots: settings
+                .max_incremental_fetch_session_cache_slots,
+            max_incremental_fetch_session_partitions: settings
+                .max_incremental_fetch_session_partitions,
+            min_incremental_fetch_session_eviction: settings.min_incremental_fetch_session_eviction,
             cluster: cluster_settings,
             ..BrokerSettings::default()
         },
@@ -438,6 +445,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .context("starting the consumer-group coordinator (__consumer_offsets)")?,
     };
     let broker = Arc::new(broker);
+    metrics.attach_broker(Arc::clone(&broker));
     if let Some(node) = broker.cluster() {
         metrics.attach_cluster(Arc::clone(node));
     }
