@@ -53,13 +53,10 @@ pub fn run(
     let address = bootstrap.split(',').next().unwrap_or(bootstrap);
     let mut connection = Connection::open(address)?;
     let partitions = usize::try_from(args.partitions).context("--partitions")?;
-    let mut offsets = vec![0i64; partitions];
     // One record in every partition, so every partition has a high watermark of 1.
     let all: Vec<usize> = (0..partitions).collect();
     connection.produce(&topic, &all)?;
-    for o in &mut offsets {
-        *o = 1;
-    }
+    let mut offsets = vec![1i64; partitions];
     let load_before = system::load_average();
     let mut rows = Vec::new();
     let changed = args.changed.min(partitions);
