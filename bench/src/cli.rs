@@ -100,6 +100,22 @@ pub enum BenchCommand {
     /// No broker: time reads at random old offsets in partitions of different sizes, straight
     /// on the partition log over a local directory (constant-time lookup by offset).
     Lookup(LookupArgs),
+    /// Broker CPU per Fetch of many partitions: sessionless full fetches against incremental
+    /// fetch-session fetches (KIP-227), with no new data and with a little.
+    FetchSessions(FetchSessionsArgs),
+}
+
+#[derive(Debug, Args, Serialize)]
+pub struct FetchSessionsArgs {
+    /// Partitions of the (fresh) topic, all fetched by every request.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(i32).range(1..=10_000))]
+    pub partitions: i32,
+    /// Fetch requests timed per phase.
+    #[arg(long, default_value_t = 2000)]
+    pub fetches: usize,
+    /// Partitions given one new record before each fetch in the `-low` phases.
+    #[arg(long, default_value_t = 10)]
+    pub changed: usize,
 }
 
 /// The topic and records, common to both benchmarks.

@@ -12,6 +12,9 @@
 //! - `e2e` produces at a fixed rate while a consumer in the same process reads the topic, each
 //!   payload stamped with its send time, and reports end-to-end latency percentiles.
 //!
+//! `fetch-sessions` speaks the Fetch protocol itself (librdkafka has no fetch sessions) and
+//! reports the broker's CPU per Fetch of many partitions, with and without a session.
+//!
 //! A third command, `disk`, needs no broker: it times durable writes on a directory exactly as
 //! the local-directory backend makes them, the floor under latency on `file://` storage.
 //!
@@ -28,6 +31,7 @@ mod clients;
 mod clock;
 mod disk;
 mod e2e;
+mod fetch_sessions;
 mod lookup;
 mod migration;
 mod report;
@@ -95,6 +99,10 @@ fn main() -> Result<()> {
         .as_ref()
         .map(SpawnedBroker::pid)
         .or(target.broker_pid);
+    // Prints its own table: its numbers are per request, not per phase of records.
+    if let BenchCommand::FetchSessions(args) = &cli.command {
+        return fetch_sessions::run(&bootstrap, target, broker_pid, args);
+    }
 
     let (benchmark, outcome) = match &cli.command {
         BenchCommand::Throughput(args) => (
@@ -103,7 +111,9 @@ fn main() -> Result<()> {
         ),
         BenchCommand::E2e(args) => ("e2e", e2e::run(&bootstrap, target, broker_pid, args)?),
         BenchCommand::Disk(args) => ("disk", disk::run(args)?),
-        BenchCommand::Migration(_) | BenchCommand::Lookup(_) => unreachable!("handled above"),
+        BenchCommand::Migration(_) | BenchCommand::Lookup(_) | BenchCommand::FetchSessions(_) => {
+            unreachable!("handled above")
+        }
     };
     // Read while the spawned broker still runs: the load it adds is part of the run.
     let load_average_after = system::load_average();

@@ -1,6 +1,8 @@
 //! Clients other than rdkafka against the same binary: kcat (librdkafka's command-line tool,
-//! Debian package `kcat`) and Python's confluent-kafka (tests/python/roundtrip.py). Each test
-//! fails, rather than skips, when its client is missing: `.ci/run` installs both.
+//! Debian package `kcat`), Python's confluent-kafka (tests/python/roundtrip.py) and
+//! kafka-python, which unlike librdkafka uses incremental fetch sessions
+//! (tests/python/fetch_sessions.py). Each test fails, rather than skips, when its client is
+//! missing: `.ci/run` installs them.
 
 // A failed expectation in a test is a panic; helpers here are test code too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -149,5 +151,24 @@ fn python_confluent_kafka_round_trips_keys_headers_and_gzip_values() {
         .arg("python-round-trip");
     let finished = run_with_deadline(command, b"", CLIENT_DEADLINE);
     finished.assert_success("tests/python/roundtrip.py");
+    eprintln!("{}", finished.stdout);
+}
+
+/// kafka-python consumes 60 partitions through one fetch session: the broker creates it, the
+/// client's incremental fetches are answered with only the partitions that have new records,
+/// and every record arrives once, in order.
+#[test]
+fn python_kafka_python_consumes_many_partitions_through_an_incremental_fetch_session() {
+    let broker = StrataProcess::start();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/fetch_sessions.py");
+    let mut command = Command::new("python3");
+    command
+        .arg(&script)
+        .arg("--bootstrap")
+        .arg(broker.bootstrap())
+        .arg("--topic")
+        .arg("python-fetch-sessions");
+    let finished = run_with_deadline(command, b"", CLIENT_DEADLINE * 2);
+    finished.assert_success("tests/python/fetch_sessions.py");
     eprintln!("{}", finished.stdout);
 }

@@ -12,6 +12,8 @@ use strata_log::LogError;
 use strata_storage::StorageError;
 use strata_wire::batch::BatchError;
 
+use crate::fetch_sessions::FetchSessionError;
+
 /// Kafka error codes used by the broker, with the numbers of Kafka's `Errors` enum.
 pub mod code {
     pub const UNKNOWN_SERVER_ERROR: i16 = -1;
@@ -79,6 +81,7 @@ pub mod code {
     pub const UNSUPPORTED_ASSIGNOR: i16 = 112;
     pub const STALE_MEMBER_EPOCH: i16 = 113;
     pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
+    pub const FETCH_SESSION_TOPIC_ID_ERROR: i16 = 106;
     pub const MISMATCHED_ENDPOINT_TYPE: i16 = 114;
     pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
 }
@@ -122,6 +125,16 @@ pub fn error_code(error: &LogError) -> i16 {
         LogError::ShuttingDown => code::NOT_LEADER_OR_FOLLOWER,
         // Not retriable: the same read would hit the same bytes.
         LogError::CorruptStorage(_) => code::UNKNOWN_SERVER_ERROR,
+    }
+}
+
+/// The Kafka error code of a fetch whose session cannot be used. Each is what Kafka answers in
+/// the same case; clients answer all three by starting over with a full fetch.
+pub fn fetch_session_error_code(error: &FetchSessionError) -> i16 {
+    match error {
+        FetchSessionError::NotFound => code::FETCH_SESSION_ID_NOT_FOUND,
+        FetchSessionError::InvalidEpoch => code::INVALID_FETCH_SESSION_EPOCH,
+        FetchSessionError::TopicIdMismatch => code::FETCH_SESSION_TOPIC_ID_ERROR,
     }
 }
 

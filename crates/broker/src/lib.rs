@@ -18,6 +18,7 @@ mod connection;
 pub mod coordinator;
 mod dispatch;
 pub mod errors;
+mod fetch_sessions;
 mod framing;
 mod handlers;
 mod limits;
@@ -28,6 +29,7 @@ mod settings;
 mod tests;
 
 pub use api_versions::{supported_apis, supported_versions};
+pub use fetch_sessions::FetchSessionStats;
 pub use server::{Broker, BrokerParts};
 pub use settings::{BrokerSettings, ClusterSettings};
 

@@ -14,6 +14,7 @@ use tracing::{debug, info, warn};
 use crate::cluster::{ClusterNode, ClusterStartError, Joined};
 use crate::connection::Connection;
 use crate::coordinator::GroupCoordinator;
+use crate::fetch_sessions::{FetchSessionStats, FetchSessions};
 use crate::limits::Limits;
 use crate::BrokerSettings;
 
@@ -42,6 +43,14 @@ pub struct Broker {
     /// its storage, which leads every partition.
     pub(crate) cluster: Option<Arc<ClusterNode>>,
     pub(crate) limits: Limits,
+    /// Incremental fetch sessions (KIP-227), in this broker's memory only.
+    pub(crate) fetch_sessions: FetchSessions,
+}
+
+fn fetch_sessions(parts: &BrokerParts) -> FetchSessions {
+    // Not the member-id seed itself: the two streams of numbers stay independent.
+    let seed = parts.member_id_seed.rotate_left(29) ^ 0x2545_f491_4f6c_dd1d;
+    FetchSessions::new(parts.settings.fetch_session_limits(), seed)
 }
 
 /// Pause after a failed accept (typically EMFILE): retrying at once would spin.
@@ -63,6 +72,7 @@ impl Broker {
         )
         .await?;
         Ok(Self {
+            fetch_sessions: fetch_sessions(&parts),
             limits: Limits::new(&parts.settings, Arc::clone(&parts.clock)),
             log: parts.log,
             clock: parts.clock,
@@ -125,6 +135,7 @@ impl Broker {
         )
         .await?;
         Ok(Self {
+            fetch_sessions: fetch_sessions(&parts),
             limits: Limits::new(&parts.settings, Arc::clone(&parts.clock)),
             log: parts.log,
             clock: parts.clock,
@@ -132,6 +143,11 @@ impl Broker {
             groups,
             cluster: Some(node),
         })
+    }
+
+    /// The fetch session cache's counts, for the metrics endpoint.
+    pub fn fetch_session_stats(&self) -> FetchSessionStats {
+        self.fetch_sessions.stats()
     }
 
     /// The cluster membership, in cluster mode.

@@ -6,6 +6,8 @@ use std::time::Duration;
 use strata_core::BrokerId;
 use strata_groups::GroupConfig;
 
+use crate::fetch_sessions::FetchSessionLimits;
+
 /// Settings of the Kafka front end.
 #[derive(Debug, Clone)]
 pub struct BrokerSettings {
@@ -102,6 +104,20 @@ pub struct BrokerSettings {
     pub group_consumer_session_timeout: Duration,
     /// KIP-848 heartbeat interval (`GroupConfig::consumer_heartbeat_interval`).
     pub group_consumer_heartbeat_interval: Duration,
+    /// Fetch sessions kept at once (Kafka's `max.incremental.fetch.session.cache.slots`).
+    /// When every slot is taken, a full fetch asking for a session evicts one as Kafka does
+    /// (see `min_incremental_fetch_session_eviction`) or gets none: that client keeps sending
+    /// full fetches, which works, only costs more. 0 turns sessions off.
+    pub max_incremental_fetch_session_cache_slots: usize,
+    /// Partitions kept over all fetch sessions (about 150 bytes each). A session grows with
+    /// every incremental fetch that adds partitions; one that would pass this is closed
+    /// (FETCH_SESSION_ID_NOT_FOUND, the client goes back to full fetches), and a full fetch
+    /// that does not fit gets no session.
+    pub max_incremental_fetch_session_partitions: usize,
+    /// Kafka's `min.incremental.fetch.session.eviction.ms`: a session unused this long may be
+    /// evicted for any new session, and one that had existed this long when last used may be
+    /// evicted for a new session of more partitions. Younger sessions are never evicted.
+    pub min_incremental_fetch_session_eviction: Duration,
     /// Cluster mode: None serves every partition here (a broker alone on its storage); Some
     /// makes this broker one member of a cluster sharing the storage (see [`crate::cluster`]).
     pub cluster: Option<ClusterSettings>,
@@ -144,6 +160,15 @@ impl Default for ClusterSettings {
 }
 
 impl BrokerSettings {
+    /// The fetch session cache's bounds.
+    pub(crate) fn fetch_session_limits(&self) -> FetchSessionLimits {
+        FetchSessionLimits {
+            slots: self.max_incremental_fetch_session_cache_slots,
+            max_partitions: self.max_incremental_fetch_session_partitions,
+            eviction_after: self.min_incremental_fetch_session_eviction,
+        }
+    }
+
     /// The group coordinator's configuration: the settings above over Kafka's defaults.
     pub fn group_config(&self) -> GroupConfig {
         GroupConfig {
@@ -195,6 +220,10 @@ impl Default for BrokerSettings {
             offsets_commit_timeout: groups.offsets_commit_timeout,
             group_consumer_session_timeout: groups.consumer_session_timeout,
             group_consumer_heartbeat_interval: groups.consumer_heartbeat_interval,
+            max_incremental_fetch_session_cache_slots: 1000,
+            // A thousand sessions of a thousand partitions: about 150 MB at the most.
+            max_incremental_fetch_session_partitions: 1_000_000,
+            min_incremental_fetch_session_eviction: Duration::from_secs(120),
             cluster: None,
         }
     }

@@ -305,6 +305,7 @@ async fn create_topic(client: &mut Client, name: &str) -> uuid::Uuid {
 
 mod admin;
 mod cluster;
+mod fetch_sessions;
 mod groups;
 
 #[tokio::test]

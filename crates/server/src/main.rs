@@ -65,7 +65,11 @@ enum Command {
     /// group_shards,
     /// group_initial_rebalance_delay, group_min_session_timeout, group_max_session_timeout,
     /// offsets_commit_timeout, group_consumer_session_timeout [default: 45s],
-    /// group_consumer_heartbeat_interval [default: 5s], metrics_listen, metrics_max_connections, metrics_timeout, cluster, lease_period,
+    /// group_consumer_heartbeat_interval [default: 5s],
+    /// max_incremental_fetch_session_cache_slots [default: 1000],
+    /// max_incremental_fetch_session_partitions [default: 1000000],
+    /// min_incremental_fetch_session_eviction [default: 120s], metrics_listen,
+    /// metrics_max_connections, metrics_timeout, cluster, lease_period,
     /// heartbeat_interval, ownership_interval, move_watch_interval, auto_rebalance,
     /// standalone_seal_check) and a [log] section (flush_interval,
     /// flush_bytes, max_pending_bytes, segment_bytes, segment_interval, cache_bytes,
@@ -453,6 +457,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             offsets_commit_timeout: settings.offsets_commit_timeout,
             group_consumer_session_timeout: settings.group_consumer_session_timeout,
             group_consumer_heartbeat_interval: settings.group_consumer_heartbeat_interval,
+            max_incremental_fetch_session_cache_slots: settings
+                .max_incremental_fetch_session_cache_slots,
+            max_incremental_fetch_session_partitions: settings
+                .max_incremental_fetch_session_partitions,
+            min_incremental_fetch_session_eviction: settings.min_incremental_fetch_session_eviction,
             cluster: cluster_settings,
             ..BrokerSettings::default()
         },
@@ -468,6 +477,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .context("starting the consumer-group coordinator (__consumer_offsets)")?,
     };
     let broker = Arc::new(broker);
+    metrics.attach_broker(Arc::clone(&broker));
     if let Some(node) = broker.cluster() {
         metrics.attach_cluster(Arc::clone(node));
     }

@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use strata_broker::cluster::{ClusterMetrics, ClusterNode};
+use strata_broker::{Broker, FetchSessionStats};
 use strata_core::{Clock, TopicPartition};
 use strata_log::LogManager;
 use strata_storage::{
@@ -34,6 +35,7 @@ pub struct MetricsSource {
     health: Arc<StorageHealth>,
     log: OnceLock<Arc<LogManager>>,
     cluster: OnceLock<Arc<ClusterNode>>,
+    broker: OnceLock<Arc<Broker>>,
     clock: Arc<dyn Clock>,
     started: Duration,
 }
@@ -58,6 +60,7 @@ impl MetricsSource {
             health,
             log: OnceLock::new(),
             cluster: OnceLock::new(),
+            broker: OnceLock::new(),
             clock,
             started,
         }
@@ -73,6 +76,11 @@ impl MetricsSource {
         let _ = self.cluster.set(node);
     }
 
+    /// The Kafka front end's own counts (fetch sessions) are reported from now on.
+    pub fn attach_broker(&self, broker: Arc<Broker>) {
+        let _ = self.broker.set(broker);
+    }
+
     pub fn health(&self) -> StorageHealthSnapshot {
         self.health.snapshot()
     }
@@ -84,6 +92,7 @@ impl MetricsSource {
             health: self.health.snapshot(),
             log: self.log.get().map(|log| log_snapshot(log)),
             cluster: self.cluster.get().map(|node| node.metrics()),
+            fetch_sessions: self.broker.get().map(|broker| broker.fetch_session_stats()),
             uptime: self.clock.monotonic().saturating_sub(self.started),
         }
     }
@@ -121,6 +130,8 @@ pub struct Snapshot {
     pub log: Option<LogSnapshot>,
     /// None in standalone mode and until the broker joined its cluster.
     pub cluster: Option<ClusterMetrics>,
+    /// None until the broker has started.
+    pub fetch_sessions: Option<FetchSessionStats>,
     pub uptime: Duration,
 }
 
@@ -308,6 +319,35 @@ pub fn render(snapshot: &Snapshot) -> String {
         render_cluster(&mut out, cluster);
     }
 
+    if let Some(sessions) = &snapshot.fetch_sessions {
+        out.family(
+            "strata_fetch_sessions",
+            "gauge",
+            "Incremental fetch sessions (KIP-227) cached (max_incremental_fetch_session_cache_slots bounds it).",
+        );
+        out.sample("strata_fetch_sessions", &[], sessions.sessions as u64);
+        out.family(
+            "strata_fetch_session_partitions",
+            "gauge",
+            "Partitions held over all fetch sessions (max_incremental_fetch_session_partitions bounds it).",
+        );
+        out.sample(
+            "strata_fetch_session_partitions",
+            &[],
+            sessions.partitions as u64,
+        );
+        out.family(
+            "strata_fetch_session_evictions_total",
+            "counter",
+            "Fetch sessions evicted to make room for a new one.",
+        );
+        out.sample(
+            "strata_fetch_session_evictions_total",
+            &[],
+            sessions.evictions,
+        );
+    }
+
     out.family(
         "strata_process_uptime_seconds",
         "gauge",
@@ -490,6 +530,7 @@ mod tests {
             health: health.snapshot(),
             log: None,
             cluster: None,
+            fetch_sessions: None,
             uptime: Duration::from_millis(1500),
         }
     }
@@ -552,9 +593,17 @@ mod tests {
                 ..Default::default()
             },
         });
+        snapshot.fetch_sessions = Some(FetchSessionStats {
+            sessions: 4,
+            partitions: 1200,
+            evictions: 9,
+        });
         let text = render(&snapshot);
         assert!(text.ends_with('\n'));
         assert_eq!(value_of(&text, "strata_cluster_live_brokers"), "3");
+        assert_eq!(value_of(&text, "strata_fetch_sessions"), "4");
+        assert_eq!(value_of(&text, "strata_fetch_session_partitions"), "1200");
+        assert_eq!(value_of(&text, "strata_fetch_session_evictions_total"), "9");
         assert_eq!(
             value_of(
                 &text,

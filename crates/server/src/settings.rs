@@ -107,6 +107,20 @@ pub struct Settings {
     /// (`group.consumer.heartbeat.interval.ms`); must be below the session timeout.
     #[serde(with = "humantime_serde")]
     pub group_consumer_heartbeat_interval: Duration,
+    /// Incremental fetch sessions (KIP-227) kept at once, each holding what one consumer
+    /// fetches so that it need not resend every partition (Kafka's
+    /// `max.incremental.fetch.session.cache.slots`). When all are taken a new session evicts
+    /// one by Kafka's rule or is not created (the client then sends full fetches). 0 turns
+    /// sessions off.
+    pub max_incremental_fetch_session_cache_slots: usize,
+    /// Partitions kept over all fetch sessions (about 150 bytes each); a session that would
+    /// grow past it is closed and its client goes back to full fetches.
+    pub max_incremental_fetch_session_partitions: usize,
+    /// A fetch session unused this long may be evicted for a new one, and one that existed
+    /// this long may be evicted for a larger one (Kafka's
+    /// `min.incremental.fetch.session.eviction.ms`).
+    #[serde(with = "humantime_serde")]
+    pub min_incremental_fetch_session_eviction: Duration,
     /// Address of the HTTP endpoint serving `GET /metrics` (Prometheus text format) and
     /// `GET /health` (200 while storage answers, 503 after 3 failed requests in a row). Unset
     /// (the default) serves neither. Port 0 picks a free port (reported in the log as
@@ -230,6 +244,11 @@ impl Default for Settings {
             offsets_commit_timeout: broker.offsets_commit_timeout,
             group_consumer_session_timeout: broker.group_consumer_session_timeout,
             group_consumer_heartbeat_interval: broker.group_consumer_heartbeat_interval,
+            max_incremental_fetch_session_cache_slots: broker
+                .max_incremental_fetch_session_cache_slots,
+            max_incremental_fetch_session_partitions: broker
+                .max_incremental_fetch_session_partitions,
+            min_incremental_fetch_session_eviction: broker.min_incremental_fetch_session_eviction,
             metrics_listen: None,
             metrics_max_connections: 64,
             metrics_timeout: Duration::from_secs(5),
@@ -583,6 +602,21 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
     (
         "STRATA_GROUP_CONSUMER_HEARTBEAT_INTERVAL",
         &["group_consumer_heartbeat_interval"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_MAX_INCREMENTAL_FETCH_SESSION_CACHE_SLOTS",
+        &["max_incremental_fetch_session_cache_slots"],
+        Kind::Integer,
+    ),
+    (
+        "STRATA_MAX_INCREMENTAL_FETCH_SESSION_PARTITIONS",
+        &["max_incremental_fetch_session_partitions"],
+        Kind::Integer,
+    ),
+    (
+        "STRATA_MIN_INCREMENTAL_FETCH_SESSION_EVICTION",
+        &["min_incremental_fetch_session_eviction"],
         Kind::Text,
     ),
     ("STRATA_METRICS_LISTEN", &["metrics_listen"], Kind::Text),
@@ -1173,6 +1207,14 @@ impl Settings {
         if self.offsets_commit_timeout.is_zero() {
             return bad("offsets_commit_timeout", "must be more than 0");
         }
+        // A full cache is searched linearly for a session to evict, once per full fetch
+        // that asks for a session; Kafka's own default is 1000.
+        if self.max_incremental_fetch_session_cache_slots > 100_000 {
+            return bad(
+                "max_incremental_fetch_session_cache_slots",
+                "must be at most 100000",
+            );
+        }
         // Zero would fail every handover and shutdown at once, losing nothing but availability.
         if self.log.handover_timeout.is_zero() {
             return bad("log.handover_timeout", "must be more than 0");
@@ -1403,6 +1445,38 @@ mod tests {
         };
         let e = load(None, env(&[]), &flags).unwrap_err().to_string();
         assert!(e.contains("default_replication_factor"), "{e}");
+    }
+
+    #[test]
+    fn fetch_session_settings_have_kafkas_defaults_and_are_read_and_validated() {
+        let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        assert_eq!(s.max_incremental_fetch_session_cache_slots, 1000);
+        assert_eq!(s.max_incremental_fetch_session_partitions, 1_000_000);
+        assert_eq!(
+            s.min_incremental_fetch_session_eviction,
+            Duration::from_secs(120)
+        );
+        let f = file(
+            "max_incremental_fetch_session_cache_slots = 10\n\
+             min_incremental_fetch_session_eviction = \"30s\"\n",
+        );
+        let vars = env(&[("STRATA_MAX_INCREMENTAL_FETCH_SESSION_PARTITIONS", "500")]);
+        let (s, unknown) = load(Some(f.path()), vars, &FlagOverrides::default()).unwrap();
+        assert!(unknown.is_empty());
+        assert_eq!(s.max_incremental_fetch_session_cache_slots, 10);
+        assert_eq!(s.max_incremental_fetch_session_partitions, 500);
+        assert_eq!(
+            s.min_incremental_fetch_session_eviction,
+            Duration::from_secs(30)
+        );
+        let vars = env(&[("STRATA_MAX_INCREMENTAL_FETCH_SESSION_CACHE_SLOTS", "100001")]);
+        let e = load(None, vars, &FlagOverrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("max_incremental_fetch_session_cache_slots"),
+            "{e}"
+        );
     }
 
     #[test]

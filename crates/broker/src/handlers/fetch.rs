@@ -1,4 +1,4 @@
-//! Fetch (v4–v16): long poll without fetch sessions.
+//! Fetch (v4–v16): long poll, with fetch sessions.
 //!
 //! A fetch reads its partitions in request order within `max_bytes` (and each partition within
 //! its `partition_max_bytes`); the first partition with data always gets at least one whole
@@ -7,36 +7,33 @@
 //! watermarks of all its partitions and reads again as soon as any of them moves. Errors and
 //! shutdown end the wait at once.
 //!
-//! Fetch sessions (KIP-227) are not implemented: every response carries session id 0, which
-//! tells the client no session was created, so it keeps sending full fetch requests — what a
-//! broker without session support does; librdkafka does not use sessions at all, and the Java
-//! client falls back to full fetches.
+//! Fetch sessions (KIP-227, v7+): the session cache ([`crate::fetch_sessions`]) turns an
+//! incremental request into the session's partitions, read here like a full fetch's, and
+//! picks which of them the answer lists; a full fetch asking for a session gets one if the
+//! cache has room. An incremental fetch with nothing to list waits for data like any other.
 //!
 //! Zero copy: each partition's records are the list of batches the log returned, and
 //! strata-wire's Fetch encoder ([`FetchResponseChunks`]) writes every batch of 512 bytes or more
 //! to the socket from its own buffer; only smaller ones are copied into the response buffer.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::select_all;
-use kafka_protocol::messages::FetchRequest;
+use kafka_protocol::messages::{FetchRequest, TopicName};
 use strata_core::{Offset, TopicPartition};
-use strata_log::{LogError, Watermarks};
+use strata_log::{LogError, TopicInfo, Watermarks};
 use strata_wire::{FetchPartitionChunks, FetchResponseChunks, FetchTopicChunks};
 use tokio::sync::watch;
 
 use super::{check_leader_epoch, leader_epoch_of, topic_id_of};
-use crate::errors::{code, error_code};
+use crate::errors::{code, error_code, fetch_session_error_code};
+use crate::fetch_sessions::{Begin, PartitionKey, Seen, TopicKey, Wants};
 use crate::framing::{encode_fetch_response, EncodeError, ResponseFrame};
 use crate::server::Broker;
 use crate::RequestContext;
-
-/// Session epoch a client sends when it does not want a session (FINAL_EPOCH).
-const SESSIONLESS_EPOCH: i32 = -1;
-/// Session epoch a client sends to ask for a new session (INITIAL_EPOCH).
-const INITIAL_EPOCH: i32 = 0;
 
 pub(crate) async fn handle(
     broker: &Broker,
@@ -47,13 +44,11 @@ pub(crate) async fn handle(
     encode_fetch_response(ctx.correlation_id, &response, ctx.api_version)
 }
 
-/// One partition of the request, resolved.
+/// One partition to read, resolved.
 struct Wanted {
-    topic: usize,
-    partition: i32,
+    key: PartitionKey,
+    wants: Wants,
     target: Result<TopicPartition, i16>,
-    fetch_offset: i64,
-    max_bytes: usize,
 }
 
 /// What one read pass found for a partition.
@@ -63,69 +58,116 @@ struct Found {
     batches: Vec<Bytes>,
 }
 
-async fn fetch(
-    broker: &Broker,
-    request: FetchRequest,
-    ctx: &RequestContext,
-) -> FetchResponseChunks {
-    let v = ctx.api_version;
-    let mut response = FetchResponseChunks::default();
-    if v >= 7 {
-        if request.session_id != 0 {
-            // We never hand out sessions, so any id is unknown: the client resets to full
-            // fetches.
-            response.fields.error_code = code::FETCH_SESSION_ID_NOT_FOUND;
-            return response;
+/// The request's partitions and forgotten partitions, keyed as the session cache keys them.
+fn request_partitions(
+    request: &mut FetchRequest,
+    uses_topic_ids: bool,
+) -> (Vec<(PartitionKey, Wants)>, Vec<PartitionKey>) {
+    let topic_key = |name: &TopicName, id: &uuid::Uuid| {
+        if uses_topic_ids {
+            TopicKey::Id(*id)
+        } else {
+            TopicKey::Name(name.0.clone())
         }
-        if request.session_epoch != SESSIONLESS_EPOCH && request.session_epoch != INITIAL_EPOCH {
-            response.fields.error_code = code::INVALID_FETCH_SESSION_EPOCH;
-            return response;
+    };
+    let mut requested = Vec::new();
+    for topic in std::mem::take(&mut request.topics) {
+        let topic_key = topic_key(&topic.topic, &topic.topic_id);
+        for p in topic.partitions {
+            let key = PartitionKey {
+                topic: topic_key.clone(),
+                partition: p.partition,
+            };
+            let wants = Wants {
+                fetch_offset: p.fetch_offset,
+                max_bytes: p.partition_max_bytes,
+                current_leader_epoch: p.current_leader_epoch,
+            };
+            requested.push((key, wants));
         }
     }
+    let mut forgotten = Vec::new();
+    for topic in std::mem::take(&mut request.forgotten_topics_data) {
+        let topic_key = topic_key(&topic.topic, &topic.topic_id);
+        forgotten.extend(topic.partitions.into_iter().map(|partition| PartitionKey {
+            topic: topic_key.clone(),
+            partition,
+        }));
+    }
+    (requested, forgotten)
+}
 
-    let mut topics: Vec<FetchTopicChunks> = Vec::with_capacity(request.topics.len());
-    let mut wanted: Vec<Wanted> = Vec::new();
-    for (topic_index, topic) in request.topics.into_iter().enumerate() {
-        let mut out = FetchTopicChunks::default();
-        let info = if v >= 13 {
-            out.fields.topic_id = topic.topic_id;
-            broker
-                .log
-                .topic_by_id(topic_id_of(&topic.topic_id))
-                .ok_or(code::UNKNOWN_TOPIC_ID)
-        } else {
-            let info = broker
-                .log
-                .topic(topic.topic.0.as_str())
-                .ok_or(code::UNKNOWN_TOPIC_OR_PARTITION);
-            out.fields.topic = topic.topic;
-            info
-        };
-        topics.push(out);
-        for p in topic.partitions {
-            let target = info.clone().and_then(|info| {
-                if p.partition < 0 || p.partition >= info.partitions {
+/// Resolves each partition to the log's, or to the error its answer carries.
+fn resolve(broker: &Broker, v: i16, partitions: Vec<(PartitionKey, Wants)>) -> Vec<Wanted> {
+    // Looking a topic up by id scans the catalog: once per topic, not per partition.
+    let mut topics: HashMap<TopicKey, Result<Arc<TopicInfo>, i16>> = HashMap::new();
+    partitions
+        .into_iter()
+        .map(|(key, wants)| {
+            let info = topics
+                .entry(key.topic.clone())
+                .or_insert_with(|| match &key.topic {
+                    TopicKey::Id(id) => broker
+                        .log
+                        .topic_by_id(topic_id_of(id))
+                        .ok_or(code::UNKNOWN_TOPIC_ID),
+                    TopicKey::Name(name) => broker
+                        .log
+                        .topic(name.as_str())
+                        .ok_or(code::UNKNOWN_TOPIC_OR_PARTITION),
+                })
+                .clone();
+            let target = info.and_then(|info| {
+                if key.partition < 0 || key.partition >= info.partitions {
                     return Err(code::UNKNOWN_TOPIC_OR_PARTITION);
                 }
-                let tp = TopicPartition::new(Arc::clone(&info.name), p.partition);
+                let tp = TopicPartition::new(Arc::clone(&info.name), key.partition);
                 if v >= 9 {
-                    let epoch_error =
-                        check_leader_epoch(p.current_leader_epoch, leader_epoch_of(broker, &tp));
+                    let epoch_error = check_leader_epoch(
+                        wants.current_leader_epoch,
+                        leader_epoch_of(broker, &tp),
+                    );
                     if epoch_error != code::NONE {
                         return Err(epoch_error);
                     }
                 }
                 Ok(tp)
             });
-            wanted.push(Wanted {
-                topic: topic_index,
-                partition: p.partition,
-                target,
-                fetch_offset: p.fetch_offset,
-                max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0),
-            });
+            Wanted { key, wants, target }
+        })
+        .collect()
+}
+
+async fn fetch(
+    broker: &Broker,
+    mut request: FetchRequest,
+    ctx: &RequestContext,
+) -> FetchResponseChunks {
+    let v = ctx.api_version;
+    let uses_topic_ids = v >= 13;
+    let mut response = FetchResponseChunks::default();
+    let (requested, forgotten) = request_partitions(&mut request, uses_topic_ids);
+    let begin = if v >= 7 {
+        broker.fetch_sessions.begin(
+            broker.clock.monotonic(),
+            request.session_id,
+            request.session_epoch,
+            uses_topic_ids,
+            &requested,
+            &forgotten,
+        )
+    } else {
+        Begin::Full { create: false }
+    };
+    let (session, partitions) = match begin {
+        Begin::Error(error) => {
+            response.fields.error_code = fetch_session_error_code(&error);
+            return response;
         }
-    }
+        Begin::Full { create } => (Session::Full { create }, requested),
+        Begin::Incremental { id, partitions } => (Session::Incremental(id), partitions),
+    };
+    let wanted = resolve(broker, v, partitions);
 
     let max_bytes = usize::try_from(request.max_bytes).unwrap_or(0);
     let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
@@ -162,34 +204,99 @@ async fn fetch(
         }
     };
 
-    for (w, f) in wanted.iter().zip(found) {
-        let mut partition = FetchPartitionChunks::default();
-        let p = &mut partition.fields;
-        p.partition_index = w.partition;
-        p.error_code = f.error;
-        match (f.error, f.watermarks) {
-            (code::NONE, Some(marks)) => {
-                p.high_watermark = marks.high.get();
-                // No transactions: everything below the high watermark is stable.
-                p.last_stable_offset = marks.high.get();
-                if v >= 5 {
-                    p.log_start_offset = marks.log_start.get();
-                }
+    let answers: Vec<(FetchPartitionChunks, Seen)> = wanted
+        .iter()
+        .zip(found)
+        .map(|(w, f)| answer(v, w, f))
+        .collect();
+    let listed = match session {
+        Session::Full { create } => {
+            if create {
+                let read: Vec<_> = wanted
+                    .iter()
+                    .zip(&answers)
+                    .map(|(w, (_, seen))| (w.key.clone(), w.wants, *seen))
+                    .collect();
+                response.fields.session_id = broker.fetch_sessions.finish_full(
+                    broker.clock.monotonic(),
+                    uses_topic_ids,
+                    &read,
+                );
             }
-            _ => {
-                // Kafka reports unknown watermarks as -1 with an error.
-                p.high_watermark = -1;
-                p.last_stable_offset = -1;
-            }
+            vec![true; answers.len()]
         }
-        partition.records = Some(f.batches);
-        if let Some(topic) = topics.get_mut(w.topic) {
+        Session::Incremental(id) => {
+            response.fields.session_id = id;
+            let seen: Vec<_> = wanted
+                .iter()
+                .zip(&answers)
+                .map(|(w, (_, seen))| (&w.key, *seen))
+                .collect();
+            broker.fetch_sessions.finish_incremental(id, &seen)
+        }
+    };
+
+    // Consecutive partitions of one topic share a topic entry, as in Kafka's answers; a topic
+    // whose partitions are apart in a session's order appears once per run.
+    let mut topics: Vec<(TopicKey, FetchTopicChunks)> = Vec::new();
+    for ((w, (partition, _)), listed) in wanted.iter().zip(answers).zip(listed) {
+        if !listed {
+            continue;
+        }
+        let same_topic = topics.last().is_some_and(|(key, _)| *key == w.key.topic);
+        if !same_topic {
+            let mut topic = FetchTopicChunks::default();
+            match &w.key.topic {
+                TopicKey::Id(id) => topic.fields.topic_id = *id,
+                TopicKey::Name(name) => topic.fields.topic = TopicName(name.clone()),
+            }
+            topics.push((w.key.topic.clone(), topic));
+        }
+        if let Some((_, topic)) = topics.last_mut() {
             topic.partitions.push(partition);
         }
     }
     response.fields.error_code = code::NONE;
-    response.topics = topics;
+    response.topics = topics.into_iter().map(|(_, topic)| topic).collect();
     response
+}
+
+/// Whether the fetch is answered in full or through a session.
+enum Session {
+    Full { create: bool },
+    Incremental(i32),
+}
+
+/// One partition's answer, and what the session remembers of it.
+fn answer(v: i16, w: &Wanted, f: Found) -> (FetchPartitionChunks, Seen) {
+    let mut partition = FetchPartitionChunks::default();
+    let p = &mut partition.fields;
+    p.partition_index = w.key.partition;
+    p.error_code = f.error;
+    match (f.error, f.watermarks) {
+        (code::NONE, Some(marks)) => {
+            p.high_watermark = marks.high.get();
+            // No transactions: everything below the high watermark is stable.
+            p.last_stable_offset = marks.high.get();
+            if v >= 5 {
+                p.log_start_offset = marks.log_start.get();
+            }
+        }
+        _ => {
+            // Kafka reports unknown watermarks as -1 with an error.
+            p.high_watermark = -1;
+            p.last_stable_offset = -1;
+        }
+    }
+    let seen = Seen {
+        record_bytes: f.batches.iter().map(Bytes::len).sum(),
+        error: p.error_code,
+        high_watermark: p.high_watermark,
+        last_stable_offset: p.last_stable_offset,
+        log_start_offset: p.log_start_offset,
+    };
+    partition.records = Some(f.batches);
+    (partition, seen)
 }
 
 /// Reads every partition once, in request order, within the response and partition limits.
@@ -215,7 +322,8 @@ async fn read_pass(
                 continue;
             }
         };
-        let limit = w.max_bytes.min(max_bytes.saturating_sub(total));
+        let partition_max = usize::try_from(w.wants.max_bytes).unwrap_or(0);
+        let limit = partition_max.min(max_bytes.saturating_sub(total));
         // Only the first partition with data may exceed the limits (by one batch).
         let min_one_batch = total == 0;
         let result = if limit == 0 && !min_one_batch {
@@ -224,7 +332,7 @@ async fn read_pass(
                 .watermarks(tp)
                 .map(|marks| (Vec::new(), Some(marks)))
         } else {
-            read_partition(broker, tp, w.fetch_offset, limit, min_one_batch).await
+            read_partition(broker, tp, w.wants.fetch_offset, limit, min_one_batch).await
         };
         match result {
             Ok((batches, watermarks)) => {
