@@ -88,6 +88,10 @@ pub struct BrokerSettings {
     /// over it, so changing it would orphan them). Each is one coordinator shard, replayed from
     /// its start when the broker starts, so more shards cost startup time, not throughput.
     pub group_shards: i32,
+    /// `group.max.size` (and `group.consumer.max.size`): members one group may hold, classic or
+    /// KIP-848; joins beyond it get GROUP_MAX_SIZE_REACHED. Each member is coordinator memory
+    /// and a share of every rebalance's work.
+    pub group_max_size: usize,
     /// `group.initial.rebalance.delay.ms`: how long the first rebalance of an empty group waits
     /// for more members before completing.
     pub group_initial_rebalance_delay: Duration,
@@ -175,6 +179,7 @@ impl BrokerSettings {
             min_session_timeout: self.group_min_session_timeout,
             max_session_timeout: self.group_max_session_timeout,
             initial_rebalance_delay: self.group_initial_rebalance_delay,
+            max_group_size: self.group_max_size,
             offsets_commit_timeout: self.offsets_commit_timeout,
             consumer_session_timeout: self.group_consumer_session_timeout,
             consumer_heartbeat_interval: self.group_consumer_heartbeat_interval,
@@ -214,6 +219,9 @@ impl Default for BrokerSettings {
             // Kafka uses 50; every shard is a partition replayed at startup, and one broker
             // rarely hosts enough groups to need more than a handful.
             group_shards: 8,
+            // Kafka leaves groups unbounded; no real workload comes near ten thousand members,
+            // and a bound keeps one client from growing the coordinator without end.
+            group_max_size: 10_000,
             group_initial_rebalance_delay: groups.initial_rebalance_delay,
             group_min_session_timeout: groups.min_session_timeout,
             group_max_session_timeout: groups.max_session_timeout,

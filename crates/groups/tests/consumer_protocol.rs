@@ -522,3 +522,23 @@ fn a_failed_write_fails_the_heartbeat_and_the_next_write_carries_the_whole_group
         h.state.describe_consumer_group(GROUP)
     );
 }
+
+#[test]
+fn a_join_beyond_the_group_size_limit_is_refused_and_the_members_keep_their_partitions() {
+    let mut h = Harness::with_config(GroupConfig {
+        max_group_size: 2,
+        ..config()
+    });
+    let topics = catalog(4);
+    let mut clients = vec![join(&mut h, &topics, "a"), join(&mut h, &topics, "b")];
+    settle(&mut h, &topics, &mut clients);
+
+    let third = send(&mut h, &topics, req("c", 0));
+    assert_eq!(third.error, Some(GroupError::GroupMaxSizeReached));
+
+    // The refused join changed nothing: both members still hold all four partitions.
+    settle(&mut h, &topics, &mut clients);
+    assert_disjoint(&clients);
+    let held: usize = clients.iter().map(|c| partitions(&c.owned).len()).sum();
+    assert_eq!(held, 4);
+}

@@ -62,7 +62,7 @@ enum Command {
     /// queued_max_request_bytes, max_connections, max_connections_per_ip, connections_max_idle,
     /// request_read_timeout,
     /// max_request_partition_size_limit, max_inflight_requests_per_connection, shutdown_grace,
-    /// group_shards,
+    /// group_shards, group_max_size,
     /// group_initial_rebalance_delay, group_min_session_timeout, group_max_session_timeout,
     /// offsets_commit_timeout, group_consumer_session_timeout [default: 45s],
     /// group_consumer_heartbeat_interval [default: 5s],
@@ -164,6 +164,10 @@ struct ServeArgs {
     /// topic is first created [default: 8].
     #[arg(long, value_name = "N")]
     group_shards: Option<i32>,
+    /// Members one consumer group may hold (classic or KIP-848); joins beyond it get
+    /// GROUP_MAX_SIZE_REACHED [default: 10000].
+    #[arg(long, value_name = "N")]
+    group_max_size: Option<usize>,
     /// How long the first rebalance of an empty consumer group waits for more members, e.g.
     /// 0s [default: 3s].
     #[arg(long, value_name = "DURATION")]
@@ -303,6 +307,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         default_replication_factor: args.default_replication_factor,
         max_request_partition_size_limit: args.max_request_partition_size_limit,
         group_shards: args.group_shards,
+        group_max_size: args.group_max_size,
         group_initial_rebalance_delay: args.group_initial_rebalance_delay,
         group_min_session_timeout: args.group_min_session_timeout,
         group_max_session_timeout: args.group_max_session_timeout,
@@ -451,6 +456,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             auto_create_topics: settings.auto_create_topics,
             shutdown_grace: settings.shutdown_grace,
             group_shards: settings.group_shards,
+            group_max_size: settings.group_max_size,
             group_initial_rebalance_delay: settings.group_initial_rebalance_delay,
             group_min_session_timeout: settings.group_min_session_timeout,
             group_max_session_timeout: settings.group_max_session_timeout,

@@ -85,6 +85,9 @@ pub struct Settings {
     /// their id over the partitions, so an existing topic keeps its count. Every shard is
     /// replayed at startup. Kafka's `offsets.topic.num.partitions` (50 there).
     pub group_shards: i32,
+    /// Members one consumer group may hold, classic or KIP-848 (Kafka's `group.max.size`,
+    /// unbounded there); joins beyond it get GROUP_MAX_SIZE_REACHED.
+    pub group_max_size: usize,
     /// How long the first rebalance of an empty consumer group waits for more members
     /// (Kafka's `group.initial.rebalance.delay.ms`). "0s" completes it at once.
     #[serde(with = "humantime_serde")]
@@ -238,6 +241,7 @@ impl Default for Settings {
             max_request_partition_size_limit: broker.max_request_partition_size_limit,
             shutdown_grace: broker.shutdown_grace,
             group_shards: broker.group_shards,
+            group_max_size: broker.group_max_size,
             group_initial_rebalance_delay: broker.group_initial_rebalance_delay,
             group_min_session_timeout: broker.group_min_session_timeout,
             group_max_session_timeout: broker.group_max_session_timeout,
@@ -574,6 +578,7 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
     ),
     ("STRATA_SHUTDOWN_GRACE", &["shutdown_grace"], Kind::Text),
     ("STRATA_GROUP_SHARDS", &["group_shards"], Kind::Integer),
+    ("STRATA_GROUP_MAX_SIZE", &["group_max_size"], Kind::Integer),
     (
         "STRATA_GROUP_INITIAL_REBALANCE_DELAY",
         &["group_initial_rebalance_delay"],
@@ -737,6 +742,7 @@ pub struct FlagOverrides {
     pub default_replication_factor: Option<i16>,
     pub max_request_partition_size_limit: Option<usize>,
     pub group_shards: Option<i32>,
+    pub group_max_size: Option<usize>,
     pub group_initial_rebalance_delay: Option<String>,
     pub group_min_session_timeout: Option<String>,
     pub group_max_session_timeout: Option<String>,
@@ -957,6 +963,13 @@ pub fn load(
                 .map(|v| toml::Value::Integer(i64::from(v))),
         ),
         (
+            "group-max-size",
+            &["group_max_size"],
+            flags
+                .group_max_size
+                .map(|v| toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX))),
+        ),
+        (
             "group-initial-rebalance-delay",
             &["group_initial_rebalance_delay"],
             flags
@@ -1171,6 +1184,12 @@ impl Settings {
                 &format!("must be between 1 and {MAX_GROUP_SHARDS}"),
             );
         }
+        if !(1..=MAX_GROUP_SIZE).contains(&self.group_max_size) {
+            return bad(
+                "group_max_size",
+                &format!("must be between 1 and {MAX_GROUP_SIZE}"),
+            );
+        }
         if self.group_min_session_timeout > self.group_max_session_timeout {
             return bad(
                 "group_min_session_timeout",
@@ -1281,6 +1300,9 @@ pub fn log_dir_name(storage: &str) -> String {
 pub fn is_ephemeral(storage: &str) -> bool {
     strata_storage::url_scheme(storage).as_deref() == Some("memory")
 }
+
+/// Upper bound of `group_max_size`: Kafka's own limit (a member count is an int32 on the wire).
+const MAX_GROUP_SIZE: usize = i32::MAX as usize;
 
 /// Upper bound of `group_shards`: each shard is a partition and a task replayed at startup; more
 /// than Kafka's own default by a wide margin is a typo, not a plan.
@@ -1674,6 +1696,7 @@ mod tests {
         let f = file("group_shards = 3\ngroup_initial_rebalance_delay = \"100ms\"\n");
         let flags = FlagOverrides {
             group_initial_rebalance_delay: Some("0s".into()),
+            group_max_size: Some(50),
             ..Default::default()
         };
         let (s, _) = load(
@@ -1683,6 +1706,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.group_shards, 3);
+        assert_eq!(s.group_max_size, 50);
         assert_eq!(s.group_initial_rebalance_delay, Duration::ZERO);
         assert_eq!(s.group_min_session_timeout, Duration::from_secs(1));
 
@@ -1691,6 +1715,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("group_shards"), "{e}");
+        let e = load(
+            None,
+            env(&[("STRATA_GROUP_MAX_SIZE", "0")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("group_max_size"), "{e}");
         let e = load(
             None,
             env(&[("STRATA_GROUP_MIN_SESSION_TIMEOUT", "2h")]),

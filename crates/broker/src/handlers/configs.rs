@@ -95,6 +95,7 @@ fn type_of(name: &str) -> i8 {
         | "max.connections.per.ip"
         | "max.request.partition.size.limit"
         | "offsets.topic.num.partitions"
+        | "group.max.size"
         | "group.initial.rebalance.delay.ms"
         | "group.min.session.timeout.ms"
         | "group.max.session.timeout.ms" => config_type::INT,
@@ -310,6 +311,11 @@ fn broker_entries(broker: &Broker, name: &str) -> Result<Vec<(ConfigEntry, i8)>,
             "offsets.topic.num.partitions",
             s.group_shards.to_string(),
             d.group_shards.to_string(),
+        ),
+        setting(
+            "group.max.size",
+            s.group_max_size.to_string(),
+            d.group_max_size.to_string(),
         ),
         setting(
             "group.initial.rebalance.delay.ms",
