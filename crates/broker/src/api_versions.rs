@@ -259,4 +259,48 @@ mod tests {
             assert!(supported_versions(key).is_none(), "{key:?}");
         }
     }
+
+    /// README's "Kafka APIs" table lists every advertised API with exactly its version range,
+    /// and nothing else, so the documentation cannot drift from what clients negotiate.
+    #[test]
+    fn the_readme_lists_every_advertised_api_with_its_versions() {
+        let readme = include_str!("../../../README.md");
+        let section = readme
+            .split("## Kafka APIs")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .expect("README has a Kafka APIs section");
+        let mut listed = Vec::new();
+        for row in section
+            .lines()
+            .filter(|l| l.starts_with("| ") && l.contains(") |"))
+            .skip(1)
+        {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let keys = cells[1].split("), ").map(|name| {
+                let key = name.rsplit('(').next().unwrap().trim_end_matches(')');
+                key.parse::<i16>()
+                    .unwrap_or_else(|_| panic!("bad key in {row}"))
+            });
+            let ranges = cells[2].split(", ").map(|r| {
+                let mut ends = r.split('–').map(|v| v.parse::<i16>().unwrap());
+                let min = ends.next().unwrap();
+                (min, ends.next().unwrap_or(min))
+            });
+            let keys: Vec<i16> = keys.collect();
+            let mut ranges: Vec<(i16, i16)> = ranges.collect();
+            // One range for several APIs means each has it.
+            if ranges.len() == 1 {
+                ranges = vec![ranges[0]; keys.len()];
+            }
+            assert_eq!(keys.len(), ranges.len(), "{row}");
+            listed.extend(keys.into_iter().zip(ranges));
+        }
+        listed.sort();
+        let advertised: Vec<(i16, (i16, i16))> = supported_apis()
+            .into_iter()
+            .map(|(key, range)| (key as i16, (range.min, range.max)))
+            .collect();
+        assert_eq!(listed, advertised);
+    }
 }
