@@ -1052,11 +1052,21 @@ async fn an_idempotent_producer_across_moves_and_a_failover_stores_every_record_
 
     for round in 1..=MOVES {
         let partition = rng.random_range(0..PARTITIONS);
-        let owner = tokio::task::block_in_place(|| cluster.metadata_from(1, Some(topic)))
-            .leaders
-            .get(&partition)
-            .copied()
-            .unwrap_or_else(|| panic!("no owner of {topic}/{partition}"));
+        // Other brokers learn of a move from their next read of the ownership records (1 s on
+        // S3), so broker 1 may still be between the old owner and the new one: wait for it.
+        let owner = tokio::task::block_in_place(|| {
+            wait_until(
+                &format!("broker 1 names an owner of {topic}/{partition}"),
+                DEADLINE,
+                || {
+                    cluster
+                        .metadata_from(1, Some(topic))
+                        .leaders
+                        .get(&partition)
+                        .copied()
+                },
+            )
+        });
         let others: Vec<i32> = ids.iter().copied().filter(|&id| id != owner).collect();
         let target = others[rng.random_range(0..others.len())];
         tokio::task::block_in_place(|| cluster.move_partition(topic, partition, target));
