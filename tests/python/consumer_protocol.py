@@ -22,6 +22,7 @@ Run by tests/tests/consumer_groups.rs against the real binary:
 """
 
 import argparse
+import faulthandler
 import os
 import signal
 import subprocess
@@ -36,6 +37,10 @@ except ImportError as error:  # pragma: no cover - depends on the machine
     sys.exit(2)
 
 DEADLINE_SECONDS = 60.0
+
+# A call that never returns (the script's own deadlines cannot fire) dumps every thread's stack
+# to stderr before the test's 120 s limit kills the script, so a hang shows where it is.
+faulthandler.dump_traceback_later(100, exit=True)
 
 
 def fail(why):
