@@ -44,8 +44,11 @@ faulthandler.dump_traceback_later(100, exit=True)
 
 
 def fail(why):
-    print(f"consumer protocol FAILED: {why}", file=sys.stderr)
-    sys.exit(1)
+    print(f"consumer protocol FAILED: {why}", file=sys.stderr, flush=True)
+    # Not sys.exit: interpreter shutdown destroys the live consumers, and librdkafka's destroy
+    # leaves the group and may wait on the broker, which would hide this failure behind the
+    # test's own kill deadline.
+    os._exit(1)
 
 
 def consumer(bootstrap, group, name):
@@ -114,15 +117,31 @@ class Member:
             self.commit()
 
     def reached(self, end):
-        """Whether every owned partition's fetch position is `end` (a partition whose previous
-        owner committed everything has no records for this member, only a position)."""
+        """Whether every owned partition is processed up to `end`. A partition whose previous
+        owner processed and committed everything brings this member no records: librdkafka's
+        position() stays unset until a record is consumed, so the group's committed offset
+        (which only the owner moves) tells instead."""
         if not self.assignment:
             return False
-        positions = self.consumer.position([TopicPartition(self.topic, p) for p in self.assignment])
-        return all(self.positions.get(tp.partition, tp.offset) == end for tp in positions)
+        silent = [TopicPartition(self.topic, p) for p in self.assignment if p not in self.positions]
+        committed = {}
+        if silent:
+            committed = {tp.partition: tp.offset for tp in self.consumer.committed(silent, timeout=10)}
+        return all(self.positions.get(p, committed.get(p)) == end for p in self.assignment)
 
     def describe(self):
-        return f"{self.name}: assignment {sorted(self.assignment)}, {len(self.got)} records, errors {self.errors}"
+        try:
+            fetching = {
+                tp.partition: tp.offset
+                for tp in self.consumer.position([TopicPartition(self.topic, p) for p in sorted(self.assignment)])
+            }
+        except Exception as error:  # a closed consumer, or the client's own error
+            fetching = str(error)
+        return (
+            f"{self.name}: assignment {sorted(self.assignment)}, {len(self.got)} records, "
+            f"processed up to {dict(sorted(self.positions.items()))}, fetch positions {fetching}, "
+            f"errors {self.errors}"
+        )
 
 
 def create_topic(bootstrap, topic, partitions):
@@ -284,6 +303,8 @@ def static_member(args, index):
         "auto.offset.reset": "earliest",
         "fetch.wait.max.ms": 100,
     }
+    if os.environ.get("STRATA_RDKAFKA_DEBUG"):
+        config["debug"] = os.environ["STRATA_RDKAFKA_DEBUG"]
     member.consumer = Consumer(config)
     member.revocations = []
     member.assignments = []

@@ -1987,36 +1987,22 @@ fn python_consumer_protocol(scenario: &str) {
     );
 }
 
-// Ignored with the two below: the five-member run hung past the script's deadline in a CI
-// dry run on local storage (issue 12); a hang in one scenario may be in all.
 #[test]
-#[ignore = "a KIP-848 end-to-end run hung under load in CI (issue 12)"]
 fn kip848_two_members_share_partitions_with_exact_committed_offsets() {
     python_consumer_protocol("share");
 }
 
-// Ignored with the two below: the five-member run hung past the script's deadline in a CI
-// dry run on local storage (issue 12); a hang in one scenario may be in all.
 #[test]
-#[ignore = "a KIP-848 end-to-end run hung under load in CI (issue 12)"]
 fn kip848_five_members_share_partitions_with_exact_committed_offsets() {
     python_consumer_protocol("five");
 }
 
-// Ignored until understood (issue 12): under load (three copies of this file at once on S3, and
-// once in CI's S3 phase) the test's synchronous commit during the rebalance fails with
-// STALE_MEMBER_EPOCH, which the protocol says a client retries after its next heartbeat and
-// which this script counts as a failure; once it hung past the script's own deadline instead.
-// Run it with `cargo test -p strata-tests --test consumer_groups -- --ignored`.
 #[test]
-#[ignore = "fails under load: STALE_MEMBER_EPOCH commit race, once a hang (issue 12)"]
 fn kip848_a_member_added_while_consuming_gets_partitions_without_duplicates() {
     python_consumer_protocol("added");
 }
 
-// Ignored for the same reason as the test above: it hung once in CI's S3 phase.
 #[test]
-#[ignore = "hung once under load in CI's S3 phase (issue 12)"]
 fn kip848_a_killed_members_partitions_go_to_the_others_after_the_session_timeout() {
     python_consumer_protocol("killed");
 }
@@ -2064,10 +2050,7 @@ fn try_describe_consumer_group(broker: &StrataProcess, group: &str) -> Option<Co
     Some((described.group_epoch, described.assignment_epoch, members))
 }
 
-// Ignored with the two below: the five-member run hung past the script's deadline in a CI
-// dry run on local storage (issue 12); a hang in one scenario may be in all.
 #[test]
-#[ignore = "a KIP-848 end-to-end run hung under load in CI (issue 12)"]
 fn kip848_static_members_resume_with_the_same_epochs_and_partitions_after_a_broker_kill() {
     let started = Instant::now();
     // A session long enough for the members to come back after the restart.

@@ -16,6 +16,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
+use strata_core::TopicPartition;
+
 use crate::api::{
     ConsumerGroupDescription, ConsumerHeartbeatRequest, ConsumerHeartbeatResponse,
     ConsumerMemberDescription, RequestToken, Response, TopicCatalog,
@@ -344,6 +346,16 @@ impl ConsumerGroup {
         }
     }
 
+    /// Whether `tp` is the member's: assigned to it, or owed back by it and so still owned by
+    /// no one else.
+    fn member_holds(&self, member: &ConsumerMemberValue, tp: &TopicPartition) -> bool {
+        let Some((id, _)) = self.topics.get(&*tp.topic) else {
+            return false;
+        };
+        let has = |a: &Assignment| a.get(id).is_some_and(|ps| ps.contains(&tp.partition));
+        has(&member.assigned) || has(&member.pending_revocation)
+    }
+
     fn describe(&self, group_id: &str) -> ConsumerGroupDescription {
         ConsumerGroupDescription {
             group_id: group_id.to_string(),
@@ -527,20 +539,41 @@ impl Group {
 
     /// Kafka's offset-commit check for consumer groups: members commit with their member id
     /// and current member epoch; commits from outside the group only while it has no members.
+    ///
+    /// One relaxation (the idea of KIP-1251's assignment epochs): a commit carrying the
+    /// member's *previous* epoch is accepted when every partition in it is still the member's
+    /// (assigned, or owed back but not yet released). The member's epoch moves in memory as
+    /// soon as its heartbeat is processed, but the member learns the new epoch only once that
+    /// heartbeat's write is durable; a commit sent in between carries the old epoch, and
+    /// refusing it (as Kafka 4.0 does) fails the application's synchronous commit of records
+    /// it did process, although no other member can own those partitions yet. Partitions
+    /// that have moved on are still refused, so a fenced member cannot rewind another's
+    /// progress.
     pub(crate) fn validate_consumer_commit(
         &self,
         generation_id: i32,
         member_id: &str,
+        partitions: &[&TopicPartition],
     ) -> Option<GroupError> {
         let group = self.consumer.as_ref()?;
         if member_id.is_empty() && generation_id < 0 {
             return (!group.members.is_empty()).then_some(GroupError::UnknownMemberId);
         }
-        match group.members.get(member_id) {
-            None => Some(GroupError::UnknownMemberId),
-            Some(m) if m.value.member_epoch != generation_id => Some(GroupError::StaleMemberEpoch),
-            Some(_) => None,
+        let member = match group.members.get(member_id) {
+            None => return Some(GroupError::UnknownMemberId),
+            Some(m) => m,
+        };
+        let v = &member.value;
+        if v.member_epoch == generation_id {
+            return None;
         }
+        let previous = generation_id >= 0
+            && generation_id == v.previous_member_epoch
+            && generation_id < v.member_epoch;
+        if previous && partitions.iter().all(|tp| group.member_holds(v, tp)) {
+            return None;
+        }
+        Some(GroupError::StaleMemberEpoch)
     }
 
     /// Kafka's `ConsumerGroup.validateOffsetFetch`: a member asking must be current; a tool
@@ -556,7 +589,17 @@ impl Group {
         }
         match group.members.get(member_id) {
             None => Some(GroupError::UnknownMemberId),
-            Some(m) if m.value.member_epoch != epoch => Some(GroupError::StaleMemberEpoch),
+            // The previous epoch too, for the reason given at validate_consumer_commit: the
+            // member cannot know its new epoch before the write that set it is durable, and
+            // reading committed offsets hands no one a partition.
+            Some(m)
+                if m.value.member_epoch != epoch
+                    && !(epoch >= 0
+                        && epoch == m.value.previous_member_epoch
+                        && epoch < m.value.member_epoch) =>
+            {
+                Some(GroupError::StaleMemberEpoch)
+            }
             Some(_) => None,
         }
     }

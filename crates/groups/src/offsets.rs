@@ -28,9 +28,10 @@ impl Group {
         generation_id: i32,
         member_id: &str,
         group_instance_id: Option<&str>,
+        partitions: &[&TopicPartition],
     ) -> Option<GroupError> {
         if self.consumer.is_some() {
-            return self.validate_consumer_commit(generation_id, member_id);
+            return self.validate_consumer_commit(generation_id, member_id, partitions);
         }
         if self.state == GroupState::Dead {
             return Some(GroupError::CoordinatorNotAvailable);
@@ -68,10 +69,13 @@ impl Group {
                 Response::OffsetCommit(OffsetCommitResponse { partitions }),
             );
         };
+        let partitions: Vec<&TopicPartition> =
+            req.partitions.iter().map(|p| &p.partition).collect();
         if let Some(error) = self.validate_offset_commit(
             req.generation_id,
             &req.member_id,
             req.group_instance_id.as_deref(),
+            &partitions,
         ) {
             reject_all(cx, error, req);
             return;

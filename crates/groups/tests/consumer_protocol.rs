@@ -369,7 +369,7 @@ fn offset_commits_check_the_member_epoch() {
     let a = join(&mut h, &topics, "a");
     let ok = h.commit(GROUP, a.epoch, "a", &[("t", 0, 5)]);
     assert_eq!(h.commit_errors(ok), vec![None]);
-    let stale = h.commit(GROUP, a.epoch - 1, "a", &[("t", 0, 6)]);
+    let stale = h.commit(GROUP, a.epoch + 1, "a", &[("t", 0, 6)]);
     assert_eq!(
         h.commit_errors(stale),
         vec![Some(GroupError::StaleMemberEpoch)]
@@ -399,11 +399,60 @@ fn offset_commits_check_the_member_epoch() {
     };
     assert_eq!(fetch_as(&h, "a", a.epoch), None);
     assert_eq!(
-        fetch_as(&h, "a", a.epoch - 1),
+        fetch_as(&h, "a", a.epoch + 1),
         Some(GroupError::StaleMemberEpoch)
     );
     assert_eq!(fetch_as(&h, "zz", 1), Some(GroupError::UnknownMemberId));
     assert_eq!(fetch_as(&h, "", -1), None);
+}
+
+/// A member learns its new epoch only once the heartbeat that moved it is durable, so a commit
+/// it sends meanwhile carries the previous epoch: accepted for partitions still its own,
+/// refused for partitions it gave up, and refused two epochs back.
+#[test]
+fn a_commit_with_the_previous_epoch_is_accepted_only_for_partitions_still_held() {
+    let mut h = harness();
+    let topics = catalog(4);
+    let mut a = join(&mut h, &topics, "a");
+    let mut b = join(&mut h, &topics, "b");
+    beat(&mut h, &topics, &mut a); // told to give two partitions back
+    beat(&mut h, &topics, &mut a); // confirms: epoch 2
+    beat(&mut h, &topics, &mut b);
+    assert_eq!((a.epoch, b.epoch), (2, 2));
+    let id = topics["t"].0;
+    let kept = *a.owned[&id].iter().next().unwrap();
+    let given = *b.owned[&id].iter().next().unwrap();
+
+    let held = h.commit(GROUP, 1, &a.id, &[("t", kept, 7)]);
+    assert_eq!(h.commit_errors(held), vec![None]);
+    let moved = h.commit(GROUP, 1, &a.id, &[("t", kept, 8), ("t", given, 8)]);
+    assert_eq!(
+        h.commit_errors(moved),
+        vec![
+            Some(GroupError::StaleMemberEpoch),
+            Some(GroupError::StaleMemberEpoch)
+        ]
+    );
+    let ancient = h.commit(GROUP, 0, &a.id, &[("t", kept, 9)]);
+    assert_eq!(
+        h.commit_errors(ancient),
+        vec![Some(GroupError::StaleMemberEpoch)]
+    );
+    let fetched = h.fetch(GROUP, Some(&[("t", kept)]));
+    assert_eq!(fetched.partitions[0].offset.get(), 7);
+
+    let fetch_as = |h: &Harness, epoch: i32| {
+        h.state
+            .offset_fetch(&strata_groups::OffsetFetchRequest {
+                group_id: GROUP.into(),
+                partitions: None,
+                require_stable: false,
+                member: Some((a.id.clone(), epoch)),
+            })
+            .error
+    };
+    assert_eq!(fetch_as(&h, 1), None);
+    assert_eq!(fetch_as(&h, 0), Some(GroupError::StaleMemberEpoch));
 }
 
 #[test]
