@@ -6,6 +6,8 @@ Scenarios (--scenario):
 - share:  two members share a topic's partitions;
 - five:   five members share them;
 - added:  two members consume while records arrive, a third joins half-way;
+- regex:  two members subscribe with a regex: they get every record of the matching topics,
+          none of the others, and a matching topic created while they run;
 - killed: three members, one in a child process that is SIGKILLed once it owns partitions;
           the broker's session timeout (a short one set by the test on the broker) hands its
           partitions to the other two.
@@ -68,7 +70,7 @@ def consumer(bootstrap, group, name):
 class Member:
     """One subscribed consumer and everything it saw."""
 
-    def __init__(self, bootstrap, topic, group, name):
+    def __init__(self, bootstrap, topic, group, name, subscription=None):
         self.name = name
         self.topic = topic
         self.assignment = set()
@@ -76,7 +78,7 @@ class Member:
         self.positions = {}
         self.errors = []
         self.consumer = consumer(bootstrap, group, name)
-        self.consumer.subscribe([topic], on_assign=self.on_assign, on_revoke=self.on_revoke)
+        self.consumer.subscribe(subscription or [topic], on_assign=self.on_assign, on_revoke=self.on_revoke)
 
     def on_assign(self, consumer, partitions):
         self.assignment |= {p.partition for p in partitions}
@@ -290,6 +292,76 @@ def scenario_killed(args, partitions=6, records=3000):
     return check_end(args.bootstrap, admin, args.topic, group, partitions, members, exactly_once=False)
 
 
+class RegexMember:
+    """A member subscribed by regex: it records (topic, partition, offset) of what it gets and
+    commits nothing (the checks are about which topics it is given)."""
+
+    def __init__(self, bootstrap, group, name, regex):
+        self.name = name
+        self.got = set()
+        self.owned = set()
+        self.errors = []
+        self.consumer = consumer(bootstrap, group, name)
+        self.consumer.subscribe([regex], on_assign=self.on_assign, on_revoke=self.on_revoke)
+
+    def on_assign(self, consumer, partitions):
+        self.owned |= {(p.topic, p.partition) for p in partitions}
+
+    def on_revoke(self, consumer, partitions):
+        self.owned -= {(p.topic, p.partition) for p in partitions}
+
+    def poll(self):
+        for message in self.consumer.consume(num_messages=200, timeout=0.05):
+            if message.error():
+                self.errors.append(f"consume: {message.error()}")
+                continue
+            self.got.add((message.topic(), message.partition(), message.offset()))
+
+
+def scenario_regex(args, partitions=2, records=200):
+    base = args.topic
+    matching = [f"{base}-in-1", f"{base}-in-2"]
+    other = f"{base}-out"
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    for topic in matching + [other]:
+        create_topic(args.bootstrap, topic, partitions)
+        produce(args.bootstrap, topic, partitions, records)
+    members = [RegexMember(args.bootstrap, f"{base}-group", f"r{i}", f"^{base}-in-.*") for i in range(2)]
+
+    def wait_for(what, topics):
+        expected = {(t, p, o) for t in topics for p in range(partitions) for o in range(records // partitions)}
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while True:
+            got = set().union(*(m.got for m in members))
+            if got >= expected:
+                break
+            if time.monotonic() > deadline:
+                fail(f"timed out waiting until {what}: got {len(got & expected)} of {len(expected)}; "
+                     + "; ".join(f"{m.name} owns {sorted(m.owned)} errors {m.errors}" for m in members))
+            for m in members:
+                m.poll()
+        strays = {r for r in got if r[0] not in topics}
+        if strays:
+            fail(f"records of topics the regex does not match: {sorted(strays)[:5]}")
+        for m in members:
+            if m.errors:
+                fail(f"{m.name}: {m.errors}")
+
+    wait_for("the matching topics are consumed", matching)
+    later = f"{base}-in-3"
+    create_topic(args.bootstrap, later, partitions)
+    produce(args.bootstrap, later, partitions, records)
+    wait_for("a matching topic created later is consumed too", matching + [later])
+    description = admin.describe_consumer_groups([f"{base}-group"])[f"{base}-group"].result(timeout=30)
+    owned = sorted({(p.topic, p.partition) for m in description.members for p in m.assignment.topic_partitions})
+    want = sorted((t, p) for t in matching + [later] for p in range(partitions))
+    if owned != want:
+        fail(f"ConsumerGroupDescribe assignment {owned}, want {want}")
+    for m in members:
+        m.consumer.close()
+    return 3 * records
+
+
 def static_member(args, index):
     member = Member(args.bootstrap, args.topic, f"{args.topic}-group", f"s{index}")
     member.consumer.close()  # replaced below: the instance id must be set before subscribing
@@ -373,7 +445,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--topic", required=True)
-    parser.add_argument("--scenario", required=True, choices=["share", "five", "added", "killed", "child", "restart-a", "restart-b"])
+    parser.add_argument("--scenario", required=True, choices=["share", "five", "added", "regex", "killed", "child", "restart-a", "restart-b"])
     args = parser.parse_args()
     started = time.monotonic()
     if args.scenario == "child":
@@ -383,6 +455,7 @@ def main():
         "share": lambda: scenario_share(args, 2),
         "five": lambda: scenario_share(args, 5, partitions=10, records=5000),
         "added": lambda: scenario_added(args),
+        "regex": lambda: scenario_regex(args),
         "killed": lambda: scenario_killed(args),
         "restart-a": lambda: scenario_restart(args, "a"),
         "restart-b": lambda: scenario_restart(args, "b"),

@@ -2007,6 +2007,11 @@ fn kip848_a_killed_members_partitions_go_to_the_others_after_the_session_timeout
     python_consumer_protocol("killed");
 }
 
+#[test]
+fn kip848_a_regex_subscription_gets_the_matching_topics_and_one_created_later() {
+    python_consumer_protocol("regex");
+}
+
 /// One consumer group as ConsumerGroupDescribe reports it: (group epoch, assignment epoch,
 /// instance id → (member epoch, partitions)).
 type ConsumerGroupView = (i32, i32, BTreeMap<String, (i32, Vec<i32>)>);

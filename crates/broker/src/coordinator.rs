@@ -59,6 +59,19 @@ impl TopicCatalog for LogCatalog<'_> {
     fn lookup(&self, name: &str) -> Option<(TopicId, i32)> {
         self.0.topic(name).map(|t| (TopicId(t.id.0), t.partitions))
     }
+
+    fn names(&self) -> Vec<String> {
+        self.0
+            .topics()
+            .into_iter()
+            .filter(|t| !crate::handlers::is_internal_topic(&t.name))
+            .map(|t| t.name.to_string())
+            .collect()
+    }
+
+    fn version(&self) -> u64 {
+        self.0.catalog_version()
+    }
 }
 
 /// Handle to the coordinator shards this broker hosts. Shards come and go with ownership of

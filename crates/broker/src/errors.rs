@@ -79,6 +79,7 @@ pub mod code {
     pub const FENCED_MEMBER_EPOCH: i16 = 110;
     pub const UNRELEASED_INSTANCE_ID: i16 = 111;
     pub const UNSUPPORTED_ASSIGNOR: i16 = 112;
+    pub const INVALID_REGULAR_EXPRESSION: i16 = 128;
     pub const STALE_MEMBER_EPOCH: i16 = 113;
     pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
     pub const FETCH_SESSION_TOPIC_ID_ERROR: i16 = 106;
@@ -193,6 +194,7 @@ pub fn group_error_code(error: &GroupError) -> i16 {
         GroupError::UnreleasedInstanceId => code::UNRELEASED_INSTANCE_ID,
         GroupError::UnsupportedAssignor => code::UNSUPPORTED_ASSIGNOR,
         GroupError::StaleMemberEpoch => code::STALE_MEMBER_EPOCH,
+        GroupError::InvalidRegularExpression => code::INVALID_REGULAR_EXPRESSION,
     }
 }
 

@@ -360,11 +360,35 @@ pub struct ListedGroup {
 pub trait TopicCatalog {
     /// The topic's id and partition count.
     fn lookup(&self, name: &str) -> Option<(TopicId, i32)>;
+    /// Every topic a regex subscription may match: all but the internal ones.
+    fn names(&self) -> Vec<String>;
+    /// Changes whenever the set of topics may have changed, so regex resolutions are kept
+    /// until it does instead of being redone on every heartbeat.
+    fn version(&self) -> u64;
 }
 
+/// A fixed catalog (simulations and tests): internal topics are those named `__…`.
 impl TopicCatalog for std::collections::BTreeMap<String, (TopicId, i32)> {
     fn lookup(&self, name: &str) -> Option<(TopicId, i32)> {
         self.get(name).copied()
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.keys()
+            .filter(|n| !n.starts_with("__"))
+            .cloned()
+            .collect()
+    }
+
+    fn version(&self) -> u64 {
+        // Content-derived, so a test that adds a topic to its map is seen as a new version.
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for (name, (_, partitions)) in self {
+            name.hash(&mut h);
+            partitions.hash(&mut h);
+        }
+        h.finish()
     }
 }
 

@@ -66,6 +66,28 @@ pub(crate) struct ConsumerGroup {
     pub rewrite_all: bool,
     /// Writes of this group not yet durable; answers that show their effects wait for them.
     pub inflight: BTreeSet<u64>,
+    /// The members' subscription regexes resolved against the catalog (memory only: rebuilt
+    /// from the members' regexes after a replay).
+    pub regexes: RegexCache,
+}
+
+/// Topics matched by each subscription regex, valid while the catalog stays at `version`, so a
+/// heartbeat matches regexes against the topic list only when topics changed or a new regex
+/// arrived, not on every beat.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RegexCache {
+    version: Option<u64>,
+    resolved: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// A subscription regex compiled as Kafka applies it: RE2 syntax (the `regex` crate is an RE2
+/// dialect, like Kafka's RE2J), matching the whole topic name. The size limit bounds the
+/// memory one heartbeat can make the coordinator spend on compiling.
+fn compile_regex(regex: &str) -> Result<regex::Regex, GroupError> {
+    regex::RegexBuilder::new(&format!("^(?:{regex})$"))
+        .size_limit(1 << 20)
+        .build()
+        .map_err(|_| GroupError::InvalidRegularExpression)
 }
 
 /// What a change touched, and so what must be written.
@@ -236,11 +258,54 @@ impl ConsumerGroup {
             .map_or(DEFAULT_ASSIGNOR.to_string(), |(name, _)| name.to_string())
     }
 
+    /// Brings the regex resolutions up to date with the catalog and the members' regexes.
+    fn resolve_regexes(&mut self, catalog: &dyn TopicCatalog) {
+        let wanted: BTreeSet<&String> = self
+            .members
+            .values()
+            .filter_map(|m| m.value.subscribed_topic_regex.as_ref())
+            .collect();
+        let cache = &mut self.regexes;
+        let version = catalog.version();
+        if cache.version != Some(version) {
+            cache.resolved.clear();
+            cache.version = Some(version);
+        }
+        cache.resolved.retain(|regex, _| wanted.contains(regex));
+        let missing: Vec<&String> = wanted
+            .into_iter()
+            .filter(|r| !cache.resolved.contains_key(*r))
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        let names = catalog.names();
+        for regex in missing {
+            // Validated when the member sent it; one that no longer compiles matches nothing.
+            let matched = match compile_regex(regex) {
+                Ok(re) => names.iter().filter(|n| re.is_match(n)).cloned().collect(),
+                Err(_) => BTreeSet::new(),
+            };
+            cache.resolved.insert(regex.clone(), matched);
+        }
+    }
+
+    /// The topics a member subscribes to: its names and what its regex matches.
+    fn member_topics<'a>(&'a self, v: &'a ConsumerMemberValue) -> impl Iterator<Item = &'a String> {
+        let matched = v
+            .subscribed_topic_regex
+            .as_ref()
+            .and_then(|r| self.regexes.resolved.get(r))
+            .into_iter()
+            .flatten();
+        v.subscribed_topic_names.iter().chain(matched)
+    }
+
     /// The subscribed topics as the catalog has them now.
     fn subscribed_metadata(&self, catalog: &dyn TopicCatalog) -> BTreeMap<String, (TopicId, i32)> {
         let mut topics = BTreeMap::new();
         for m in self.members.values() {
-            for name in &m.value.subscribed_topic_names {
+            for name in self.member_topics(&m.value) {
                 if topics.contains_key(name) {
                     continue;
                 }
@@ -262,10 +327,8 @@ impl ConsumerGroup {
             .members
             .iter()
             .map(|(id, m)| {
-                let subscribed = m
-                    .value
-                    .subscribed_topic_names
-                    .iter()
+                let subscribed = self
+                    .member_topics(&m.value)
                     .filter_map(|n| ids.get(n.as_str()).copied())
                     .collect();
                 (
@@ -411,10 +474,10 @@ pub(crate) fn validate(req: &ConsumerHeartbeatRequest) -> Result<(), GroupError>
         e if e < LEAVE_GROUP_STATIC_MEMBER_EPOCH => return Err(GroupError::InvalidRequest),
         _ => {}
     }
-    if req.subscribed_topic_regex.is_some() {
-        // Regex subscriptions are not implemented; refusing them beats silently assigning
-        // nothing (see docs/ARCHITECTURE.md, groups).
-        return Err(GroupError::InvalidRequest);
+    if let Some(regex) = req.subscribed_topic_regex.as_deref() {
+        if !regex.is_empty() {
+            compile_regex(regex)?;
+        }
     }
     if let Some(name) = &req.server_assignor {
         assignor::check_assignor(name)?;
@@ -610,7 +673,7 @@ impl Group {
             group
                 .members
                 .values()
-                .any(|m| m.value.subscribed_topic_names.iter().any(|t| t == topic)),
+                .any(|m| group.member_topics(&m.value).any(|t| t == topic)),
         )
     }
 
@@ -712,6 +775,14 @@ fn heartbeat(
             subscription_changed = true;
         }
     }
+    if let Some(regex) = &req.subscribed_topic_regex {
+        // An empty regex clears it, as in Kafka (a member that moved back to topic names).
+        let regex = (!regex.is_empty()).then(|| regex.clone());
+        if regex != v.subscribed_topic_regex {
+            v.subscribed_topic_regex = regex;
+            subscription_changed = true;
+        }
+    }
     if req.server_assignor.is_some() && req.server_assignor != v.server_assignor {
         v.server_assignor = req.server_assignor.clone();
         subscription_changed = true;
@@ -730,6 +801,7 @@ fn heartbeat(
     if subscription_changed {
         group.bump_epoch(changes);
     }
+    group.resolve_regexes(catalog);
     let metadata = group.subscribed_metadata(catalog);
     if metadata != group.topics {
         // Topics created, deleted or grown: the target must be recomputed.

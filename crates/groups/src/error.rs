@@ -93,6 +93,9 @@ pub enum GroupError {
     /// STALE_MEMBER_EPOCH (KIP-848): an offset commit from a member epoch that is not current.
     #[error("the member epoch is stale (STALE_MEMBER_EPOCH)")]
     StaleMemberEpoch,
+    /// INVALID_REGULAR_EXPRESSION (KIP-848): a subscription regex that does not compile.
+    #[error("the subscription's regular expression is invalid (INVALID_REGULAR_EXPRESSION)")]
+    InvalidRegularExpression,
 }
 
 impl GroupError {
@@ -124,6 +127,7 @@ impl GroupError {
             GroupError::UnreleasedInstanceId => 111,
             GroupError::UnsupportedAssignor => 112,
             GroupError::StaleMemberEpoch => 113,
+            GroupError::InvalidRegularExpression => 128,
         }
     }
 
@@ -155,6 +159,7 @@ impl GroupError {
             GroupError::UnreleasedInstanceId => "UNRELEASED_INSTANCE_ID",
             GroupError::UnsupportedAssignor => "UNSUPPORTED_ASSIGNOR",
             GroupError::StaleMemberEpoch => "STALE_MEMBER_EPOCH",
+            GroupError::InvalidRegularExpression => "INVALID_REGULAR_EXPRESSION",
         }
     }
 
@@ -212,6 +217,7 @@ mod tests {
             (GroupError::UnreleasedInstanceId, 111),
             (GroupError::UnsupportedAssignor, 112),
             (GroupError::StaleMemberEpoch, 113),
+            (GroupError::InvalidRegularExpression, 128),
         ];
         for (error, code) in expected {
             assert_eq!(error.kafka_code(), code, "{}", error.kafka_name());

@@ -591,3 +591,92 @@ fn a_join_beyond_the_group_size_limit_is_refused_and_the_members_keep_their_part
     let held: usize = clients.iter().map(|c| partitions(&c.owned).len()).sum();
     assert_eq!(held, 4);
 }
+
+fn regex_req(member_id: &str, regex: &str) -> ConsumerHeartbeatRequest {
+    let mut r = req(member_id, 0);
+    r.subscribed_topic_names = None;
+    r.subscribed_topic_regex = Some(regex.into());
+    r
+}
+
+/// A regex subscription takes the whole-name matches among non-internal topics, and a topic
+/// created later that matches is assigned at the next heartbeat.
+#[test]
+fn a_regex_subscription_follows_the_topics_it_matches() {
+    let mut h = harness();
+    let mut topics = BTreeMap::from([
+        ("orders-eu".to_string(), (topic_id(1), 2)),
+        ("orders-us".to_string(), (topic_id(2), 2)),
+        ("payments".to_string(), (topic_id(3), 2)),
+        ("x-orders-eu".to_string(), (topic_id(4), 2)),
+        ("__orders-internal".to_string(), (topic_id(5), 2)),
+    ]);
+    let answer = send(&mut h, &topics, regex_req("a", "orders-.*"));
+    assert_eq!(answer.error, None);
+    let mut a = Client {
+        id: answer.member_id.unwrap(),
+        epoch: answer.member_epoch,
+        owned: answer.assignment.unwrap_or_default(),
+    };
+    assert_eq!(
+        a.owned,
+        Assignment::from([
+            (topic_id(1), BTreeSet::from([0, 1])),
+            (topic_id(2), BTreeSet::from([0, 1])),
+        ])
+    );
+    let epoch = a.epoch;
+    topics.insert("orders-asia".to_string(), (topic_id(6), 3));
+    beat(&mut h, &topics, &mut a);
+    assert!(a.epoch > epoch, "{a:?}");
+    assert_eq!(a.owned.get(&topic_id(6)), Some(&BTreeSet::from([0, 1, 2])));
+    let described = h.state.describe_consumer_group(GROUP);
+    assert_eq!(
+        described.members[0].subscribed_topic_regex.as_deref(),
+        Some("orders-.*")
+    );
+}
+
+/// A member may switch from a regex to names: an empty regex clears it.
+#[test]
+fn an_empty_regex_clears_the_subscription_regex() {
+    let mut h = harness();
+    let topics = catalog(2);
+    let answer = send(&mut h, &topics, regex_req("a", "t|u"));
+    let mut a = Client {
+        id: answer.member_id.unwrap(),
+        epoch: answer.member_epoch,
+        owned: answer.assignment.unwrap_or_default(),
+    };
+    assert_eq!(partitions(&a.owned).len(), 4);
+    let mut r = req(&a.id, a.epoch);
+    r.subscribed_topic_names = Some(vec!["u".to_string()]);
+    r.subscribed_topic_regex = Some(String::new());
+    r.owned = Some(a.owned.clone());
+    let answer = send(&mut h, &topics, r);
+    assert_eq!(answer.error, None);
+    a.epoch = answer.member_epoch;
+    a.owned = answer.assignment.unwrap_or(a.owned);
+    // t's partitions are revoked first, then the member settles on u alone.
+    for _ in 0..3 {
+        beat(&mut h, &topics, &mut a);
+    }
+    assert_eq!(
+        a.owned,
+        Assignment::from([(topic_id(2), BTreeSet::from([0, 1]))])
+    );
+}
+
+#[test]
+fn an_invalid_regex_is_refused_with_invalid_regular_expression() {
+    let mut h = harness();
+    let topics = catalog(2);
+    for bad in ["orders-(", "[z-a]", "a{99999999}"] {
+        assert_eq!(
+            send(&mut h, &topics, regex_req("a", bad)).error,
+            Some(GroupError::InvalidRegularExpression),
+            "{bad}"
+        );
+    }
+    assert_eq!(h.state.group_state(GROUP), None);
+}

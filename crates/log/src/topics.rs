@@ -34,6 +34,11 @@ impl LogManager {
         read_lock(&self.shared.topics).values().cloned().collect()
     }
 
+    /// The version of the catalog this broker applied last; it moves with every topic change.
+    pub fn catalog_version(&self) -> u64 {
+        read_lock(&self.shared.catalog).version
+    }
+
     pub fn topic(&self, name: &str) -> Option<Arc<TopicInfo>> {
         read_lock(&self.shared.topics).get(name).cloned()
     }

@@ -53,11 +53,9 @@ pub(crate) async fn consumer_group_heartbeat(
         subscribed_topic_names: request
             .subscribed_topic_names
             .map(|names| names.into_iter().map(|n| n.0.to_string()).collect()),
-        // librdkafka sends an empty regex alongside topic names; Kafka ignores an empty one.
-        subscribed_topic_regex: request
-            .subscribed_topic_regex
-            .filter(|s| !s.is_empty())
-            .map(|s| s.to_string()),
+        // An empty regex (librdkafka sends one alongside topic names) clears the member's
+        // regex, as in Kafka.
+        subscribed_topic_regex: request.subscribed_topic_regex.map(|s| s.to_string()),
         server_assignor: request.server_assignor.map(|s| s.to_string()),
         owned,
         client_id: ctx.client_id.clone().unwrap_or_default(),
