@@ -135,6 +135,7 @@ pub(crate) async fn compact(shared: &Shared, part: &Arc<Partition>) -> LogResult
 /// Compacts the oldest `segment_bytes` (at least one batch) of the tail.
 async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
     let _serial = part.maintenance.lock().await;
+    let began = shared.clock.monotonic();
     let (entries, cached, manifest, manifest_version, left_streams) = {
         let st = part.lock();
         if st.serving == Serving::Gone || st.tail.is_empty() {
@@ -194,6 +195,7 @@ async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
         new_entries.push(index_entry_for(e, segment, position));
         position += b.len() as u32;
     }
+    let gathered = shared.clock.monotonic();
     let body = concat(&parts);
     let size = body.len() as u64;
     let seg_key = ObjectKey::new(manifest::segment_key(
@@ -242,6 +244,7 @@ async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
         Err(e) => return Err(e.into()),
     }
 
+    let segment_written = shared.clock.monotonic();
     // Index chunks: keep entries before this segment, replace anything at or after it (left
     // by an attempt whose manifest update never landed, or by a deposed owner), append the new
     // entries. Each write is fenced by the chunk's claim stamp (see `write_chunk`).
@@ -263,6 +266,7 @@ async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
         written.push((k, chunk));
     }
 
+    let indexed = shared.clock.monotonic();
     let last = entries[entries.len() - 1];
     let mut next = manifest.clone();
     next.checkpoint = last.last_offset + 1;
@@ -299,6 +303,7 @@ async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
         Err(e) => return Err(e),
     };
 
+    let manifest_written = shared.clock.monotonic();
     {
         let mut st = part.lock();
         for e in &entries {
@@ -318,10 +323,18 @@ async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
             st.remember_chunk(k, chunk);
         }
     }
-    for key in release_wal(shared, &entries) {
+    let freed = release_wal(shared, &entries);
+    let deletes = freed.len();
+    for key in freed {
         delete_quietly(shared, &key).await;
     }
-    tracing::debug!(partition = %part.tp, base = segment.base_offset, last = last.last_offset, size, "compacted");
+    let ms =
+        |a: std::time::Duration, b: std::time::Duration| b.saturating_sub(a).as_secs_f64() * 1e3;
+    tracing::debug!(partition = %part.tp, base = segment.base_offset, last = last.last_offset, size,
+        batches = entries.len(), deletes,
+        gather_ms = ms(began, gathered), segment_ms = ms(gathered, segment_written),
+        index_ms = ms(segment_written, indexed), manifest_ms = ms(indexed, manifest_written),
+        delete_ms = ms(manifest_written, shared.clock.monotonic()), "compacted");
     Ok(())
 }
 

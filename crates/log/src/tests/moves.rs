@@ -1,0 +1,94 @@
+//! A partition moved back and forth between two brokers many times: the storage work of each
+//! handover and takeover must not grow with the number of earlier moves (issue 19, item 8:
+//! `strata partitions move` went from ~400 ms to ~1.9 s after a few moves of one partition).
+//! Counted in storage requests and bytes through the metrics wrapper, never in time.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use strata_core::SystemClock;
+use strata_storage::{MemoryStore, MetricsStore, ObjectStore, OpKind, StorageMetrics};
+
+use super::{batch, open_managed, tp, DURABLE};
+use crate::LogManager;
+
+/// What one move cost: requests by kind, and bytes read and written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Cost {
+    requests: [u64; OpKind::COUNT],
+    bytes_read: u64,
+    bytes_written: u64,
+}
+
+fn cost(metrics: &StorageMetrics) -> Cost {
+    let s = metrics.snapshot();
+    Cost {
+        requests: OpKind::ALL.map(|op| s.op(op).requests),
+        bytes_read: OpKind::ALL.iter().map(|op| s.op(*op).bytes_out).sum(),
+        bytes_written: OpKind::ALL.iter().map(|op| s.op(*op).bytes_in).sum(),
+    }
+}
+
+fn minus(a: &Cost, b: &Cost) -> Cost {
+    Cost {
+        requests: std::array::from_fn(|i| a.requests[i] - b.requests[i]),
+        bytes_read: a.bytes_read - b.bytes_read,
+        bytes_written: a.bytes_written - b.bytes_written,
+    }
+}
+
+/// Moves the partition `moves` times between two brokers, appending one index chunk's worth of batches on
+/// each owner in between; returns what each handover + takeover cost the storage.
+async fn move_costs(moves: usize) -> Vec<Cost> {
+    let metrics;
+    let store: Arc<dyn ObjectStore> = {
+        let wrapped = MetricsStore::new(Arc::new(MemoryStore::new()), SystemClock::shared());
+        metrics = Arc::clone(wrapped.metrics());
+        Arc::new(wrapped)
+    };
+    let a = open_managed(&store, 1).await;
+    a.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    let b = open_managed(&store, 2).await;
+    b.refresh_catalog().await.unwrap();
+    let brokers: [&Arc<LogManager>; 2] = [&a, &b];
+    for (_, r) in a.acquire(vec![("t".into(), 0, 1)]).await.unwrap() {
+        r.unwrap();
+    }
+    let mut costs = Vec::new();
+    for m in 0..moves {
+        let (from, to) = (brokers[m % 2], brokers[(m + 1) % 2]);
+        // As many batches as an index chunk spans (8 in the test config), so every move
+        // writes exactly one chunk.
+        for i in 0..8 {
+            from.append(&tp("t", 0), batch(&["v"], i, None), DURABLE)
+                .await
+                .unwrap();
+        }
+        let before = cost(&metrics);
+        from.release(&tp("t", 0)).await.unwrap();
+        for (_, r) in to
+            .acquire(vec![("t".into(), 0, m as u64 + 2)])
+            .await
+            .unwrap()
+        {
+            r.unwrap();
+        }
+        costs.push(minus(&cost(&metrics), &before));
+    }
+    costs
+}
+
+#[tokio::test]
+async fn a_move_costs_the_same_storage_work_after_many_moves() {
+    let costs = move_costs(24).await;
+    for (i, c) in costs.iter().enumerate() {
+        eprintln!("move {:>2}: {c:?}", i + 1);
+    }
+    // The first two moves differ (nothing cached yet, first chunk writes); from then on every
+    // move must cost what the third did.
+    for (i, c) in costs.iter().enumerate().skip(2) {
+        assert_eq!(c.requests, costs[2].requests, "requests of move {}", i + 1);
+    }
+}
