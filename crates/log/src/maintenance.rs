@@ -117,13 +117,32 @@ const COMPACTION_READS: usize = 8;
 /// the writes by hundreds of megabytes, and one giant segment (one giant fsync on a local
 /// disk) would stall the group commit behind it for a second or more.
 pub(crate) async fn compact(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
+    let mut freed = Vec::new();
+    let result = compact_collecting(shared, part, &mut freed).await;
+    delete_unreferenced(
+        Arc::clone(&shared.store),
+        freed,
+        shared.config.wal_delete_concurrency,
+    )
+    .await;
+    result
+}
+
+/// [`compact`], leaving the write-ahead objects it freed in `freed` for the caller to delete
+/// (a handover deletes them after it released the partition, not while produce waits). The
+/// manifest already moved past them, so deleting them later, or never, is safe.
+pub(crate) async fn compact_collecting(
+    shared: &Shared,
+    part: &Arc<Partition>,
+    freed: &mut Vec<String>,
+) -> LogResult<()> {
     // What is durable now; batches appended meanwhile wait for the next call, so a partition
     // written faster than it compacts cannot keep one call going forever.
     let Some(target) = part.lock().tail.back().map(|e| e.last_offset) else {
         return Ok(());
     };
     loop {
-        compact_pass(shared, part).await?;
+        compact_pass(shared, part, freed).await?;
         let st = part.lock();
         match st.tail.front() {
             Some(front) if st.serving != Serving::Gone && front.base_offset <= target => {}
@@ -133,7 +152,11 @@ pub(crate) async fn compact(shared: &Shared, part: &Arc<Partition>) -> LogResult
 }
 
 /// Compacts the oldest `segment_bytes` (at least one batch) of the tail.
-async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
+async fn compact_pass(
+    shared: &Shared,
+    part: &Arc<Partition>,
+    freed: &mut Vec<String>,
+) -> LogResult<()> {
     let _serial = part.maintenance.lock().await;
     let began = shared.clock.monotonic();
     let (entries, cached, manifest, manifest_version, left_streams) = {
@@ -323,19 +346,37 @@ async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
             st.remember_chunk(k, chunk);
         }
     }
-    let freed = release_wal(shared, &entries);
-    let deletes = freed.len();
-    for key in freed {
-        delete_quietly(shared, &key).await;
-    }
+    let unreferenced = release_wal(shared, &entries);
     let ms =
         |a: std::time::Duration, b: std::time::Duration| b.saturating_sub(a).as_secs_f64() * 1e3;
     tracing::debug!(partition = %part.tp, base = segment.base_offset, last = last.last_offset, size,
-        batches = entries.len(), deletes,
+        batches = entries.len(), unreferenced = unreferenced.len(),
         gather_ms = ms(began, gathered), segment_ms = ms(gathered, segment_written),
         index_ms = ms(segment_written, indexed), manifest_ms = ms(indexed, manifest_written),
-        delete_ms = ms(manifest_written, shared.clock.monotonic()), "compacted");
+        "compacted");
+    freed.extend(unreferenced);
     Ok(())
+}
+
+/// Deletes write-ahead objects nothing references any more, `concurrency` at a time. One at
+/// a time, a thousand of them cost seconds on a local disk (each delete syncs its directory):
+/// that was most of a handover's time in the migration benchmark (issue 19).
+pub(crate) async fn delete_unreferenced(
+    store: Arc<dyn strata_storage::ObjectStore>,
+    keys: Vec<String>,
+    concurrency: usize,
+) {
+    futures::stream::iter(keys)
+        .for_each_concurrent(concurrency.max(1), |key| {
+            let store = Arc::clone(&store);
+            async move {
+                let Ok(k) = ObjectKey::new(&key) else { return };
+                if let Err(e) = store.delete(&k).await {
+                    tracing::warn!(%key, error = %e, "delete failed; the object stays as garbage");
+                }
+            }
+        })
+        .await;
 }
 
 /// How often one chunk write re-reads the chunk after losing a compare-and-swap before the
