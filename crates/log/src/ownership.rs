@@ -28,7 +28,7 @@ use crate::manager::LogManager;
 use crate::manifest::read_manifest;
 use crate::manifest::Manifest;
 use crate::partition::{PartState, Partition, Serving, TailEntry};
-use crate::shared::{read_lock, write_partitions, Shared};
+use crate::shared::{lock_mutex, read_lock, write_partitions, Shared};
 use crate::wal;
 use crate::{LogError, LogResult};
 
@@ -395,8 +395,15 @@ async fn replay_stream(
 /// Hands a partition over: refuse new appends, wait for pending ones to become durable,
 /// compact the tail, mark the manifest released, stop serving. Returns the final high
 /// watermark.
-pub(crate) async fn release(shared: &Arc<Shared>, tp: &TopicPartition) -> LogResult<Offset> {
-    let part = shared.partition(tp).ok_or(LogError::NotOwner)?;
+/// Returns, beside the outcome, the background task deleting the write-ahead objects the
+/// handover freed (if any), for the manager to wait for at shutdown.
+pub(crate) async fn release(
+    shared: &Arc<Shared>,
+    tp: &TopicPartition,
+) -> (LogResult<Offset>, Option<tokio::task::JoinHandle<()>>) {
+    let Some(part) = shared.partition(tp) else {
+        return (Err(LogError::NotOwner), None);
+    };
     let mut phases = Phases::new(shared);
     // Write-ahead objects the passes free are deleted only once the partition is handed over,
     // in the background. Deleted inside the passes, one at a time (each syncs a directory on
@@ -405,16 +412,17 @@ pub(crate) async fn release(shared: &Arc<Shared>, tp: &TopicPartition) -> LogRes
     // (issue 19: 0.4 s moves turning into 1.9 s ones).
     let mut freed = Vec::new();
     let outcome = release_compacted(shared, &part, &mut phases, &mut freed).await;
-    if !freed.is_empty() {
+    let deleting = (!freed.is_empty()).then(|| {
         tokio::spawn(crate::maintenance::delete_unreferenced(
             Arc::clone(&shared.store),
             freed,
             shared.config.wal_delete_concurrency,
-        ));
+        ))
+    });
+    if let Ok(hw) = &outcome {
+        tracing::info!(partition = %tp, high_watermark = hw, phases = %phases, "handed partition over");
     }
-    let hw = outcome?;
-    tracing::info!(partition = %tp, high_watermark = hw, phases = %phases, "handed partition over");
-    Ok(Offset(hw))
+    (outcome.map(Offset), deleting)
 }
 
 /// [`release`] up to the released manifest, collecting the write-ahead objects it freed.
@@ -657,7 +665,15 @@ impl LogManager {
 
     /// Hands a partition over gracefully; returns its final high watermark.
     pub async fn release(&self, tp: &TopicPartition) -> LogResult<Offset> {
-        release(&self.shared, tp).await
+        let (outcome, deleting) = release(&self.shared, tp).await;
+        if let Some(task) = deleting {
+            // Kept so that shutdown waits for the deletes: objects of a stream nobody seals
+            // (a broker that stopped cleanly) are never collected otherwise.
+            let mut tasks = lock_mutex(&self.tasks);
+            tasks.retain(|t| !t.is_finished());
+            tasks.push(task);
+        }
+        outcome
     }
 
     /// Stops serving a partition at once, without flushing or checkpointing: ownership is in
