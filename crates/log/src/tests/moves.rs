@@ -107,7 +107,7 @@ async fn move_costs(moves: usize) -> Vec<MoveCost> {
     costs
 }
 
-/// The 1 GB benchmark's handovers spent seconds deleting, one at a time, the write-ahead
+/// The migration benchmark's handovers spent seconds deleting, one at a time, the write-ahead
 /// objects their compaction freed, while the partition was being handed over (and the
 /// refusing pass had that much more to do). A handover now makes no delete before it
 /// returns, and its storage work is the same at the twentieth move as at the third.
