@@ -222,6 +222,14 @@ pub struct MigrationArgs {
     /// The probe producer sends one small acks=all record this often.
     #[arg(long, default_value_t = 2)]
     pub send_interval_ms: u64,
+    /// Probe records per second instead of one every `--send-interval-ms` (paced against a
+    /// schedule, so the rate holds even when one send is late; e.g. 2000 for issue 19's run).
+    #[arg(long)]
+    pub probe_rate: Option<u64>,
+    /// Print one line per move (broker-side time, client time, longest acknowledgement gap,
+    /// the probe's largest produce latency around the move) instead of only the summary.
+    #[arg(long)]
+    pub per_move: bool,
     /// Pause between two moves.
     #[arg(long, default_value_t = 200)]
     pub pause_ms: u64,

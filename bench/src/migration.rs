@@ -51,6 +51,8 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 struct Acks {
     origin: Instant,
     acked_ns: Arc<Mutex<Vec<u64>>>,
+    /// (acknowledged at, produce latency) of every acknowledged record, ns.
+    latency_ns: Arc<Mutex<Vec<(u64, u64)>>>,
     failed: Arc<Mutex<u64>>,
     /// librdkafka's own log, when asked for (`--client-log`).
     client_log: Option<Arc<Mutex<std::fs::File>>>,
@@ -76,6 +78,9 @@ struct Move {
     /// `started` to `acked`: how long the producer really went without one (the old owner
     /// keeps acknowledging while it prepares, until it stops accepting).
     gap: u64,
+    /// The probe's largest produce latency among records acknowledged from `started` until
+    /// the next move starts.
+    max_latency: u64,
 }
 
 impl Move {
@@ -102,15 +107,30 @@ fn longest_ack_gap(acks: &Acks, from: u64, to: u64) -> u64 {
 }
 
 impl ProducerContext for Acks {
-    type DeliveryOpaque = ();
+    /// When the record was handed to the client, ns since the origin.
+    type DeliveryOpaque = Box<u64>;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, _: Self::DeliveryOpaque) {
+    fn delivery(&self, result: &DeliveryResult<'_>, sent: Self::DeliveryOpaque) {
         let now = clock::nanos_since(self.origin);
         match result {
-            Ok(_) => lock(&self.acked_ns).push(now),
+            Ok(_) => {
+                lock(&self.acked_ns).push(now);
+                lock(&self.latency_ns).push((now, now.saturating_sub(*sent)));
+            }
             Err(_) => *lock(&self.failed) += 1,
         }
     }
+}
+
+/// The largest produce latency (send to acknowledgement) of records acknowledged in
+/// `[from, to)`: what a producer saw of a move, however the client retried meanwhile.
+fn max_latency_acked_in(acks: &Acks, from: u64, to: u64) -> u64 {
+    lock(&acks.latency_ns)
+        .iter()
+        .filter(|(at, _)| (from..to).contains(at))
+        .map(|(_, l)| *l)
+        .max()
+        .unwrap_or(0)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -253,6 +273,7 @@ pub fn run(target: &TargetArgs, args: &MigrationArgs) -> Result<()> {
         let acks = Acks {
             origin,
             acked_ns: Arc::default(),
+            latency_ns: Arc::default(),
             failed: Arc::default(),
             client_log,
         };
@@ -275,6 +296,7 @@ pub fn run(target: &TargetArgs, args: &MigrationArgs) -> Result<()> {
                 claimed,
                 acked,
                 gap: longest_ack_gap(&acks, started, acked),
+                max_latency: 0,
             });
             if m % 10 == 0 {
                 peer_checks += 1;
@@ -282,6 +304,16 @@ pub fn run(target: &TargetArgs, args: &MigrationArgs) -> Result<()> {
             }
             // Let the producer settle on the new owner before the next move.
             std::thread::sleep(Duration::from_millis(args.pause_ms));
+        }
+        // Each move's window ends where the next one starts (the last one's at the pause).
+        let ends: Vec<u64> = samples
+            .iter()
+            .skip(1)
+            .map(|m| m.started)
+            .chain(std::iter::once(clock::nanos_since(origin)))
+            .collect();
+        for (m, end) in samples.iter_mut().zip(ends) {
+            m.max_latency = max_latency_acked_in(&acks, m.started, end);
         }
         let mut failovers = Vec::new();
         for _ in 0..args.failovers {
@@ -307,21 +339,54 @@ pub fn run(target: &TargetArgs, args: &MigrationArgs) -> Result<()> {
             .join()
             .map_err(|_| anyhow::anyhow!("probe panicked"))??;
         let failed_deliveries = *lock(&acks.failed) + failed;
-        report.push((bytes, samples, failovers, failed_deliveries));
+        let mut all: Vec<f64> = lock(&acks.latency_ns)
+            .iter()
+            .map(|(_, l)| *l as f64 / 1e6)
+            .collect();
+        let run_latency = summary("probe latency", &mut all);
+        report.push((bytes, samples, failovers, failed_deliveries, run_latency));
     }
     let load_after = system::load_average();
 
     println!(
-        "migration: {} brokers, storage {storage}, lease {}, heartbeat {}, probe every {} ms (acks=all)",
-        args.brokers, args.lease_period, args.heartbeat_interval, args.send_interval_ms
+        "migration: {} brokers, storage {storage}, lease {}, heartbeat {}, probe {} (acks=all), {} ms between moves",
+        args.brokers,
+        args.lease_period,
+        args.heartbeat_interval,
+        match args.probe_rate {
+            Some(rate) => format!("{rate} records/s"),
+            None => format!("every {} ms", args.send_interval_ms),
+        },
+        args.pause_ms
     );
     println!("load average before {load_before:?}, after {load_after:?}");
-    for (bytes, moves, failovers, failed) in &mut report {
+    for (bytes, moves, failovers, failed, run_latency) in &mut report {
         println!("partition {} MB:", *bytes / 1_000_000);
+        if args.per_move {
+            for (i, m) in moves.iter().enumerate() {
+                println!(
+                    "  move {:>3} at {:>8.3} s: broker {:>7.1} ms  client {:>6.1} ms  ack gap {:>6.1} ms  max produce latency {:>6.1} ms",
+                    i + 1,
+                    m.started as f64 / 1e9,
+                    (m.claimed - m.started) as f64 / 1e6,
+                    (m.acked - m.claimed) as f64 / 1e6,
+                    m.gap_ms(),
+                    m.max_latency as f64 / 1e6
+                );
+            }
+        }
         let mut samples: Vec<f64> = moves.iter().map(Move::total_ms).collect();
         println!("{}", summary("migration", &mut samples));
         let mut gaps: Vec<f64> = moves.iter().map(Move::gap_ms).collect();
         println!("{}", summary("unavailable", &mut gaps));
+        let mut handovers: Vec<f64> = moves
+            .iter()
+            .map(|m| (m.claimed - m.started) as f64 / 1e6)
+            .collect();
+        println!("{}", summary("broker-side", &mut handovers));
+        let mut latencies: Vec<f64> = moves.iter().map(|m| m.max_latency as f64 / 1e6).collect();
+        println!("{}", summary("max latency", &mut latencies));
+        println!("{run_latency}");
         // Where the slowest moves spent their time: the brokers' handover (override written
         // until the target holds the partition) or the client finding the new owner.
         moves.sort_by(|a, b| b.total_ms().total_cmp(&a.total_ms()));
@@ -423,6 +488,7 @@ fn fill(bootstrap: &str, target: &TargetArgs, topic: &str, bytes: u64) -> Result
     let acks = Acks {
         origin: clock::now(),
         acked_ns: Arc::default(),
+        latency_ns: Arc::default(),
         failed: Arc::default(),
         client_log: None,
     };
@@ -431,7 +497,8 @@ fn fill(bootstrap: &str, target: &TargetArgs, topic: &str, bytes: u64) -> Result
     let started = clock::now();
     let count = bytes.div_ceil(RECORD as u64);
     for _ in 0..count {
-        let mut record = BaseRecord::<(), [u8]>::to(topic).payload(&payload[..]);
+        let mut record = BaseRecord::<(), [u8], Box<u64>>::with_opaque_to(topic, Box::new(0))
+            .payload(&payload[..]);
         loop {
             match producer.send(record) {
                 Ok(()) => break,
@@ -478,16 +545,28 @@ fn spawn_probe(
     let producer: ThreadedProducer<Acks> = config.create_with_context(acks.clone())?;
     let topic = topic.to_string();
     let stop = Arc::clone(stop);
-    let interval = Duration::from_millis(args.send_interval_ms);
+    let interval = match args.probe_rate {
+        Some(rate) => Duration::from_nanos(1_000_000_000 / rate.max(1)),
+        None => Duration::from_millis(args.send_interval_ms),
+    };
+    let origin = acks.origin;
     Ok(std::thread::spawn(move || {
         let payload = [0u8; 100];
         let mut refused = 0u64;
+        // Paced against a schedule: sleeping a fixed interval after each send would lower the
+        // rate by however long each send and wake-up took.
+        let start = clock::now();
+        let mut sent = 0u32;
         while !stop.load(Ordering::Relaxed) {
-            let record = BaseRecord::<(), [u8]>::to(&topic).payload(&payload[..]);
+            let opaque = Box::new(clock::nanos_since(origin));
+            let record = BaseRecord::<(), [u8], Box<u64>>::with_opaque_to(&topic, opaque)
+                .payload(&payload[..]);
             if producer.send(record).is_err() {
                 refused += 1;
             }
-            std::thread::sleep(interval);
+            sent = sent.saturating_add(1);
+            let next = start + interval * sent;
+            std::thread::sleep(clock::remaining(next));
         }
         let _ = producer.flush(Duration::from_secs(30));
         Ok(refused)

@@ -117,13 +117,32 @@ const COMPACTION_READS: usize = 8;
 /// the writes by hundreds of megabytes, and one giant segment (one giant fsync on a local
 /// disk) would stall the group commit behind it for a second or more.
 pub(crate) async fn compact(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
+    let mut freed = Vec::new();
+    let result = compact_collecting(shared, part, &mut freed).await;
+    delete_unreferenced(
+        Arc::clone(&shared.store),
+        freed,
+        shared.config.wal_delete_concurrency,
+    )
+    .await;
+    result
+}
+
+/// [`compact`], leaving the write-ahead objects it freed in `freed` for the caller to delete
+/// (a handover deletes them after it released the partition, not while produce waits). The
+/// manifest already moved past them, so deleting them later, or never, is safe.
+pub(crate) async fn compact_collecting(
+    shared: &Shared,
+    part: &Arc<Partition>,
+    freed: &mut Vec<String>,
+) -> LogResult<()> {
     // What is durable now; batches appended meanwhile wait for the next call, so a partition
     // written faster than it compacts cannot keep one call going forever.
     let Some(target) = part.lock().tail.back().map(|e| e.last_offset) else {
         return Ok(());
     };
     loop {
-        compact_pass(shared, part).await?;
+        compact_pass(shared, part, freed).await?;
         let st = part.lock();
         match st.tail.front() {
             Some(front) if st.serving != Serving::Gone && front.base_offset <= target => {}
@@ -133,8 +152,13 @@ pub(crate) async fn compact(shared: &Shared, part: &Arc<Partition>) -> LogResult
 }
 
 /// Compacts the oldest `segment_bytes` (at least one batch) of the tail.
-async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
+async fn compact_pass(
+    shared: &Shared,
+    part: &Arc<Partition>,
+    freed: &mut Vec<String>,
+) -> LogResult<()> {
     let _serial = part.maintenance.lock().await;
+    let began = shared.clock.monotonic();
     let (entries, cached, manifest, manifest_version, left_streams) = {
         let st = part.lock();
         if st.serving == Serving::Gone || st.tail.is_empty() {
@@ -194,6 +218,7 @@ async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
         new_entries.push(index_entry_for(e, segment, position));
         position += b.len() as u32;
     }
+    let gathered = shared.clock.monotonic();
     let body = concat(&parts);
     let size = body.len() as u64;
     let seg_key = ObjectKey::new(manifest::segment_key(
@@ -242,6 +267,7 @@ async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
         Err(e) => return Err(e.into()),
     }
 
+    let segment_written = shared.clock.monotonic();
     // Index chunks: keep entries before this segment, replace anything at or after it (left
     // by an attempt whose manifest update never landed, or by a deposed owner), append the new
     // entries. Each write is fenced by the chunk's claim stamp (see `write_chunk`).
@@ -263,6 +289,7 @@ async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
         written.push((k, chunk));
     }
 
+    let indexed = shared.clock.monotonic();
     let last = entries[entries.len() - 1];
     let mut next = manifest.clone();
     next.checkpoint = last.last_offset + 1;
@@ -299,6 +326,7 @@ async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
         Err(e) => return Err(e),
     };
 
+    let manifest_written = shared.clock.monotonic();
     {
         let mut st = part.lock();
         for e in &entries {
@@ -318,11 +346,37 @@ async fn compact_pass(shared: &Shared, part: &Arc<Partition>) -> LogResult<()> {
             st.remember_chunk(k, chunk);
         }
     }
-    for key in release_wal(shared, &entries) {
-        delete_quietly(shared, &key).await;
-    }
-    tracing::debug!(partition = %part.tp, base = segment.base_offset, last = last.last_offset, size, "compacted");
+    let unreferenced = release_wal(shared, &entries);
+    let ms =
+        |a: std::time::Duration, b: std::time::Duration| b.saturating_sub(a).as_secs_f64() * 1e3;
+    tracing::debug!(partition = %part.tp, base = segment.base_offset, last = last.last_offset, size,
+        batches = entries.len(), unreferenced = unreferenced.len(),
+        gather_ms = ms(began, gathered), segment_ms = ms(gathered, segment_written),
+        index_ms = ms(segment_written, indexed), manifest_ms = ms(indexed, manifest_written),
+        "compacted");
+    freed.extend(unreferenced);
     Ok(())
+}
+
+/// Deletes write-ahead objects nothing references any more, `concurrency` at a time. One at
+/// a time, a thousand of them cost seconds on a local disk (each delete syncs its directory):
+/// that was most of a handover's time in the migration benchmark (issue 19).
+pub(crate) async fn delete_unreferenced(
+    store: Arc<dyn strata_storage::ObjectStore>,
+    keys: Vec<String>,
+    concurrency: usize,
+) {
+    futures::stream::iter(keys)
+        .for_each_concurrent(concurrency.max(1), |key| {
+            let store = Arc::clone(&store);
+            async move {
+                let Ok(k) = ObjectKey::new(&key) else { return };
+                if let Err(e) = store.delete(&k).await {
+                    tracing::warn!(%key, error = %e, "delete failed; the object stays as garbage");
+                }
+            }
+        })
+        .await;
 }
 
 /// How often one chunk write re-reads the chunk after losing a compare-and-swap before the

@@ -30,7 +30,7 @@ pub struct LogManager {
     give_up: watch::Sender<bool>,
     stop: watch::Sender<bool>,
     writer_task: Mutex<Option<JoinHandle<()>>>,
-    tasks: Mutex<Vec<JoinHandle<()>>>,
+    pub(crate) tasks: Mutex<Vec<JoinHandle<()>>>,
     broker: BrokerId,
 }
 

@@ -28,7 +28,7 @@ use crate::manager::LogManager;
 use crate::manifest::read_manifest;
 use crate::manifest::Manifest;
 use crate::partition::{PartState, Partition, Serving, TailEntry};
-use crate::shared::{read_lock, write_partitions, Shared};
+use crate::shared::{lock_mutex, read_lock, write_partitions, Shared};
 use crate::wal;
 use crate::{LogError, LogResult};
 
@@ -61,6 +61,7 @@ pub(crate) async fn acquire(
 ) -> LogResult<Vec<(TopicPartition, LogResult<()>)>> {
     let mut loading = Vec::new();
     let mut results = Vec::new();
+    let mut phases = Phases::new(shared);
     for want in wanted {
         let tp = TopicPartition::new(want.topic.name.clone(), want.partition);
         if let Some(part) = shared.partition(&tp) {
@@ -139,6 +140,7 @@ pub(crate) async fn acquire(
         });
     }
 
+    phases.mark("manifests");
     // Fence every stream involved once, however many of its partitions we take.
     let streams: BTreeSet<u32> = loading
         .iter()
@@ -157,6 +159,7 @@ pub(crate) async fn acquire(
         tracing::info!(stream, seal, "fenced write-ahead stream for takeover");
         seals.insert(stream, seal);
     }
+    phases.mark("seal");
     // Replay in ownership order: the k-th stream of every partition's list, for k = 0, 1, …
     // (each stream is read once per round, for all partitions that need it at that rank).
     let rounds = loading.iter().map(|l| l.replay.len()).max().unwrap_or(0);
@@ -176,6 +179,7 @@ pub(crate) async fn acquire(
         }
     }
 
+    phases.mark("replay");
     let mut acquired = Vec::new();
     for mut l in loading {
         let tp = TopicPartition::new(l.want.topic.name.clone(), l.want.partition);
@@ -211,6 +215,7 @@ pub(crate) async fn acquire(
         acquired.push(part);
         results.push((tp, Ok(())));
     }
+    phases.mark("claim");
     // Compact replayed tails right away: the old stream must not be needed again.
     for part in &acquired {
         let needs = part.lock().tail.iter().any(|t| t.stream != shared.stream);
@@ -232,6 +237,10 @@ pub(crate) async fn acquire(
         .collect();
     for (p, base, len) in cached {
         shared.cache.admitted(&p, base, len);
+    }
+    phases.mark("compact");
+    if !acquired.is_empty() {
+        tracing::info!(partitions = acquired.len(), phases = %phases, "took partitions over");
     }
     Ok(results)
 }
@@ -386,17 +395,54 @@ async fn replay_stream(
 /// Hands a partition over: refuse new appends, wait for pending ones to become durable,
 /// compact the tail, mark the manifest released, stop serving. Returns the final high
 /// watermark.
-pub(crate) async fn release(shared: &Arc<Shared>, tp: &TopicPartition) -> LogResult<Offset> {
-    let part = shared.partition(tp).ok_or(LogError::NotOwner)?;
+/// Returns, beside the outcome, the background task deleting the write-ahead objects the
+/// handover freed (if any), for the manager to wait for at shutdown.
+pub(crate) async fn release(
+    shared: &Arc<Shared>,
+    tp: &TopicPartition,
+) -> (LogResult<Offset>, Option<tokio::task::JoinHandle<()>>) {
+    let Some(part) = shared.partition(tp) else {
+        return (Err(LogError::NotOwner), None);
+    };
+    let mut phases = Phases::new(shared);
+    // Write-ahead objects the passes free are deleted only once the partition is handed over,
+    // in the background. Deleted inside the passes, one at a time (each syncs a directory on
+    // a local disk), a thousand of them took seconds; the serving pass's delay became the
+    // backlog of the pass that runs while produce is refused, and each move fed the next
+    // (issue 19: 0.4 s moves turning into 1.9 s ones).
+    let mut freed = Vec::new();
+    let outcome = release_compacted(shared, &part, &mut phases, &mut freed).await;
+    let deleting = (!freed.is_empty()).then(|| {
+        tokio::spawn(crate::maintenance::delete_unreferenced(
+            Arc::clone(&shared.store),
+            freed,
+            shared.config.wal_delete_concurrency,
+        ))
+    });
+    if let Ok(hw) = &outcome {
+        tracing::info!(partition = %tp, high_watermark = hw, phases = %phases, "handed partition over");
+    }
+    (outcome.map(Offset), deleting)
+}
+
+/// [`release`] up to the released manifest, collecting the write-ahead objects it freed.
+async fn release_compacted(
+    shared: &Arc<Shared>,
+    part: &Arc<Partition>,
+    phases: &mut Phases<'_>,
+    freed: &mut Vec<String>,
+) -> LogResult<i64> {
+    let tp = &part.tp;
     let mut hw_rx = part.hw.subscribe();
     // Compact what is durable *while still serving*: the pass after appends stop then covers
     // only what arrived meanwhile, so the time the partition refuses produce does not grow
     // with a compaction backlog (after a bulk load compaction can lag the writes by hundreds
     // of megabytes: 2 s of unavailability on the first move in the migration benchmark).
     // A failure here only means the second pass has more to do.
-    if let Err(e) = crate::maintenance::compact(shared, &part).await {
+    if let Err(e) = crate::maintenance::compact_collecting(shared, part, freed).await {
         tracing::warn!(partition = %tp, error = %e, "compaction before handover failed; retried after appends stop");
     }
+    phases.mark("compact_serving");
     {
         let mut st = part.lock();
         // A suspended partition stays suspended: it is released all the same (its manifest
@@ -422,14 +468,16 @@ pub(crate) async fn release(shared: &Arc<Shared>, tp: &TopicPartition) -> LogRes
             .await
             .is_err()
         {
-            end_release(&part);
+            end_release(part);
             return Err(LogError::Timeout);
         }
     }
-    if let Err(e) = crate::maintenance::compact(shared, &part).await {
-        end_release(&part);
+    phases.mark("drain");
+    if let Err(e) = crate::maintenance::compact_collecting(shared, part, freed).await {
+        end_release(part);
         return Err(e);
     }
+    phases.mark("compact_refusing");
     let _serial = part.maintenance.lock().await;
     let (mut manifest, version) = {
         let st = part.lock();
@@ -438,6 +486,7 @@ pub(crate) async fn release(shared: &Arc<Shared>, tp: &TopicPartition) -> LogRes
     manifest.released = true;
     crate::maintenance::put_manifest_raw(shared, part.topic_id, tp.partition, &manifest, version)
         .await?;
+    phases.mark("manifest");
     let hw = {
         let mut st = part.lock();
         st.serving = Serving::Gone;
@@ -446,8 +495,41 @@ pub(crate) async fn release(shared: &Arc<Shared>, tp: &TopicPartition) -> LogRes
     write_partitions(shared).remove(tp);
     // Wake long-polls so they notice the partition is gone.
     part.hw.send_replace(Offset(hw));
-    tracing::info!(partition = %tp, high_watermark = hw, "handed partition over");
-    Ok(Offset(hw))
+    Ok(hw)
+}
+
+/// Durations of the steps of a takeover or handover, for its log line: a slow move is then
+/// explained by the line that reports it.
+struct Phases<'a> {
+    shared: &'a Shared,
+    last: std::time::Duration,
+    done: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl<'a> Phases<'a> {
+    fn new(shared: &'a Shared) -> Self {
+        Self {
+            shared,
+            last: shared.clock.monotonic(),
+            done: Vec::new(),
+        }
+    }
+
+    fn mark(&mut self, phase: &'static str) {
+        let now = self.shared.clock.monotonic();
+        self.done.push((phase, now.saturating_sub(self.last)));
+        self.last = now;
+    }
+}
+
+impl std::fmt::Display for Phases<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (phase, took)) in self.done.iter().enumerate() {
+            let sep = if i == 0 { "" } else { " " };
+            write!(f, "{sep}{phase}={:.1}ms", took.as_secs_f64() * 1e3)?;
+        }
+        Ok(())
+    }
 }
 
 /// A handover that failed before the manifest was released: serve appends again (unless the
@@ -543,6 +625,7 @@ impl LogManager {
         // sealed its stream. Claiming then would seal the successor in turn and advertise us as
         // leader of partitions we can no longer write. So look first; a takeover is rare
         // enough for one listing of our own stream.
+        let checked = self.shared.clock.monotonic();
         if !wanted.is_empty() && self.is_sealed().await? {
             tracing::error!(
                 stream = self.shared.stream,
@@ -551,6 +634,16 @@ impl LogManager {
             self.shared.fenced.send_replace(true);
             return Err(LogError::Fenced);
         }
+        tracing::debug!(
+            took_ms = self
+                .shared
+                .clock
+                .monotonic()
+                .saturating_sub(checked)
+                .as_secs_f64()
+                * 1e3,
+            "checked our own stream for a seal before a takeover"
+        );
         let mut list = Vec::new();
         let mut results = Vec::new();
         for (topic, partition, epoch) in wanted {
@@ -572,7 +665,15 @@ impl LogManager {
 
     /// Hands a partition over gracefully; returns its final high watermark.
     pub async fn release(&self, tp: &TopicPartition) -> LogResult<Offset> {
-        release(&self.shared, tp).await
+        let (outcome, deleting) = release(&self.shared, tp).await;
+        if let Some(task) = deleting {
+            // Kept so that shutdown waits for the deletes: objects of a stream nobody seals
+            // (a broker that stopped cleanly) are never collected otherwise.
+            let mut tasks = lock_mutex(&self.tasks);
+            tasks.retain(|t| !t.is_finished());
+            tasks.push(task);
+        }
+        outcome
     }
 
     /// Stops serving a partition at once, without flushing or checkpointing: ownership is in

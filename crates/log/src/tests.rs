@@ -1065,6 +1065,7 @@ async fn suspended_writes_keep_reads_and_resume_under_the_same_epoch() {
 }
 
 mod deposed;
+mod moves;
 
 #[tokio::test]
 async fn partition_size_and_producer_state_survive_compaction_and_restart() {

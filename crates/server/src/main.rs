@@ -75,7 +75,8 @@ enum Command {
     /// flush_bytes, max_pending_bytes, segment_bytes, segment_interval, cache_bytes,
     /// retention_check_interval, default_partitions, max_inflight_flushes,
     /// max_decompressed_batch_bytes [default: 64MiB], max_concurrent_decompressions [default:
-    /// CPU cores], handover_timeout [default: 30s], shutdown_timeout [default: 30s]).
+    /// CPU cores], handover_timeout [default: 30s], shutdown_timeout [default: 30s],
+    /// wal_delete_concurrency [default: 16]).
     /// Environment
     /// variables: STRATA_ + the upper-cased key, STRATA_LOG_ + key for the [log] section
     /// (e.g. STRATA_LISTEN, STRATA_STORAGE, STRATA_NODE_ID, STRATA_LOG_FLUSH_INTERVAL).

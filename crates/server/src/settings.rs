@@ -215,6 +215,9 @@ pub struct LogSettings {
     /// Shutdown waits this long for queued appends to become durable before failing them.
     #[serde(with = "humantime_serde")]
     pub shutdown_timeout: Duration,
+    /// Deletes of compacted write-ahead objects in flight at once, per compaction or
+    /// handover (a handover deletes them in the background once it released the partition).
+    pub wal_delete_concurrency: usize,
 }
 
 impl Default for Settings {
@@ -289,6 +292,7 @@ impl Default for LogSettings {
             max_concurrent_decompressions: None,
             handover_timeout: log.handover_timeout,
             shutdown_timeout: log.shutdown_timeout,
+            wal_delete_concurrency: log.wal_delete_concurrency,
         }
     }
 }
@@ -333,6 +337,7 @@ impl LogSettings {
                 .unwrap_or_else(strata_log::default_concurrent_decompressions),
             handover_timeout: self.handover_timeout,
             shutdown_timeout: self.shutdown_timeout,
+            wal_delete_concurrency: self.wal_delete_concurrency,
             ..LogConfig::default()
         })
     }
@@ -707,6 +712,11 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
     (
         "STRATA_LOG_MAX_INFLIGHT_FLUSHES",
         &["log", "max_inflight_flushes"],
+        Kind::Integer,
+    ),
+    (
+        "STRATA_LOG_WAL_DELETE_CONCURRENCY",
+        &["log", "wal_delete_concurrency"],
         Kind::Integer,
     ),
     (
@@ -1160,6 +1170,9 @@ impl Settings {
         }
         if self.log.max_inflight_flushes == 0 {
             return bad("log.max_inflight_flushes", "must be at least 1");
+        }
+        if self.log.wal_delete_concurrency == 0 {
+            return bad("log.wal_delete_concurrency", "must be at least 1");
         }
         // Below a megabyte, ordinary producer batches (librdkafka's default batch.size is 1MB
         // uncompressed) would be refused.
