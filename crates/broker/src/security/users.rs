@@ -259,3 +259,112 @@ impl UserStore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use strata_core::ManualClock;
+    use strata_storage::MemoryStore;
+
+    use super::*;
+
+    fn credential(mechanism: Mechanism, password: &str) -> Credential {
+        Credential::from_password(mechanism, password.as_bytes(), b"salt".to_vec(), 4096)
+    }
+
+    #[tokio::test]
+    async fn two_brokers_altering_one_user_at_once_both_land() {
+        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+        let a = UserStore::new(Arc::clone(&store), Arc::clone(&clock), Duration::ZERO, 10);
+        let b = UserStore::new(Arc::clone(&store), Arc::clone(&clock), Duration::ZERO, 10);
+        let sha256 = [Change::Upsert(credential(Mechanism::Sha256, "p1"))];
+        let sha512 = [Change::Upsert(credential(Mechanism::Sha512, "p2"))];
+        let (x, y) = tokio::join!(a.alter("u", &sha256), b.alter("u", &sha512));
+        x.unwrap();
+        y.unwrap();
+        let user = a.describe("u").await.unwrap().unwrap();
+        let mut mechanisms: Vec<_> = user
+            .credentials
+            .iter()
+            .map(|c| c.mechanism.clone())
+            .collect();
+        mechanisms.sort();
+        assert_eq!(mechanisms, ["SCRAM-SHA-256", "SCRAM-SHA-512"]);
+        assert!(credential_of(&user, Mechanism::Sha512)
+            .unwrap()
+            .verify_password(b"p2"));
+    }
+
+    #[tokio::test]
+    async fn a_change_through_another_broker_is_seen_once_the_cache_entry_expires() {
+        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let clock = Arc::new(ManualClock::new(0));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let ttl = Duration::from_secs(1);
+        let reader = UserStore::new(Arc::clone(&store), Arc::clone(&dyn_clock), ttl, 10);
+        let writer = UserStore::new(Arc::clone(&store), dyn_clock, ttl, 10);
+        assert!(reader.lookup("u").await.unwrap().is_none());
+        writer
+            .alter("u", &[Change::Upsert(credential(Mechanism::Sha512, "p"))])
+            .await
+            .unwrap();
+        assert!(reader.lookup("u").await.unwrap().is_none(), "cached miss");
+        clock.advance(ttl);
+        assert!(reader.lookup("u").await.unwrap().is_some());
+        writer
+            .alter("u", &[Change::Delete(Mechanism::Sha512)])
+            .await
+            .unwrap();
+        clock.advance(ttl);
+        assert!(
+            reader.lookup("u").await.unwrap().is_none(),
+            "a tombstone is no user"
+        );
+        assert!(reader.list().await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn deleting_a_missing_credential_and_weak_credentials_are_refused() {
+        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let users = UserStore::new(store, Arc::new(ManualClock::new(0)), Duration::ZERO, 10);
+        assert!(matches!(
+            users.alter("u", &[Change::Delete(Mechanism::Sha256)]).await,
+            Err(SecurityError::NotFound(_))
+        ));
+        let weak = Credential::from_password(Mechanism::Sha256, b"p", b"s".to_vec(), 1000);
+        assert!(matches!(
+            users.alter("u", &[Change::Upsert(weak)]).await,
+            Err(SecurityError::Unacceptable(_))
+        ));
+        assert!(matches!(
+            users
+                .alter("", &[Change::Upsert(credential(Mechanism::Sha256, "p"))])
+                .await,
+            Err(SecurityError::Unacceptable(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn every_store_shares_one_fake_salt_key() {
+        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+        let a = UserStore::new(Arc::clone(&store), Arc::clone(&clock), Duration::ZERO, 10);
+        let b = UserStore::new(store, clock, Duration::ZERO, 10);
+        assert_eq!(a.secret().await.unwrap(), b.secret().await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_unknown_names_keeps_the_cache_bounded() {
+        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let users = UserStore::new(
+            store,
+            Arc::new(ManualClock::new(0)),
+            Duration::from_secs(60),
+            5,
+        );
+        for i in 0..50 {
+            users.lookup(&format!("nobody-{i}")).await.unwrap();
+            assert!(users.cache.lock().unwrap().len() <= 5);
+        }
+    }
+}
