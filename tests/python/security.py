@@ -7,7 +7,8 @@ Commands (all take --bootstrap, --protocol SASL_PLAINTEXT|SASL_SSL|SSL, --mechan
   round-trip --topic T   produce 20 records and consume them back; exit 0 when all arrive
   refused                connect with these credentials; exit 0 when the client reports an
                          authentication failure (and nothing was produced), 1 otherwise
-  login                  exit 0 when these credentials get a Metadata answer, 1 when refused
+  login                  exit 0 when these credentials get a Metadata answer (printing the
+                         brokers it lists as id=host:port), 1 when refused
   alter-user --new-user U --new-password P
                          create U (SCRAM-SHA-512) with AdminClient.alter_user_scram_credentials,
                          then check describe_user_scram_credentials lists it
@@ -114,8 +115,11 @@ def login(args):
     deadline = time.monotonic() + DEADLINE_SECONDS
     while time.monotonic() < deadline and not errors:
         try:
-            admin.list_topics(timeout=1)
-            print(f"logged in as {args.user}")
+            metadata = admin.list_topics(timeout=1)
+            brokers = " ".join(
+                f"{b.id}={b.host}:{b.port}" for b in sorted(metadata.brokers.values(), key=lambda b: b.id)
+            )
+            print(f"logged in as {args.user}; brokers {brokers}")
             return 0
         except Exception:  # a timeout while the client reports its failure
             pass

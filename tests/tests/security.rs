@@ -428,6 +428,10 @@ fn sasl_ssl_with_scram_and_plain_and_garbage_on_the_tls_port() {
 
 /// A user created through the Admin API (AlterUserScramCredentials) on broker 1 logs in on
 /// broker 2 of the same cluster: the credential is in the shared storage, not in a broker.
+/// Broker 2 tells a client of its SASL listener broker 1's SASL endpoint, from broker 1's
+/// registration, and the client produces and consumes through the cluster.
+/// Broker 2 tells a client of its SASL listener broker 1's SASL endpoint, from broker 1's
+/// registration, and the client produces and consumes through the cluster.
 #[test]
 fn a_user_created_through_the_admin_api_on_one_broker_logs_in_on_another() {
     let listeners = "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0";
@@ -465,8 +469,8 @@ fn a_user_created_through_the_admin_api_on_one_broker_logs_in_on_another() {
     python("alter-user", &args).assert_success("AlterUserScramCredentials on broker 1");
     // Broker 2 cached "no such user" a moment ago; it reads storage again within its cache
     // lifetime. Each attempt is a new client that either logs in or is refused.
-    strata_tests::wait::wait_until("erin logs in on broker 2", CLIENT_DEADLINE, || {
-        python(
+    let login = strata_tests::wait::wait_until("erin logs in on broker 2", CLIENT_DEADLINE, || {
+        let login = python(
             "login",
             &sasl_args(
                 &on_2,
@@ -475,9 +479,24 @@ fn a_user_created_through_the_admin_api_on_one_broker_logs_in_on_another() {
                 "erin",
                 "erin-secret",
             ),
-        )
-        .status
-        .success()
-        .then_some(())
+        );
+        login.status.success().then_some(login)
     });
+    assert!(
+        login.stdout.contains(&format!("1={on_1}")) && login.stdout.contains(&format!("2={on_2}")),
+        "broker 2 advertises both brokers' SASL endpoints: {}",
+        login.stdout
+    );
+    for topic in ["secure-cluster-a", "secure-cluster-b", "secure-cluster-c"] {
+        let mut args = sasl_args(
+            &on_2,
+            "SASL_PLAINTEXT",
+            "SCRAM-SHA-512",
+            "erin",
+            "erin-secret",
+        );
+        args.extend(["--topic", topic]);
+        python("round-trip", &args)
+            .assert_success(&format!("round trip of {topic} through broker 2"));
+    }
 }

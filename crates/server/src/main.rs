@@ -29,6 +29,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use strata_broker::cluster::{ClusterNode, Joined};
 use strata_broker::{Broker, BrokerParts, BrokerSettings};
+use strata_cluster::ListenerEndpoint;
 use strata_core::{BrokerId, Clock, SystemClock};
 use strata_log::{LogManager, Ownership as LogOwnership};
 use strata_storage::{url_scheme, StackConfig, StorageStack, StoreRegistry};
@@ -462,12 +463,20 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // log's write-ahead stream is registered under it.
     let joined = match &cluster_settings {
         Some(cluster) => Some(
-            ClusterNode::join(
+            ClusterNode::join_with_listeners(
                 Arc::clone(&storage.store),
                 Arc::clone(&clock),
                 cluster,
                 settings.node_id.map(BrokerId),
                 (advertised_host.clone(), advertised_port),
+                listeners
+                    .iter()
+                    .map(|(_, info, _)| ListenerEndpoint {
+                        name: info.name.clone(),
+                        host: info.advertised_host.clone(),
+                        port: info.advertised_port,
+                    })
+                    .collect(),
                 seed.rotate_left(17) ^ 0x5851_f42d_4c95_7f2d,
             )
             .await

@@ -124,7 +124,9 @@ pub(crate) fn group_coordinator(
         .leader_of(&view, &node.owners(), topic.id, &tp)
         .ok_or_else(|| unavailable("the group's coordinator shard is between owners"))?;
     let (host, port) = view
-        .address(leader)
+        .members
+        .get(&leader)
+        .map(|m| m.registration.endpoint(&ctx.listener.name))
         .map(|(h, p)| (h.to_string(), p))
         .ok_or_else(|| unavailable("the group's coordinator is not live"))?;
     if leader == broker.settings.node_id {

@@ -220,7 +220,8 @@ impl<'a> Leaders<'a> {
     /// of getting the retriable storage error we answer with.
     ///
     /// This broker is given by the endpoint of `listener`, the one the client came in on.
-    /// Other brokers by the address they registered (their first listener's).
+    /// Other brokers by the endpoint they registered for a listener of the same name (their
+    /// first listener's address if they have none of that name).
     pub(crate) fn brokers(&self, listener: &Listener) -> Vec<(i32, String, u16)> {
         let me = (
             self.node_id,
@@ -233,7 +234,10 @@ impl<'a> Leaders<'a> {
                 let mut brokers: Vec<_> = view
                     .members
                     .iter()
-                    .map(|(id, m)| (id.0, m.registration.host.clone(), m.registration.port))
+                    .map(|(id, m)| {
+                        let (host, port) = m.registration.endpoint(&listener.name);
+                        (id.0, host.to_string(), port)
+                    })
                     .collect();
                 if !brokers.iter().any(|(id, _, _)| *id == self.node_id) {
                     brokers.push(me);
