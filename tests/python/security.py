@@ -101,9 +101,9 @@ def refused(args):
     if listed is not None:
         print("the broker answered Metadata to a client that should have been refused", file=sys.stderr)
         return 1
-    codes = [e.code() for e in errors]
-    if KafkaError._AUTHENTICATION in codes:
-        print(f"refused: {[str(e) for e in errors][:1]}")
+    authentication = [str(e) for e in errors if e.code() == KafkaError._AUTHENTICATION]
+    if authentication:
+        print(f"refused: {authentication[0]}")
         return 0
     print(f"no authentication error; errors {errors}", file=sys.stderr)
     return 1
