@@ -1965,6 +1965,79 @@ mod tests {
     }
 
     #[test]
+    fn security_settings_have_defaults_come_from_every_layer_and_are_checked() {
+        let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        let specs = s.listener_specs().unwrap();
+        assert_eq!(
+            specs.len(),
+            1,
+            "one PLAINTEXT listener on `listen` by default"
+        );
+        assert_eq!(specs[0].bind, s.listen);
+        assert_eq!(
+            s.sasl_mechanisms(),
+            ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+        );
+        assert_eq!(s.authentication_timeout, Duration::from_secs(10));
+        assert_eq!(s.sasl_user_cache_ttl, Duration::from_secs(1));
+        assert_eq!(s.sasl_user_cache_entries, 10_000);
+
+        let f = file(
+            "listeners = \"PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0\"\n\
+             sasl_enabled_mechanisms = \"SCRAM-SHA-512\"\nsasl_user_cache_ttl = \"250ms\"\n",
+        );
+        let (s, _) = load(Some(f.path()), env(&[]), &FlagOverrides::default()).unwrap();
+        assert_eq!(s.listener_specs().unwrap().len(), 2);
+        assert_eq!(s.sasl_mechanisms(), ["SCRAM-SHA-512"]);
+        assert_eq!(s.sasl_user_cache_ttl, Duration::from_millis(250));
+        let (s, _) = load(
+            Some(f.path()),
+            env(&[("STRATA_LISTENERS", "SASL_PLAINTEXT://127.0.0.1:0")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap();
+        assert_eq!(s.listener_specs().unwrap().len(), 1);
+        let flags = FlagOverrides {
+            listeners: Some("A://127.0.0.1:0".into()),
+            listener_security_protocol_map: Some("A:SASL_PLAINTEXT".into()),
+            ..Default::default()
+        };
+        let (s, _) = load(Some(f.path()), env(&[]), &flags).unwrap();
+        assert_eq!(s.listener_specs().unwrap()[0].name, "A");
+
+        let refused = |flags: FlagOverrides| load(None, env(&[]), &flags).unwrap_err().to_string();
+        let e = refused(FlagOverrides {
+            listeners: Some("SASL_SSL://127.0.0.1:0".into()),
+            ..Default::default()
+        });
+        assert!(e.contains("ssl_certificate"), "{e}");
+        let e = refused(FlagOverrides {
+            sasl_enabled_mechanisms: Some("GSSAPI".into()),
+            ..Default::default()
+        });
+        assert!(e.contains("sasl_enabled_mechanisms"), "{e}");
+        let e = refused(FlagOverrides {
+            listeners: Some("EXTERNAL://127.0.0.1:0".into()),
+            ..Default::default()
+        });
+        assert!(e.contains("listener_security_protocol_map"), "{e}");
+        let e = refused(FlagOverrides {
+            listeners: Some("PLAINTEXT://127.0.0.1:0".into()),
+            advertised_listener: Some("h:1".into()),
+            ..Default::default()
+        });
+        assert!(e.contains("advertised_listener"), "{e}");
+        let e = load(
+            None,
+            env(&[("STRATA_SASL_USER_CACHE_ENTRIES", "0")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("sasl_user_cache_entries"), "{e}");
+    }
+
+    #[test]
     fn metrics_listen_is_off_by_default_and_set_by_every_layer() {
         let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
         assert_eq!(s.metrics_listen, None);
