@@ -72,7 +72,7 @@ impl Connection {
     {
         debug!(peer = %self.peer, listener = %self.listener.name, "connection opened");
         let mut sasl = if self.listener.protocol.uses_sasl() {
-            Session::new()
+            Session::unauthenticated()
         } else {
             Session::authenticated(Principal::anonymous())
         };

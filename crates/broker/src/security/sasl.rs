@@ -77,7 +77,7 @@ pub(crate) struct Session {
 
 impl Session {
     /// A connection on a SASL listener, not yet authenticated.
-    pub fn new() -> Self {
+    pub fn unauthenticated() -> Self {
         Self {
             state: State::Handshake,
             principal: None,
