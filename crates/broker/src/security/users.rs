@@ -262,7 +262,7 @@ impl UserStore {
 
 #[cfg(test)]
 mod tests {
-    use strata_core::ManualClock;
+    use strata_core::clock::ManualClock;
     use strata_storage::MemoryStore;
 
     use super::*;
