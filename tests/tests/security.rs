@@ -26,6 +26,7 @@ const CLOSE_DEADLINE: Duration = Duration::from_secs(10);
 /// The address listener `name` is bound to, from the broker's `listener NAME (...) on ADDR`.
 fn listener_addr(broker: &StrataProcess, name: &str) -> SocketAddr {
     let marker = format!("listener {name} (");
+    // Logged before the `listening on` line the harness waits for.
     let line = broker
         .log_lines_containing(&marker)
         .pop()

@@ -572,7 +572,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         "strata {} started",
         env!("CARGO_PKG_VERSION")
     );
-    info!("listening on {bound}");
+    // Each listener before the `listening on` line: whoever waits for that line (the tests'
+    // harness) may then read them all.
     for (_, info, bound) in &listeners {
         info!(
             "listener {} ({}) on {bound}, advertised as {}:{}",
@@ -586,6 +587,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .into_iter()
         .map(|(listener, info, _)| (listener, info))
         .collect();
+    info!("listening on {bound}");
 
     match broker.cluster().cloned() {
         None => {
