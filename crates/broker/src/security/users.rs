@@ -139,6 +139,10 @@ impl UserStore {
         &self,
         user: &str,
     ) -> Result<Option<(StoredUser, strata_storage::Version)>, SecurityError> {
+        // No user has an empty name (and its key would be the prefix itself).
+        if user.is_empty() {
+            return Ok(None);
+        }
         let key = key(user)?;
         match self.store.get(&key).await {
             Ok((bytes, version)) => Ok(Some((StoredUser::decode(key.as_str(), &bytes)?, version))),
@@ -181,6 +185,9 @@ impl UserStore {
     /// Applies `changes` to `user` in one compare-and-swap (retried if another writer got in
     /// between). A deletion of a credential the user does not have is NotFound.
     pub async fn alter(&self, user: &str, changes: &[Change]) -> Result<(), SecurityError> {
+        if user.is_empty() {
+            return Err(SecurityError::Unacceptable("Username must not be empty".into()));
+        }
         let key = key(user)?;
         for _ in 0..CAS_ATTEMPTS {
             let (mut stored, mode) = match self.read(user).await? {
