@@ -30,6 +30,9 @@ pub enum Change {
     Delete(Mechanism),
 }
 
+/// When a user was read (monotonic), and what storage held: None for no such user.
+type CacheEntry = (Duration, Option<Arc<StoredUser>>);
+
 /// The user store over the cluster's storage.
 #[derive(Debug)]
 pub struct UserStore {
@@ -39,7 +42,7 @@ pub struct UserStore {
     max_entries: usize,
     /// User name → (read at, what storage held). Unknown users are cached too (as None), so
     /// repeated attempts with made-up names cost one read per name per `ttl`.
-    cache: Mutex<HashMap<String, (Duration, Option<Arc<StoredUser>>)>>,
+    cache: Mutex<HashMap<String, CacheEntry>>,
     /// The key of unknown users' fake salts, shared by every broker through storage, so that
     /// two brokers give an unknown user the same salt as they would a real one.
     secret: tokio::sync::OnceCell<Arc<[u8]>>,
