@@ -189,7 +189,9 @@ impl UserStore {
     /// between). A deletion of a credential the user does not have is NotFound.
     pub async fn alter(&self, user: &str, changes: &[Change]) -> Result<(), SecurityError> {
         if user.is_empty() {
-            return Err(SecurityError::Unacceptable("Username must not be empty".into()));
+            return Err(SecurityError::Unacceptable(
+                "Username must not be empty".into(),
+            ));
         }
         let key = key(user)?;
         for _ in 0..CAS_ATTEMPTS {
