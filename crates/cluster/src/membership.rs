@@ -823,9 +823,22 @@ mod tests {
     #[test]
     fn a_registration_without_named_listeners_still_loads_and_answers_for_any_listener() {
         let key = broker_key(BrokerId(3)).unwrap();
-        let old =
-            br#"{"node_id":3,"host":"h","port":9092,"incarnation":7,"started_ms":0,"heartbeat":1}"#;
-        let registration = BrokerRegistration::decode(&key, old).unwrap();
+        let me = BrokerRegistration {
+            node_id: BrokerId(3),
+            host: "h".into(),
+            port: 9092,
+            incarnation: Incarnation(7),
+            started_ms: 0,
+            heartbeat: 1,
+            draining: false,
+            process: None,
+            listeners: Vec::new(),
+        };
+        // Without named listeners the object is exactly what older versions wrote.
+        let old = me.encode().unwrap();
+        assert!(!String::from_utf8_lossy(&old).contains("listeners"));
+        let registration = BrokerRegistration::decode(&key, &old).unwrap();
+        assert_eq!(registration, me);
         assert!(registration.listeners.is_empty());
         assert_eq!(registration.endpoint("SASL_SSL"), ("h", 9092));
         let mut named = registration.clone();
