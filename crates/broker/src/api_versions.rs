@@ -61,7 +61,10 @@ const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
     (ApiKey::DescribeClientQuotas, 0, 1),
     (ApiKey::ListTransactions, 0, 2),
     (ApiKey::DescribeTransactions, 0, 0),
@@ -133,6 +136,11 @@ pub fn supported_versions(key: ApiKey) -> Option<VersionRange> {
     }
     .intersect(&key.valid_versions());
     (!range.is_empty()).then_some(range)
+}
+
+/// [`supported_versions`] of a raw api key.
+pub(crate) fn supported_versions_of(key: i16) -> Option<VersionRange> {
+    ApiKey::try_from(key).ok().and_then(supported_versions)
 }
 
 /// Every implemented API with its version range, sorted by key.
@@ -254,7 +262,6 @@ mod tests {
             ApiKey::ShareGroupHeartbeat,
             ApiKey::AddPartitionsToTxn,
             ApiKey::EndTxn,
-            ApiKey::SaslHandshake,
         ] {
             assert!(supported_versions(key).is_none(), "{key:?}");
         }

@@ -18,8 +18,7 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use futures::stream::{FuturesOrdered, StreamExt};
 use strata_core::Clock;
-use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{debug, error, warn};
@@ -27,6 +26,8 @@ use tracing::{debug, error, warn};
 use crate::dispatch::{self, Reply};
 use crate::framing::ResponseFrame;
 use crate::limits::MemoryCharge;
+use crate::security::sasl::{Gate, Session};
+use crate::security::{Listener, Principal};
 use crate::server::Broker;
 use strata_wire::frame::{try_split_frame, FrameError};
 
@@ -39,20 +40,47 @@ pub(crate) struct Connection {
     broker: Arc<Broker>,
     peer: SocketAddr,
     shutdown: watch::Receiver<bool>,
+    listener: Arc<Listener>,
+    /// When the connection was accepted: authentication must be done within
+    /// `authentication_timeout` of it.
+    accepted: Duration,
 }
 
 impl Connection {
-    pub fn new(broker: Arc<Broker>, peer: SocketAddr, shutdown: watch::Receiver<bool>) -> Self {
+    pub fn new(
+        broker: Arc<Broker>,
+        peer: SocketAddr,
+        shutdown: watch::Receiver<bool>,
+        listener: Arc<Listener>,
+        accepted: Duration,
+    ) -> Self {
         Self {
             broker,
             peer,
             shutdown,
+            listener,
+            accepted,
         }
     }
 
-    pub async fn run(mut self, stream: TcpStream) {
-        debug!(peer = %self.peer, "connection opened");
-        let (mut reader, mut writer) = stream.into_split();
+    /// Serves the connection read from `reader` and answered on `writer` (the two halves of
+    /// a TCP or TLS stream) until either side closes it.
+    pub async fn run<R, W>(mut self, mut reader: R, mut writer: W)
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
+        debug!(peer = %self.peer, listener = %self.listener.name, "connection opened");
+        let mut sasl = if self.listener.protocol.uses_sasl() {
+            Session::unauthenticated()
+        } else {
+            Session::authenticated(Principal::anonymous())
+        };
+        // Until SASL completes, requests that reach dispatch (ApiVersions) act for nobody.
+        let unauthenticated = Arc::new(Principal::anonymous());
+        let auth_deadline = self
+            .accepted
+            .saturating_add(self.broker.settings.authentication_timeout);
         let settings = &self.broker.settings;
         let max_frame = settings.max_request_bytes;
         let depth = settings.max_inflight_requests_per_connection.max(1);
@@ -119,6 +147,37 @@ impl Connection {
                             buf = BytesMut::from(&buf[..]);
                         }
                         frame_started = (!buf.is_empty()).then(|| clock.monotonic());
+                        if !sasl.is_done() {
+                            match sasl.gate(&frame) {
+                                Gate::Dispatch => {}
+                                Gate::Sasl => {
+                                    let held = charge.take();
+                                    let (reply, close) =
+                                        sasl.step(&self.broker, frame, self.peer).await;
+                                    drop(held);
+                                    inflight.push_back(tokio::spawn(std::future::ready(reply)));
+                                    if close {
+                                        reading = false;
+                                    }
+                                    continue;
+                                }
+                                Gate::Refuse => {
+                                    warn!(peer = %self.peer, listener = %self.listener.name,
+                                        "request before authentication; closing connection");
+                                    self.broker
+                                        .auth_stats
+                                        .record("other", "unauthenticated_request");
+                                    charge = None;
+                                    reading = false;
+                                    break;
+                                }
+                            }
+                        }
+                        let principal = match sasl.principal() {
+                            Some(principal) => Arc::clone(principal),
+                            None => Arc::clone(&unauthenticated),
+                        };
+                        let listener = Arc::clone(&self.listener);
                         let is_produce = frame.len() >= 2 && frame[0] == 0 && frame[1] == 0;
                         let turn = is_produce.then(|| {
                             let ticket = next_produce_ticket;
@@ -130,8 +189,10 @@ impl Connection {
                         let peer = self.peer;
                         let shutdown = self.shutdown.clone();
                         inflight.push_back(tokio::spawn(async move {
-                            let reply =
-                                dispatch::handle_frame(broker, frame, peer, shutdown, turn).await;
+                            let reply = dispatch::handle_frame(
+                                broker, frame, peer, shutdown, turn, principal, listener,
+                            )
+                            .await;
                             drop(held);
                             reply
                         }));
@@ -155,7 +216,7 @@ impl Connection {
             }
             // A frame in progress must complete in time (unless we are the ones holding it up,
             // waiting for memory); a connection with nothing in progress may idle this long.
-            let deadline = if !buf.is_empty() {
+            let mut deadline = if !buf.is_empty() {
                 frame_started
                     .filter(|_| charging.is_none())
                     .map(|started| (started.saturating_add(read_timeout), Expiry::SlowRequest))
@@ -164,6 +225,9 @@ impl Connection {
             } else {
                 None
             };
+            if !sasl.is_done() && deadline.is_none_or(|(at, _)| auth_deadline < at) {
+                deadline = Some((auth_deadline, Expiry::Unauthenticated));
+            }
 
             tokio::select! {
                 // Answer first: it frees pipeline slots and keeps latency low.
@@ -216,6 +280,11 @@ impl Connection {
                     match deadline.map(|(_, why)| why) {
                         Some(Expiry::SlowRequest) => warn!(peer = %self.peer, timeout = ?read_timeout,
                             bytes = buf.len(), "request not received in time; closing connection"),
+                        Some(Expiry::Unauthenticated) => {
+                            self.broker.auth_stats.record("other", "timeout");
+                            warn!(peer = %self.peer, timeout = ?self.broker.settings.authentication_timeout,
+                                "not authenticated in time; closing connection");
+                        }
                         _ => debug!(peer = %self.peer, timeout = ?idle_timeout, "idle; closing connection"),
                     }
                     reading = false;
@@ -241,6 +310,8 @@ enum Expiry {
     SlowRequest,
     /// Nothing in progress for `connections_max_idle`.
     Idle,
+    /// SASL not completed within `authentication_timeout` of the connection's start.
+    Unauthenticated,
 }
 
 async fn sleep_until_some(clock: &dyn Clock, deadline: Option<(Duration, Expiry)>) {

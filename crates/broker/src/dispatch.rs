@@ -38,6 +38,8 @@ pub(crate) async fn handle_frame(
     peer: SocketAddr,
     shutdown: watch::Receiver<bool>,
     produce_turn: Option<crate::ProduceTurn>,
+    principal: Arc<crate::security::Principal>,
+    listener: Arc<crate::security::Listener>,
 ) -> Reply {
     let header = match parse_request_header(&mut frame) {
         Ok(header) => header,
@@ -53,6 +55,8 @@ pub(crate) async fn handle_frame(
         peer,
         shutdown,
         produce_turn: Arc::new(std::sync::Mutex::new(produce_turn)),
+        principal,
+        listener,
     };
     let api_key = match &header.api {
         RequestApi::Supported { key, .. } | RequestApi::UnsupportedVersion { key, .. } => *key,
@@ -106,7 +110,8 @@ pub(crate) async fn handle_frame(
         Ok(request) => request,
         Err(e) => {
             warn!(%peer, ?api_key, version = ctx.api_version, correlation_id = ctx.correlation_id,
-                client_id = ?ctx.client_id, error = %e, "undecodable request");
+                client_id = ?ctx.client_id, principal = %ctx.principal, error = %e,
+                "undecodable request");
             return error_answer(api_key, &ctx).unwrap_or(Reply::Close);
         }
     };
@@ -179,8 +184,35 @@ async fn route(
         RequestKind::DescribeAcls(r) => reply(ctx, &security::describe_acls(r, ctx)),
         RequestKind::CreateAcls(r) => reply(ctx, &security::create_acls(r, ctx)),
         RequestKind::DeleteAcls(r) => reply(ctx, &security::delete_acls(r, ctx)),
-        RequestKind::DescribeUserScramCredentials(r) => {
-            reply(ctx, &security::describe_user_scram_credentials(r, ctx))
+        RequestKind::DescribeUserScramCredentials(r) => reply(
+            ctx,
+            &security::describe_user_scram_credentials(broker, r, ctx).await,
+        ),
+        RequestKind::AlterUserScramCredentials(r) => reply(
+            ctx,
+            &security::alter_user_scram_credentials(broker, r, ctx).await,
+        ),
+        // The connection runs the SASL exchange itself, before anything reaches here; once
+        // authenticated (or on a listener without SASL) a new exchange is out of turn
+        // (re-authentication, KIP-368, is not implemented).
+        RequestKind::SaslHandshake(_) => {
+            let mut response = SaslHandshakeResponse::default();
+            response.error_code = code::ILLEGAL_SASL_STATE;
+            response.mechanisms = broker
+                .settings
+                .sasl_enabled_mechanisms
+                .iter()
+                .map(|m| kafka_protocol::protocol::StrBytes::from_string(m.clone()))
+                .collect();
+            Ok(Reply::Frame(respond(ctx, &response)?))
+        }
+        RequestKind::SaslAuthenticate(_) => {
+            let mut response = SaslAuthenticateResponse::default();
+            response.error_code = code::ILLEGAL_SASL_STATE;
+            response.error_message = crate::errors::message(
+                "SaslAuthenticate outside a SASL exchange (re-authentication is not supported)",
+            );
+            Ok(Reply::Frame(respond(ctx, &response)?))
         }
         RequestKind::DescribeClientQuotas(r) => {
             reply(ctx, &security::describe_client_quotas(r, ctx))

@@ -13,6 +13,7 @@ use strata_storage::StorageError;
 use strata_wire::batch::BatchError;
 
 use crate::fetch_sessions::FetchSessionError;
+use crate::security::SecurityError;
 
 /// Kafka error codes used by the broker, with the numbers of Kafka's `Errors` enum.
 pub mod code {
@@ -55,7 +56,12 @@ pub mod code {
     pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
     pub const INVALID_PRODUCER_EPOCH: i16 = 47;
     pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+    pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+    pub const ILLEGAL_SASL_STATE: i16 = 34;
     pub const SECURITY_DISABLED: i16 = 54;
+    pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
+    pub const DUPLICATE_RESOURCE: i16 = 92;
+    pub const UNACCEPTABLE_CREDENTIAL: i16 = 93;
     pub const KAFKA_STORAGE_ERROR: i16 = 56;
     pub const UNKNOWN_PRODUCER_ID: i16 = 59;
     pub const NON_EMPTY_GROUP: i16 = 68;
@@ -136,6 +142,23 @@ pub fn fetch_session_error_code(error: &FetchSessionError) -> i16 {
         FetchSessionError::NotFound => code::FETCH_SESSION_ID_NOT_FOUND,
         FetchSessionError::InvalidEpoch => code::INVALID_FETCH_SESSION_EPOCH,
         FetchSessionError::TopicIdMismatch => code::FETCH_SESSION_TOPIC_ID_ERROR,
+    }
+}
+
+/// The Kafka error code of a security failure: a failed login and a malformed SASL message
+/// both read SASL_AUTHENTICATION_FAILED (the client is refused either way, and the message
+/// must not say whether the user exists); a user store that cannot be reached is retriable.
+pub fn security_error_code(error: &SecurityError) -> i16 {
+    match error {
+        SecurityError::BadSaslMessage(_) | SecurityError::BadCredentials => {
+            code::SASL_AUTHENTICATION_FAILED
+        }
+        SecurityError::UnsupportedMechanism(_) => code::UNSUPPORTED_SASL_MECHANISM,
+        SecurityError::IllegalState(_) => code::ILLEGAL_SASL_STATE,
+        SecurityError::Unacceptable(_) => code::UNACCEPTABLE_CREDENTIAL,
+        SecurityError::NotFound(_) => code::RESOURCE_NOT_FOUND,
+        SecurityError::Duplicate(_) => code::DUPLICATE_RESOURCE,
+        SecurityError::Storage(_) | SecurityError::Contended(_) => code::KAFKA_STORAGE_ERROR,
     }
 }
 

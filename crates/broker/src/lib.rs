@@ -22,6 +22,7 @@ mod fetch_sessions;
 mod framing;
 mod handlers;
 mod limits;
+pub mod security;
 mod server;
 mod settings;
 
@@ -48,6 +49,11 @@ pub(crate) struct RequestContext {
     pub shutdown: watch::Receiver<bool>,
     /// For a Produce: its place in the connection's order of appends.
     pub produce_turn: std::sync::Arc<std::sync::Mutex<Option<ProduceTurn>>>,
+    /// Who the connection authenticated as (`User:ANONYMOUS` on a listener without SASL):
+    /// what authorization and quotas will key on.
+    pub principal: std::sync::Arc<security::Principal>,
+    /// The listener the request came in on: its endpoint is the one advertised back.
+    pub listener: std::sync::Arc<security::Listener>,
 }
 
 /// A Produce request's place in its connection's append order.

@@ -16,6 +16,7 @@ use crate::connection::Connection;
 use crate::coordinator::GroupCoordinator;
 use crate::fetch_sessions::{FetchSessionStats, FetchSessions};
 use crate::limits::Limits;
+use crate::security::{AuthStats, Listener, SecurityError, UserStore};
 use crate::BrokerSettings;
 
 /// Everything a broker is built from: the log it serves, the clock, its settings, and the
@@ -45,6 +46,10 @@ pub struct Broker {
     pub(crate) limits: Limits,
     /// Incremental fetch sessions (KIP-227), in this broker's memory only.
     pub(crate) fetch_sessions: FetchSessions,
+    /// The SCRAM users in shared storage; None until [`Broker::with_users`] (a broker
+    /// without them refuses every SASL login and the user APIs).
+    pub(crate) users: Option<Arc<UserStore>>,
+    pub(crate) auth_stats: AuthStats,
 }
 
 fn fetch_sessions(parts: &BrokerParts) -> FetchSessions {
@@ -79,6 +84,8 @@ impl Broker {
             settings: parts.settings,
             groups,
             cluster: None,
+            users: None,
+            auth_stats: AuthStats::default(),
         })
     }
 
@@ -142,7 +149,32 @@ impl Broker {
             settings: parts.settings,
             groups,
             cluster: Some(node),
+            users: None,
+            auth_stats: AuthStats::default(),
         })
+    }
+
+    /// Keeps SCRAM users in `store` (the cluster's storage), cached per the settings.
+    pub fn with_users(mut self, store: Arc<dyn ObjectStore>) -> Self {
+        self.users = Some(Arc::new(UserStore::new(
+            store,
+            Arc::clone(&self.clock),
+            self.settings.sasl_user_cache_ttl,
+            self.settings.sasl_user_cache_entries,
+        )));
+        self
+    }
+
+    /// The user store, or why there is none.
+    pub(crate) fn users(&self) -> Result<&UserStore, SecurityError> {
+        self.users
+            .as_deref()
+            .ok_or(SecurityError::IllegalState("this broker has no user store"))
+    }
+
+    /// Authentication outcomes so far, for the metrics endpoint.
+    pub fn auth_stats(&self) -> &AuthStats {
+        &self.auth_stats
     }
 
     /// The fetch session cache's counts, for the metrics endpoint.
@@ -163,19 +195,76 @@ impl Broker {
         &self.log
     }
 
-    /// Serves Kafka clients on `listener` until `shutdown` completes, then stops accepting, lets
-    /// every connection finish the requests it has already read (long-poll fetches return
-    /// early), closes them and returns. Connections still busy after
-    /// [`BrokerSettings::shutdown_grace`] are abandoned (logged). The log itself is not shut
-    /// down here: the caller does that once this returns.
+    /// Serves Kafka clients on one PLAINTEXT `listener` advertising the settings' address.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: impl Future<Output = ()>) {
+        let info = Listener::plaintext(
+            self.settings.advertised_host.clone(),
+            self.settings.advertised_port,
+        );
+        self.serve_listeners(vec![(listener, info)], shutdown).await;
+    }
+
+    /// Serves Kafka clients on every listener until `shutdown` completes, then stops
+    /// accepting, lets every connection finish the requests it has already read (long-poll
+    /// fetches return early), closes them and returns. Connections still busy after
+    /// [`BrokerSettings::shutdown_grace`] are abandoned (logged). The log itself is not shut
+    /// down here: the caller does that once this returns. `max_connections` and
+    /// `max_connections_per_ip` count the connections of all listeners together.
+    pub async fn serve_listeners(
+        self: Arc<Self>,
+        listeners: Vec<(TcpListener, Listener)>,
+        shutdown: impl Future<Output = ()>,
+    ) {
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         // Every connection task holds a clone of `done_tx`; when all are dropped, `recv` on
         // `done_rx` returns None: the tokio way of knowing every handler has finished.
         let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
         let slots = Arc::new(Semaphore::new(self.settings.max_connections.max(1)));
-        tokio::pin!(shutdown);
+        let accepting: Vec<_> = listeners
+            .into_iter()
+            .map(|(listener, info)| {
+                tokio::spawn(Arc::clone(&self).accept_loop(
+                    listener,
+                    Arc::new(info),
+                    Arc::clone(&slots),
+                    shutdown_rx.clone(),
+                    done_tx.clone(),
+                ))
+            })
+            .collect();
+        shutdown.await;
+        let _ = shutdown_tx.send(true);
+        for task in accepting {
+            let _ = task.await;
+        }
+        info!("stopped accepting connections; finishing in-flight requests");
+        drop(done_tx);
+        let grace = self.settings.shutdown_grace;
+        if strata_core::timeout(self.clock.as_ref(), grace, done_rx.recv())
+            .await
+            .is_err()
+        {
+            warn!(
+                grace = ?self.settings.shutdown_grace,
+                "connections still busy after the shutdown grace period; abandoning them"
+            );
+        }
+    }
 
+    /// Accepts connections on one listener until shutdown starts.
+    async fn accept_loop(
+        self: Arc<Self>,
+        listener: TcpListener,
+        info: Arc<Listener>,
+        slots: Arc<Semaphore>,
+        shutdown_rx: watch::Receiver<bool>,
+        done_tx: mpsc::Sender<()>,
+    ) {
+        let mut stopping = shutdown_rx.clone();
+        let shutdown = async move {
+            let _ = stopping.wait_for(|stop| *stop).await;
+        };
+        tokio::pin!(shutdown);
         loop {
             // Take a slot before accepting: at the limit, new connections wait in the backlog.
             let permit = tokio::select! {
@@ -210,29 +299,54 @@ impl Broker {
             if let Err(e) = stream.set_nodelay(true) {
                 debug!(%peer, error = %e, "could not set TCP_NODELAY");
             }
-            let connection = Connection::new(Arc::clone(&self), peer, shutdown_rx.clone());
+            let accepted_at = self.clock.monotonic();
+            let connection = Connection::new(
+                Arc::clone(&self),
+                peer,
+                shutdown_rx.clone(),
+                Arc::clone(&info),
+                accepted_at,
+            );
             let done = done_tx.clone();
+            let broker = Arc::clone(&self);
+            let tls = info.tls.clone();
             tokio::spawn(async move {
-                connection.run(stream).await;
+                match tls {
+                    None => {
+                        let (reader, writer) = stream.into_split();
+                        connection.run(reader, writer).await;
+                    }
+                    Some(acceptor) => {
+                        // The handshake counts against the authentication deadline: a
+                        // client that never finishes one holds its slot only that long.
+                        let limit = broker.settings.authentication_timeout;
+                        match strata_core::timeout(
+                            broker.clock.as_ref(),
+                            limit,
+                            acceptor.accept(stream),
+                        )
+                        .await
+                        {
+                            Ok(Ok(tls)) => {
+                                let (reader, writer) = tokio::io::split(tls);
+                                connection.run(reader, writer).await;
+                            }
+                            Ok(Err(e)) => {
+                                broker.auth_stats.record("TLS", "tls_handshake");
+                                debug!(%peer, error = %e, "TLS handshake failed; closing");
+                            }
+                            Err(_) => {
+                                broker.auth_stats.record("TLS", "timeout");
+                                debug!(%peer, "TLS handshake not done in time; closing");
+                            }
+                        }
+                    }
+                }
                 drop(ip_slot);
                 drop(permit);
                 drop(done);
             });
         }
-
         drop(listener);
-        info!("stopped accepting connections; finishing in-flight requests");
-        let _ = shutdown_tx.send(true);
-        drop(done_tx);
-        let grace = self.settings.shutdown_grace;
-        if strata_core::timeout(self.clock.as_ref(), grace, done_rx.recv())
-            .await
-            .is_err()
-        {
-            warn!(
-                grace = ?self.settings.shutdown_grace,
-                "connections still busy after the shutdown grace period; abandoning them"
-            );
-        }
     }
 }

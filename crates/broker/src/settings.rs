@@ -122,6 +122,21 @@ pub struct BrokerSettings {
     /// evicted for any new session, and one that had existed this long when last used may be
     /// evicted for a new session of more partitions. Younger sessions are never evicted.
     pub min_incremental_fetch_session_eviction: Duration,
+    /// SASL mechanisms offered on SASL listeners (Kafka's `sasl.enabled.mechanisms`), a
+    /// subset of PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512; a handshake naming another is
+    /// refused with UNSUPPORTED_SASL_MECHANISM and this list.
+    pub sasl_enabled_mechanisms: Vec<String>,
+    /// A connection on a TLS or SASL listener must finish its TLS handshake and SASL exchange
+    /// within this long of being accepted, or it is closed: an unauthenticated client holds
+    /// a connection slot for at most this long, whatever it sends (ApiVersions included).
+    pub authentication_timeout: Duration,
+    /// How long a broker trusts the SCRAM users it read from storage: a user created,
+    /// changed or deleted through another broker is seen here within about this long.
+    pub sasl_user_cache_ttl: Duration,
+    /// Users (known or not) remembered by the cache at most. Each login of a name not in the
+    /// cache costs one storage read; made-up names past this bound flush the cache instead of
+    /// growing it.
+    pub sasl_user_cache_entries: usize,
     /// Cluster mode: None serves every partition here (a broker alone on its storage); Some
     /// makes this broker one member of a cluster sharing the storage (see [`crate::cluster`]).
     pub cluster: Option<ClusterSettings>,
@@ -232,6 +247,13 @@ impl Default for BrokerSettings {
             // A thousand sessions of a thousand partitions: about 150 MB at the most.
             max_incremental_fetch_session_partitions: 1_000_000,
             min_incremental_fetch_session_eviction: Duration::from_secs(120),
+            sasl_enabled_mechanisms: crate::security::MECHANISMS
+                .iter()
+                .map(|m| m.to_string())
+                .collect(),
+            authentication_timeout: Duration::from_secs(10),
+            sasl_user_cache_ttl: Duration::from_secs(1),
+            sasl_user_cache_entries: 10_000,
             cluster: None,
         }
     }

@@ -70,7 +70,8 @@ async fn start_on(
         member_id_seed: rand_seed(),
     })
     .await
-    .unwrap();
+    .unwrap()
+    .with_users(Arc::clone(&store));
     let (stop, stopped) = oneshot::channel::<()>();
     let served = tokio::spawn(Arc::new(broker).serve(listener, async {
         let _ = stopped.await;
@@ -307,6 +308,7 @@ mod admin;
 mod cluster;
 mod fetch_sessions;
 mod groups;
+mod security;
 
 #[tokio::test]
 async fn api_versions_of_an_unknown_version_answers_v0_with_the_supported_list() {

@@ -788,6 +788,7 @@ mod tests {
                     heartbeat: 1,
                     draining,
                     process: None,
+                    listeners: Vec::new(),
                 },
                 live_since,
             },

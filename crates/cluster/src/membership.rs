@@ -57,6 +57,32 @@ pub struct BrokerRegistration {
     /// dead. None where the platform cannot tell (registrations of older versions too).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process: Option<ProcessIdentity>,
+    /// The endpoint of each named listener (`host`/`port` above are the first's), so a client
+    /// is told every broker's address on the listener it came in on. Empty in registrations
+    /// of older versions, which had one listener.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listeners: Vec<ListenerEndpoint>,
+}
+
+/// Where clients of one named listener reach a broker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListenerEndpoint {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+impl BrokerRegistration {
+    /// The address clients of listener `name` use: its named endpoint, or the registration's
+    /// address when the broker registered none of that name.
+    pub fn endpoint(&self, name: &str) -> (&str, u16) {
+        self.listeners
+            .iter()
+            .find(|l| l.name == name)
+            .map_or((self.host.as_str(), self.port), |l| {
+                (l.host.as_str(), l.port)
+            })
+    }
 }
 
 impl BrokerRegistration {
@@ -119,6 +145,8 @@ pub struct LocalBroker {
     pub host: String,
     pub port: u16,
     pub incarnation: Incarnation,
+    /// Named listeners' endpoints (see [`BrokerRegistration::listeners`]).
+    pub listeners: Vec<ListenerEndpoint>,
 }
 
 /// One live broker as an observer sees it.
@@ -274,6 +302,7 @@ impl Membership {
             heartbeat: 0,
             draining: false,
             process: None,
+            listeners: local.listeners,
         };
         let tracker = LivenessTracker::new(config.lease_period, config.max_observation_gap());
         Ok(Self {
@@ -787,7 +816,40 @@ mod tests {
             host: format!("broker-{id}"),
             port: 9092,
             incarnation: Incarnation(incarnation),
+            listeners: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_registration_without_named_listeners_still_loads_and_answers_for_any_listener() {
+        let key = broker_key(BrokerId(3)).unwrap();
+        let me = BrokerRegistration {
+            node_id: BrokerId(3),
+            host: "h".into(),
+            port: 9092,
+            incarnation: Incarnation(7),
+            started_ms: 0,
+            heartbeat: 1,
+            draining: false,
+            process: None,
+            listeners: Vec::new(),
+        };
+        // Without named listeners the object is exactly what older versions wrote.
+        let old = me.encode().unwrap();
+        assert!(!String::from_utf8_lossy(&old).contains("listeners"));
+        let registration = BrokerRegistration::decode(&key, &old).unwrap();
+        assert_eq!(registration, me);
+        assert!(registration.listeners.is_empty());
+        assert_eq!(registration.endpoint("SASL_SSL"), ("h", 9092));
+        let mut named = registration.clone();
+        named.listeners.push(ListenerEndpoint {
+            name: "SASL_SSL".into(),
+            host: "h".into(),
+            port: 9094,
+        });
+        let round_trip = BrokerRegistration::decode(&key, &named.encode().unwrap()).unwrap();
+        assert_eq!(round_trip.endpoint("SASL_SSL"), ("h", 9094));
+        assert_eq!(round_trip.endpoint("PLAINTEXT"), ("h", 9092));
     }
 
     fn membership(

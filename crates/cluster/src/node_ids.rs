@@ -46,6 +46,8 @@ pub struct Newcomer {
     pub host: String,
     pub port: u16,
     pub incarnation: Incarnation,
+    /// Named listeners' endpoints (see `BrokerRegistration::listeners`).
+    pub listeners: Vec<crate::membership::ListenerEndpoint>,
 }
 
 /// What one listing of the registrations says about allocated ids.
@@ -154,6 +156,7 @@ async fn try_allocate(
             host: me.host.clone(),
             port: me.port,
             incarnation: me.incarnation,
+            listeners: me.listeners.clone(),
         },
     )?
     .with_process_table(Arc::clone(processes));
@@ -220,6 +223,7 @@ mod tests {
             host: "127.0.0.1".into(),
             port,
             incarnation: Incarnation(incarnation),
+            listeners: Vec::new(),
         }
     }
 
@@ -250,6 +254,7 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port: 9000,
                 incarnation: Incarnation(u64::try_from(id).unwrap()),
+                listeners: Vec::new(),
             },
         )
         .unwrap()

@@ -371,6 +371,7 @@ impl World {
                 host: format!("b{broker}"),
                 port: 9092,
                 incarnation,
+                listeners: Vec::new(),
             },
         )
         .ok()?;

@@ -72,6 +72,7 @@ pub(crate) fn node(
             host: "h".into(),
             port: 1,
             incarnation,
+            listeners: Vec::new(),
         },
     )
     .unwrap();

@@ -16,6 +16,8 @@
 //! cluster/placement-changes              rewritten after every placement override change
 //! cluster/owners-changes                 rewritten after every owner record change (RADOS)
 //! cluster/drain/<node id>                an operator's request that a broker drain
+//! security/users/<hex of name>           a SCRAM user's salted credentials (CAS)
+//! security/salt-key                      the key of unknown users' fake SCRAM salts
 //! ```
 //!
 //! Stored JSON schemas carry a `schema` number ([`schema`]). Objects written before it existed
@@ -38,6 +40,7 @@ pub mod partition;
 pub mod producer_ids;
 pub mod schema;
 pub mod streams;
+pub mod users;
 pub mod wal;
 
 pub use catalog::{Catalog, CatalogReader, CatalogTopic, TopicSummary};

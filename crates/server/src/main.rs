@@ -13,8 +13,10 @@
 mod admin;
 mod health;
 mod http;
+mod listeners;
 mod metrics;
 mod settings;
+mod users;
 
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
@@ -27,6 +29,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use strata_broker::cluster::{ClusterNode, Joined};
 use strata_broker::{Broker, BrokerParts, BrokerSettings};
+use strata_cluster::ListenerEndpoint;
 use strata_core::{BrokerId, Clock, SystemClock};
 use strata_log::{LogManager, Ownership as LogOwnership};
 use strata_storage::{url_scheme, StackConfig, StorageStack, StoreRegistry};
@@ -55,7 +58,11 @@ enum Command {
     /// Settings come from defaults, then the --config file (TOML), then STRATA_* environment
     /// variables, then these flags; later ones win. Unknown keys in the file are errors.
     ///
-    /// The file takes the flag names with underscores (listen, advertised_listener, node_id,
+    /// The file takes the flag names with underscores (listen, advertised_listener,
+    /// listeners, advertised_listeners, listener_security_protocol_map,
+    /// sasl_enabled_mechanisms, ssl_certificate, ssl_key, authentication_timeout [default:
+    /// 10s], sasl_user_cache_ttl [default: 1s], sasl_user_cache_entries [default: 10000],
+    /// node_id,
     /// cluster_id, storage, ephemeral_storage_ok, auto_create_topics,
     /// auto_create_topics_per_request, auto_create_topics_per_second,
     /// default_replication_factor, max_request_bytes,
@@ -90,6 +97,9 @@ enum Command {
     /// Operate on brokers of a running cluster (cluster mode).
     #[command(subcommand)]
     Broker(admin::BrokerCommand),
+    /// Manage SCRAM users in the cluster's storage (works with no broker running).
+    #[command(subcommand)]
+    Users(users::UsersCommand),
     /// Print the version.
     Version,
 }
@@ -105,6 +115,28 @@ struct ServeArgs {
     /// host:port advertised to clients [default: listen address and bound port].
     #[arg(long, value_name = "HOST:PORT")]
     advertised_listener: Option<String>,
+    /// Named listeners NAME://host:port,... (e.g. PLAINTEXT://127.0.0.1:9092,
+    /// SASL_SSL://0.0.0.0:9094); replaces --listen and --advertised-listener [default: one
+    /// PLAINTEXT listener on --listen].
+    #[arg(long, value_name = "LIST")]
+    listeners: Option<String>,
+    /// NAME://host:port,... advertised to clients of each named listener [default: the bound
+    /// address of each].
+    #[arg(long, value_name = "LIST")]
+    advertised_listeners: Option<String>,
+    /// NAME:PROTOCOL,... giving each listener PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL
+    /// [default: PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL].
+    #[arg(long, value_name = "MAP")]
+    listener_security_protocol_map: Option<String>,
+    /// SASL mechanisms offered on SASL listeners [default: PLAIN,SCRAM-SHA-256,SCRAM-SHA-512].
+    #[arg(long, value_name = "LIST")]
+    sasl_enabled_mechanisms: Option<String>,
+    /// PEM certificate chain of SSL and SASL_SSL listeners (read at start-up).
+    #[arg(long, value_name = "PATH")]
+    ssl_certificate: Option<String>,
+    /// PEM private key of --ssl-certificate.
+    #[arg(long, value_name = "PATH")]
+    ssl_key: Option<String>,
     /// This broker's node id, at most 1000 in cluster mode [default: allocated by the cluster
     /// from 1001 up, a crashed predecessor's on this machine first; 0 with --cluster false].
     #[arg(long, value_name = "ID")]
@@ -233,6 +265,7 @@ fn main() -> ExitCode {
         }
         Command::Partitions(command) => run_admin(admin::partitions(command)),
         Command::Broker(command) => run_admin(admin::broker(command)),
+        Command::Users(command) => run_admin(users::run(command)),
         Command::Serve(args) => {
             if let Err(e) = init_logging(args.log_level.as_deref()) {
                 let _ = writeln!(std::io::stderr(), "strata: {e:#}");
@@ -292,6 +325,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let flags = FlagOverrides {
         listen: args.listen,
         advertised_listener: args.advertised_listener,
+        listeners: args.listeners,
+        advertised_listeners: args.advertised_listeners,
+        listener_security_protocol_map: args.listener_security_protocol_map,
+        sasl_enabled_mechanisms: args.sasl_enabled_mechanisms,
+        ssl_certificate: args.ssl_certificate,
+        ssl_key: args.ssl_key,
         node_id: args.node_id,
         cluster_id: args.cluster_id,
         storage: args.storage,
@@ -387,23 +426,58 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let scheme = url_scheme(&settings.storage).unwrap_or_else(|| "file".into());
     let cluster_settings = settings.cluster.then(|| settings.cluster_settings(&scheme));
-    // Bound before anything else so the advertised address (which a cluster registration
-    // carries) is known; connections wait in the backlog until serving starts.
-    let listener = TcpListener::bind(settings.listen)
-        .await
-        .with_context(|| format!("binding {}", settings.listen))?;
-    let bound = listener.local_addr().context("reading the bound address")?;
-    let (advertised_host, advertised_port) = advertised(&settings, bound)?;
+    // Bound before anything else so the advertised addresses (which a cluster registration
+    // carries) are known; connections wait in the backlog until serving starts.
+    let tls = tls_acceptor(&settings)?;
+    let mut listeners = Vec::new();
+    for spec in settings.listener_specs()? {
+        let listener = TcpListener::bind(spec.bind)
+            .await
+            .with_context(|| format!("binding listener {} on {}", spec.name, spec.bind))?;
+        let bound = listener.local_addr().context("reading the bound address")?;
+        let (host, port) = match &spec.advertised {
+            Some(advertised) => advertised.clone(),
+            None if settings.listeners.is_none() => advertised(&settings, bound)?,
+            None => default_advertised(bound),
+        };
+        let info = strata_broker::security::Listener {
+            name: spec.name.clone(),
+            protocol: spec.protocol,
+            advertised_host: host,
+            advertised_port: port,
+            tls: spec.protocol.uses_tls().then(|| tls.clone()).flatten(),
+        };
+        listeners.push((listener, info, bound));
+    }
+    // The first listener is the broker's address in its cluster registration and in
+    // DescribeConfigs; each client is told the endpoint of the listener it came in on.
+    let (bound, advertised_host, advertised_port) = match listeners.first() {
+        Some((_, info, bound)) => (*bound, info.advertised_host.clone(), info.advertised_port),
+        None => anyhow::bail!("no listener to bind"),
+    };
+    let listeners_text = listeners
+        .iter()
+        .map(|(_, info, bound)| format!("{}://{bound}", info.name))
+        .collect::<Vec<_>>()
+        .join(",");
     // In cluster mode the broker joins first: an allocated node id is known only then, and the
     // log's write-ahead stream is registered under it.
     let joined = match &cluster_settings {
         Some(cluster) => Some(
-            ClusterNode::join(
+            ClusterNode::join_with_listeners(
                 Arc::clone(&storage.store),
                 Arc::clone(&clock),
                 cluster,
                 settings.node_id.map(BrokerId),
                 (advertised_host.clone(), advertised_port),
+                listeners
+                    .iter()
+                    .map(|(_, info, _)| ListenerEndpoint {
+                        name: info.name.clone(),
+                        host: info.advertised_host.clone(),
+                        port: info.advertised_port,
+                    })
+                    .collect(),
                 seed.rotate_left(17) ^ 0x5851_f42d_4c95_7f2d,
             )
             .await
@@ -452,7 +526,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             default_replication_factor: settings.default_replication_factor,
             max_inflight_requests_per_connection: settings.max_inflight_requests_per_connection,
             max_request_partition_size_limit: settings.max_request_partition_size_limit,
-            listeners: format!("PLAINTEXT://{bound}"),
+            listeners: listeners_text,
             log_dir: settings::log_dir_name(&settings.storage),
             auto_create_topics: settings.auto_create_topics,
             shutdown_grace: settings.shutdown_grace,
@@ -470,6 +544,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 .max_incremental_fetch_session_partitions,
             min_incremental_fetch_session_eviction: settings.min_incremental_fetch_session_eviction,
             cluster: cluster_settings,
+            sasl_enabled_mechanisms: settings.sasl_mechanisms(),
+            authentication_timeout: settings.authentication_timeout,
+            sasl_user_cache_ttl: settings.sasl_user_cache_ttl,
+            sasl_user_cache_entries: settings.sasl_user_cache_entries,
             ..BrokerSettings::default()
         },
         // Not the jitter seed itself: the two streams of numbers stay independent.
@@ -483,7 +561,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .await
             .context("starting the consumer-group coordinator (__consumer_offsets)")?,
     };
-    let broker = Arc::new(broker);
+    let broker = Arc::new(broker.with_users(Arc::clone(&storage.store)));
     metrics.attach_broker(Arc::clone(&broker));
     if let Some(node) = broker.cluster() {
         metrics.attach_cluster(Arc::clone(node));
@@ -495,6 +573,21 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         "strata {} started",
         env!("CARGO_PKG_VERSION")
     );
+    // Each listener before the `listening on` line: whoever waits for that line (the tests'
+    // harness) may then read them all.
+    for (_, info, bound) in &listeners {
+        info!(
+            "listener {} ({}) on {bound}, advertised as {}:{}",
+            info.name,
+            info.protocol.name(),
+            info.advertised_host,
+            info.advertised_port
+        );
+    }
+    let listeners: Vec<_> = listeners
+        .into_iter()
+        .map(|(listener, info, _)| (listener, info))
+        .collect();
     info!("listening on {bound}");
 
     match broker.cluster().cloned() {
@@ -509,7 +602,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 settings.standalone_seal_check,
             );
             tokio::select! {
-                () = broker.serve(listener, shutdown_signal()) => {}
+                () = broker.serve_listeners(listeners, shutdown_signal()) => {}
                 () = sealed => anyhow::bail!(
                     "another broker took this storage over (it sealed our write-ahead stream); \
                      exiting: run one standalone broker per storage, or use cluster mode"
@@ -527,7 +620,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 leaving.leave(grace).await;
             };
             tokio::select! {
-                () = broker.serve(listener, stopped) => {}
+                () = broker.serve_listeners(listeners, stopped) => {}
                 reason = node.fatal() => {
                     node.withdraw(Duration::from_secs(2)).await;
                     anyhow::bail!(
@@ -588,6 +681,34 @@ async fn open_backend(url: String) -> anyhow::Result<Arc<dyn strata_storage::Obj
 
 /// The address clients are told to use: the configured one, or the bound one (with the host
 /// name instead of a wildcard address, which clients cannot connect to).
+/// The TLS acceptor of the SSL and SASL_SSL listeners, if any is configured.
+fn tls_acceptor(settings: &Settings) -> anyhow::Result<Option<tokio_rustls::TlsAcceptor>> {
+    match (&settings.ssl_certificate, &settings.ssl_key) {
+        (Some(certificate), Some(key)) => Ok(Some(
+            strata_broker::security::tls::acceptor(certificate, key)
+                .context("loading ssl_certificate and ssl_key")?,
+        )),
+        _ => Ok(None),
+    }
+}
+
+/// What a named listener without an advertised endpoint advertises: its bound address, or
+/// the machine's name if it listens on all interfaces.
+fn default_advertised(bound: SocketAddr) -> (String, u16) {
+    if bound.ip().is_unspecified() {
+        let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|n| n.trim().to_string())
+            .unwrap_or_default();
+        let name = if name.is_empty() {
+            "localhost".to_string()
+        } else {
+            name
+        };
+        return (name, bound.port());
+    }
+    (bound.ip().to_string(), bound.port())
+}
+
 fn advertised(settings: &Settings, bound: SocketAddr) -> anyhow::Result<(String, u16)> {
     if let Some(advertised) = &settings.advertised_listener {
         return parse_host_port(advertised)

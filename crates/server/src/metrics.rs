@@ -93,6 +93,11 @@ impl MetricsSource {
             log: self.log.get().map(|log| log_snapshot(log)),
             cluster: self.cluster.get().map(|node| node.metrics()),
             fetch_sessions: self.broker.get().map(|broker| broker.fetch_session_stats()),
+            authentications: self
+                .broker
+                .get()
+                .map(|broker| broker.auth_stats().snapshot())
+                .unwrap_or_default(),
             uptime: self.clock.monotonic().saturating_sub(self.started),
         }
     }
@@ -132,6 +137,8 @@ pub struct Snapshot {
     pub cluster: Option<ClusterMetrics>,
     /// None until the broker has started.
     pub fetch_sessions: Option<FetchSessionStats>,
+    /// Authentication outcomes: (mechanism, result, count).
+    pub authentications: Vec<(String, &'static str, u64)>,
     pub uptime: Duration,
 }
 
@@ -317,6 +324,19 @@ pub fn render(snapshot: &Snapshot) -> String {
 
     if let Some(cluster) = &snapshot.cluster {
         render_cluster(&mut out, cluster);
+    }
+
+    out.family(
+        "strata_authentications_total",
+        "counter",
+        "Authentication attempts by mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, TLS, other) and result (success or the failure reason).",
+    );
+    for (mechanism, result, count) in &snapshot.authentications {
+        out.sample(
+            "strata_authentications_total",
+            &[("mechanism", mechanism), ("result", result)],
+            count,
+        );
     }
 
     if let Some(sessions) = &snapshot.fetch_sessions {
@@ -531,6 +551,7 @@ mod tests {
             log: None,
             cluster: None,
             fetch_sessions: None,
+            authentications: Vec::new(),
             uptime: Duration::from_millis(1500),
         }
     }

@@ -22,6 +22,37 @@ pub struct Settings {
     /// `host:port` clients are told to connect to. Default: the listen address (with the
     /// machine's host name if it listens on all interfaces) and the bound port.
     pub advertised_listener: Option<String>,
+    /// Kafka-style named listeners, `NAME://host:port` separated by commas (for example
+    /// `PLAINTEXT://127.0.0.1:9092,SASL_SSL://0.0.0.0:9094`); each name's security protocol
+    /// comes from `listener_security_protocol_map`. Unset (the default): one PLAINTEXT
+    /// listener on `listen`, advertised as `advertised_listener`. Set, it replaces both.
+    pub listeners: Option<String>,
+    /// `NAME://host:port` clients who came in on listener NAME are told to connect to, for
+    /// some or all of `listeners`. A listener not named here advertises its bound address.
+    pub advertised_listeners: Option<String>,
+    /// `NAME:PROTOCOL` pairs giving each listener its security protocol: PLAINTEXT, SSL,
+    /// SASL_PLAINTEXT or SASL_SSL [default: each protocol's name maps to itself].
+    pub listener_security_protocol_map: String,
+    /// SASL mechanisms offered on SASL listeners, comma-separated: any of PLAIN,
+    /// SCRAM-SHA-256, SCRAM-SHA-512 [default: all three].
+    pub sasl_enabled_mechanisms: String,
+    /// PEM file with the certificate chain (leaf first) of SSL and SASL_SSL listeners.
+    /// Read at start-up; a renewed certificate takes a restart.
+    pub ssl_certificate: Option<std::path::PathBuf>,
+    /// PEM file with the private key of `ssl_certificate` (PKCS#8, PKCS#1 or SEC1).
+    pub ssl_key: Option<std::path::PathBuf>,
+    /// A connection on an SSL or SASL listener must finish its TLS handshake and SASL login
+    /// within this long of being accepted, or it is closed: an unauthenticated client holds a
+    /// connection slot no longer than this.
+    #[serde(with = "humantime_serde")]
+    pub authentication_timeout: Duration,
+    /// How long a broker trusts the SCRAM users it read from storage: a user created, changed
+    /// or deleted through any broker (or `strata users`) is seen by all within about this.
+    #[serde(with = "humantime_serde")]
+    pub sasl_user_cache_ttl: Duration,
+    /// Users (known or not) the cache holds at most; a flood of made-up names flushes it
+    /// rather than growing it.
+    pub sasl_user_cache_entries: usize,
     /// This broker's id, as clients see it. Unset in cluster mode: the cluster allocates one
     /// (from 1001 up, a crashed predecessor's on this machine first), so set ids must stay at
     /// or below 1000. Unset without a cluster: 0.
@@ -226,6 +257,15 @@ impl Default for Settings {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
             advertised_listener: None,
+            listeners: None,
+            advertised_listeners: None,
+            listener_security_protocol_map: crate::listeners::DEFAULT_PROTOCOL_MAP.to_string(),
+            sasl_enabled_mechanisms: broker.sasl_enabled_mechanisms.join(","),
+            ssl_certificate: None,
+            ssl_key: None,
+            authentication_timeout: broker.authentication_timeout,
+            sasl_user_cache_ttl: broker.sasl_user_cache_ttl,
+            sasl_user_cache_entries: broker.sasl_user_cache_entries,
             node_id: None,
             cluster_id: broker.cluster_id,
             storage: "./strata-data".to_string(),
@@ -513,6 +553,39 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         &["advertised_listener"],
         Kind::Text,
     ),
+    ("STRATA_LISTENERS", &["listeners"], Kind::Text),
+    (
+        "STRATA_ADVERTISED_LISTENERS",
+        &["advertised_listeners"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_LISTENER_SECURITY_PROTOCOL_MAP",
+        &["listener_security_protocol_map"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_SASL_ENABLED_MECHANISMS",
+        &["sasl_enabled_mechanisms"],
+        Kind::Text,
+    ),
+    ("STRATA_SSL_CERTIFICATE", &["ssl_certificate"], Kind::Text),
+    ("STRATA_SSL_KEY", &["ssl_key"], Kind::Text),
+    (
+        "STRATA_AUTHENTICATION_TIMEOUT",
+        &["authentication_timeout"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_SASL_USER_CACHE_TTL",
+        &["sasl_user_cache_ttl"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_SASL_USER_CACHE_ENTRIES",
+        &["sasl_user_cache_entries"],
+        Kind::Integer,
+    ),
     ("STRATA_NODE_ID", &["node_id"], Kind::Integer),
     ("STRATA_CLUSTER_ID", &["cluster_id"], Kind::Text),
     ("STRATA_STORAGE", &["storage"], Kind::Text),
@@ -736,6 +809,12 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
 pub struct FlagOverrides {
     pub listen: Option<String>,
     pub advertised_listener: Option<String>,
+    pub listeners: Option<String>,
+    pub advertised_listeners: Option<String>,
+    pub listener_security_protocol_map: Option<String>,
+    pub sasl_enabled_mechanisms: Option<String>,
+    pub ssl_certificate: Option<String>,
+    pub ssl_key: Option<String>,
     pub node_id: Option<i32>,
     pub cluster_id: Option<String>,
     pub storage: Option<String>,
@@ -874,6 +953,42 @@ pub fn load(
             "advertised-listener",
             &["advertised_listener"],
             flags.advertised_listener.clone().map(toml::Value::String),
+        ),
+        (
+            "listeners",
+            &["listeners"],
+            flags.listeners.clone().map(toml::Value::String),
+        ),
+        (
+            "advertised-listeners",
+            &["advertised_listeners"],
+            flags.advertised_listeners.clone().map(toml::Value::String),
+        ),
+        (
+            "listener-security-protocol-map",
+            &["listener_security_protocol_map"],
+            flags
+                .listener_security_protocol_map
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
+            "sasl-enabled-mechanisms",
+            &["sasl_enabled_mechanisms"],
+            flags
+                .sasl_enabled_mechanisms
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
+            "ssl-certificate",
+            &["ssl_certificate"],
+            flags.ssl_certificate.clone().map(toml::Value::String),
+        ),
+        (
+            "ssl-key",
+            &["ssl_key"],
+            flags.ssl_key.clone().map(toml::Value::String),
         ),
         (
             "node-id",
@@ -1287,7 +1402,82 @@ impl Settings {
                 message,
             })?;
         }
+        self.validate_security()
+    }
+
+    fn validate_security(&self) -> Result<(), SettingsError> {
+        let bad = |key: &str, message: String| {
+            Err(SettingsError::Value {
+                key: key.to_string(),
+                message,
+            })
+        };
+        if self.listeners.is_some() && self.advertised_listener.is_some() {
+            return bad(
+                "advertised_listener",
+                "is for the single `listen` listener; with `listeners` set, use \
+                 advertised_listeners"
+                    .into(),
+            );
+        }
+        let specs = self.listener_specs()?;
+        if specs.iter().any(|s| s.protocol.uses_tls())
+            && (self.ssl_certificate.is_none() || self.ssl_key.is_none())
+        {
+            return bad(
+                "ssl_certificate",
+                "an SSL or SASL_SSL listener needs ssl_certificate and ssl_key".into(),
+            );
+        }
+        let mechanisms = self.sasl_mechanisms();
+        if mechanisms.is_empty() {
+            return bad("sasl_enabled_mechanisms", "names no mechanism".into());
+        }
+        for mechanism in &mechanisms {
+            if !strata_broker::security::MECHANISMS.contains(&mechanism.as_str()) {
+                return bad(
+                    "sasl_enabled_mechanisms",
+                    format!("{mechanism} is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+                );
+            }
+        }
+        if self.authentication_timeout.is_zero() {
+            return bad("authentication_timeout", "must be more than 0".into());
+        }
+        if self.sasl_user_cache_entries == 0 {
+            return bad("sasl_user_cache_entries", "must be at least 1".into());
+        }
         Ok(())
+    }
+
+    /// The listeners to bind: `listeners` if set, else one PLAINTEXT listener on `listen`.
+    pub fn listener_specs(&self) -> Result<Vec<crate::listeners::ListenerSpec>, SettingsError> {
+        let Some(listeners) = &self.listeners else {
+            return Ok(vec![crate::listeners::ListenerSpec {
+                name: "PLAINTEXT".to_string(),
+                protocol: strata_broker::security::SecurityProtocol::Plaintext,
+                bind: self.listen,
+                advertised: None,
+            }]);
+        };
+        crate::listeners::parse(
+            listeners,
+            self.advertised_listeners.as_deref(),
+            &self.listener_security_protocol_map,
+        )
+        .map_err(|(key, message)| SettingsError::Value {
+            key: key.to_string(),
+            message,
+        })
+    }
+
+    /// `sasl_enabled_mechanisms` as a list.
+    pub fn sasl_mechanisms(&self) -> Vec<String> {
+        self.sasl_enabled_mechanisms
+            .split(',')
+            .map(|m| m.trim().to_ascii_uppercase())
+            .filter(|m| !m.is_empty())
+            .collect()
     }
 }
 
@@ -1785,6 +1975,79 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("group_consumer_session_timeout"), "{e}");
+    }
+
+    #[test]
+    fn security_settings_have_defaults_come_from_every_layer_and_are_checked() {
+        let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        let specs = s.listener_specs().unwrap();
+        assert_eq!(
+            specs.len(),
+            1,
+            "one PLAINTEXT listener on `listen` by default"
+        );
+        assert_eq!(specs[0].bind, s.listen);
+        assert_eq!(
+            s.sasl_mechanisms(),
+            ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+        );
+        assert_eq!(s.authentication_timeout, Duration::from_secs(10));
+        assert_eq!(s.sasl_user_cache_ttl, Duration::from_secs(1));
+        assert_eq!(s.sasl_user_cache_entries, 10_000);
+
+        let f = file(
+            "listeners = \"PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0\"\n\
+             sasl_enabled_mechanisms = \"SCRAM-SHA-512\"\nsasl_user_cache_ttl = \"250ms\"\n",
+        );
+        let (s, _) = load(Some(f.path()), env(&[]), &FlagOverrides::default()).unwrap();
+        assert_eq!(s.listener_specs().unwrap().len(), 2);
+        assert_eq!(s.sasl_mechanisms(), ["SCRAM-SHA-512"]);
+        assert_eq!(s.sasl_user_cache_ttl, Duration::from_millis(250));
+        let (s, _) = load(
+            Some(f.path()),
+            env(&[("STRATA_LISTENERS", "SASL_PLAINTEXT://127.0.0.1:0")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap();
+        assert_eq!(s.listener_specs().unwrap().len(), 1);
+        let flags = FlagOverrides {
+            listeners: Some("A://127.0.0.1:0".into()),
+            listener_security_protocol_map: Some("A:SASL_PLAINTEXT".into()),
+            ..Default::default()
+        };
+        let (s, _) = load(Some(f.path()), env(&[]), &flags).unwrap();
+        assert_eq!(s.listener_specs().unwrap()[0].name, "A");
+
+        let refused = |flags: FlagOverrides| load(None, env(&[]), &flags).unwrap_err().to_string();
+        let e = refused(FlagOverrides {
+            listeners: Some("SASL_SSL://127.0.0.1:0".into()),
+            ..Default::default()
+        });
+        assert!(e.contains("ssl_certificate"), "{e}");
+        let e = refused(FlagOverrides {
+            sasl_enabled_mechanisms: Some("GSSAPI".into()),
+            ..Default::default()
+        });
+        assert!(e.contains("sasl_enabled_mechanisms"), "{e}");
+        let e = refused(FlagOverrides {
+            listeners: Some("EXTERNAL://127.0.0.1:0".into()),
+            ..Default::default()
+        });
+        assert!(e.contains("listener_security_protocol_map"), "{e}");
+        let e = refused(FlagOverrides {
+            listeners: Some("PLAINTEXT://127.0.0.1:0".into()),
+            advertised_listener: Some("h:1".into()),
+            ..Default::default()
+        });
+        assert!(e.contains("advertised_listener"), "{e}");
+        let e = load(
+            None,
+            env(&[("STRATA_SASL_USER_CACHE_ENTRIES", "0")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("sasl_user_cache_entries"), "{e}");
     }
 
     #[test]

@@ -10,8 +10,8 @@ use rand::SeedableRng;
 use strata_cluster::admin::drain_request;
 use strata_cluster::{
     join_with_allocated_id, Claimant, ClusterError, ClusterResult, ClusterView, ControllerConfig,
-    Incarnation, LocalBroker, Membership, MembershipConfig, MembershipHandle, Newcomer,
-    OsProcessTable, OwnerRecord, OwnerState, Ownership, OwnershipRunner, OwnershipStatus,
+    Incarnation, ListenerEndpoint, LocalBroker, Membership, MembershipConfig, MembershipHandle,
+    Newcomer, OsProcessTable, OwnerRecord, OwnerState, Ownership, OwnershipRunner, OwnershipStatus,
     RunnerConfig, RunnerHandle,
 };
 use strata_core::{BrokerId, Clock, Epoch, Ticker, TopicPartition};
@@ -112,6 +112,29 @@ impl ClusterNode {
         advertised: (String, u16),
         seed: u64,
     ) -> Result<Joined, ClusterStartError> {
+        Self::join_with_listeners(
+            store,
+            clock,
+            settings,
+            node_id,
+            advertised,
+            Vec::new(),
+            seed,
+        )
+        .await
+    }
+
+    /// [`join`](Self::join), registering the endpoint of every named listener too, so other
+    /// brokers tell a client this broker's address on the listener the client uses.
+    pub async fn join_with_listeners(
+        store: Arc<dyn ObjectStore>,
+        clock: Arc<dyn Clock>,
+        settings: &ClusterSettings,
+        node_id: Option<BrokerId>,
+        advertised: (String, u16),
+        listeners: Vec<ListenerEndpoint>,
+        seed: u64,
+    ) -> Result<Joined, ClusterStartError> {
         // Random (from the process's seed), not a counter: a restarted process must never
         // reuse its predecessor's.
         let incarnation = Incarnation::random(&mut StdRng::seed_from_u64(seed));
@@ -133,6 +156,7 @@ impl ClusterNode {
                         host: advertised.0,
                         port: advertised.1,
                         incarnation,
+                        listeners: listeners.clone(),
                     },
                 )?
                 .with_process_table(processes);
@@ -150,6 +174,7 @@ impl ClusterNode {
                         host: advertised.0,
                         port: advertised.1,
                         incarnation,
+                        listeners,
                     },
                     processes,
                 )

@@ -314,7 +314,7 @@ pub(crate) fn list_config_resources(
         }
     }
     if types.contains(&resource::BROKER) {
-        for (id, _, _) in Leaders::of(broker).brokers(broker) {
+        for (id, _, _) in Leaders::of(broker).brokers(&ctx.listener) {
             response
                 .config_resources
                 .push(entry(resource::BROKER, &id.to_string()));

@@ -80,7 +80,7 @@ pub(crate) fn describe_cluster(
     let leaders = Leaders::of(broker);
     response.controller_id = WireBrokerId(leaders.controller(node_id));
     response.brokers = leaders
-        .brokers(broker)
+        .brokers(&ctx.listener)
         .into_iter()
         .map(|(id, host, port)| {
             let mut b = DescribeClusterBroker::default();
@@ -98,16 +98,19 @@ pub(crate) fn describe_cluster(
 
 /// The broker hosting `group`'s coordinator shard: this one alone on its storage; in cluster
 /// mode the live owner of the shard's `__consumer_offsets` partition.
+/// This broker is given by the endpoint of the listener the client came in on.
 pub(crate) fn group_coordinator(
     broker: &Broker,
     group: &str,
+    ctx: &RequestContext,
 ) -> Result<(i32, String, u16), (i16, String)> {
+    let me = (
+        broker.settings.node_id.0,
+        ctx.listener.advertised_host.clone(),
+        ctx.listener.advertised_port,
+    );
     let Some(node) = broker.cluster.as_deref() else {
-        return Ok((
-            broker.settings.node_id.0,
-            broker.settings.advertised_host.clone(),
-            broker.settings.advertised_port,
-        ));
+        return Ok(me);
     };
     let unavailable = |why: &str| (code::COORDINATOR_NOT_AVAILABLE, why.to_string());
     let topic = broker
@@ -121,9 +124,14 @@ pub(crate) fn group_coordinator(
         .leader_of(&view, &node.owners(), topic.id, &tp)
         .ok_or_else(|| unavailable("the group's coordinator shard is between owners"))?;
     let (host, port) = view
-        .address(leader)
+        .members
+        .get(&leader)
+        .map(|m| m.registration.endpoint(&ctx.listener.name))
         .map(|(h, p)| (h.to_string(), p))
         .ok_or_else(|| unavailable("the group's coordinator is not live"))?;
+    if leader == broker.settings.node_id {
+        return Ok(me);
+    }
     Ok((leader.0, host, port))
 }
 

@@ -430,6 +430,8 @@ mod tests {
             peer: SocketAddr::from(([127, 0, 0, 1], 1)),
             shutdown: watch::channel(false).1,
             produce_turn: Default::default(),
+            principal: std::sync::Arc::new(crate::security::Principal::anonymous()),
+            listener: std::sync::Arc::new(crate::security::Listener::plaintext("127.0.0.1", 9092)),
         }
     }
 

@@ -88,7 +88,7 @@ pub(crate) fn find_coordinator(
                 let mut c = Coordinator::default();
                 let found = found
                     .clone()
-                    .and_then(|()| super::cluster::group_coordinator(broker, key.as_str()));
+                    .and_then(|()| super::cluster::group_coordinator(broker, key.as_str(), ctx));
                 c.key = key;
                 match &found {
                     Ok((id, host, port)) => {
@@ -109,7 +109,7 @@ pub(crate) fn find_coordinator(
         return response;
     }
     let found =
-        found.and_then(|()| super::cluster::group_coordinator(broker, request.key.as_str()));
+        found.and_then(|()| super::cluster::group_coordinator(broker, request.key.as_str(), ctx));
     match found {
         Ok((id, host, port)) => {
             response.node_id = WireBrokerId(id);

@@ -25,6 +25,8 @@ use strata_cluster::{rendezvous_weight, ClusterView, OwnerRecord};
 use strata_core::{BrokerId, TopicPartition};
 use strata_layout::cluster::partition_resource;
 
+use crate::security::Listener;
+
 pub(crate) async fn handle(
     broker: &Broker,
     request: MetadataRequest,
@@ -36,7 +38,7 @@ pub(crate) async fn handle(
 
     let leaders = Leaders::of(broker);
     response.brokers = leaders
-        .brokers(broker)
+        .brokers(&ctx.listener)
         .into_iter()
         .map(|(id, host, port)| {
             let mut b = MetadataResponseBroker::default();
@@ -216,11 +218,15 @@ impl<'a> Leaders<'a> {
     /// ourselves leader of what we keep readable; a leader missing from the broker list is
     /// "no leader" to clients, and librdkafka then holds produces until they time out instead
     /// of getting the retriable storage error we answer with.
-    pub(crate) fn brokers(&self, broker: &Broker) -> Vec<(i32, String, u16)> {
+    ///
+    /// This broker is given by the endpoint of `listener`, the one the client came in on.
+    /// Other brokers by the endpoint they registered for a listener of the same name (their
+    /// first listener's address if they have none of that name).
+    pub(crate) fn brokers(&self, listener: &Listener) -> Vec<(i32, String, u16)> {
         let me = (
             self.node_id,
-            broker.settings.advertised_host.clone(),
-            broker.settings.advertised_port,
+            listener.advertised_host.clone(),
+            listener.advertised_port,
         );
         match &self.cluster {
             None => vec![me],
@@ -228,7 +234,10 @@ impl<'a> Leaders<'a> {
                 let mut brokers: Vec<_> = view
                     .members
                     .iter()
-                    .map(|(id, m)| (id.0, m.registration.host.clone(), m.registration.port))
+                    .map(|(id, m)| {
+                        let (host, port) = m.registration.endpoint(&listener.name);
+                        (id.0, host.to_string(), port)
+                    })
                     .collect();
                 if !brokers.iter().any(|(id, _, _)| *id == self.node_id) {
                     brokers.push(me);

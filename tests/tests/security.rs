@@ -1,0 +1,503 @@
+//! Authentication end to end: named listeners (PLAINTEXT, SASL_PLAINTEXT, SASL_SSL), SASL
+//! with SCRAM-SHA-256, SCRAM-SHA-512 and PLAIN against users kept in the shared storage,
+//! driven by Python's confluent-kafka (tests/python/security.py) and by hand-built frames.
+//!
+//! Test certificates are made at test time with the `openssl` command (`.ci/run` installs it).
+
+// A failed expectation in a test is a panic; helpers here are test code too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use kafka_protocol::messages::{MetadataRequest, SaslHandshakeRequest};
+use kafka_protocol::protocol::StrBytes;
+use strata_tests::binary::strata_binary;
+use strata_tests::cluster::Cluster;
+use strata_tests::command::{is_installed, run_with_deadline, Finished};
+use strata_tests::raw::RawConnection;
+use strata_tests::{SharedStorage, StrataOptions, StrataProcess};
+
+const CLIENT_DEADLINE: Duration = Duration::from_secs(90);
+const CLOSE_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The address listener `name` is bound to, from the broker's `listener NAME (...) on ADDR`.
+fn listener_addr(broker: &StrataProcess, name: &str) -> SocketAddr {
+    let marker = format!("listener {name} (");
+    // Logged before the `listening on` line the harness waits for.
+    let line = broker
+        .log_lines_containing(&marker)
+        .pop()
+        .unwrap_or_else(|| panic!("the broker logged no {marker}... line"));
+    line.split(" on ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|addr| addr.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+}
+
+/// `strata users ARGS --storage URL`.
+fn users(storage: &str, args: &[&str]) -> Finished {
+    let mut command = Command::new(strata_binary());
+    command
+        .arg("users")
+        .args(args)
+        .arg("--storage")
+        .arg(storage);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("STRATA_") {
+            command.env_remove(name);
+        }
+    }
+    run_with_deadline(command, b"", CLIENT_DEADLINE)
+}
+
+fn create_user(storage: &str, user: &str, password: &str, mechanism: &str) {
+    users(
+        storage,
+        &[
+            "create",
+            "--user",
+            user,
+            "--password",
+            password,
+            "--mechanism",
+            mechanism,
+        ],
+    )
+    .assert_success(&format!("strata users create --user {user}"));
+}
+
+/// tests/python/security.py COMMAND with these arguments.
+fn python(command: &str, args: &[&str]) -> Finished {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/security.py");
+    let mut python = Command::new("python3");
+    python.arg(&script).arg(command).args(args);
+    run_with_deadline(python, b"", CLIENT_DEADLINE)
+}
+
+/// A CA and a server certificate for 127.0.0.1 and localhost signed by it, made with openssl.
+struct Certificates {
+    dir: tempfile::TempDir,
+}
+
+impl Certificates {
+    fn make() -> Self {
+        assert!(
+            is_installed("openssl"),
+            "openssl is not installed (Debian package openssl; .ci/run installs it)"
+        );
+        let dir = tempfile::Builder::new()
+            .prefix("strata-certs-")
+            .tempdir()
+            .unwrap();
+        let run = |args: &[&str]| {
+            let mut command = Command::new("openssl");
+            command.args(args).current_dir(dir.path());
+            run_with_deadline(command, b"", CLIENT_DEADLINE).assert_success(&args.join(" "));
+        };
+        std::fs::write(
+            dir.path().join("san.ext"),
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+        )
+        .unwrap();
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        run(&[
+            &["req", "-x509"],
+            &ec[..],
+            &[
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=strata-test-ca",
+            ],
+        ]
+        .concat());
+        run(&[
+            &["req"],
+            &ec[..],
+            &[
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=localhost",
+            ],
+        ]
+        .concat());
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ]);
+        Self { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// A broker on `storage` with a PLAINTEXT, a SASL_PLAINTEXT and (with `certs`) a SASL_SSL
+/// listener, and a metrics endpoint.
+fn secured_broker(storage: &SharedStorage, certs: Option<&Certificates>) -> StrataProcess {
+    let mut listeners = "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0".to_string();
+    let mut args = vec!["--metrics-listen".to_string(), "127.0.0.1:0".to_string()];
+    if let Some(certs) = certs {
+        listeners.push_str(",SASL_SSL://127.0.0.1:0");
+        args.extend([
+            "--ssl-certificate".to_string(),
+            certs.path("server.pem").display().to_string(),
+            "--ssl-key".to_string(),
+            certs.path("server.key").display().to_string(),
+        ]);
+    }
+    args.extend(["--listeners".to_string(), listeners]);
+    StrataProcess::start_with(
+        StrataOptions::default()
+            .with_storage_url(storage.url())
+            .with_args(args),
+    )
+}
+
+fn sasl_args<'a>(
+    bootstrap: &'a str,
+    protocol: &'a str,
+    mechanism: &'a str,
+    user: &'a str,
+    password: &'a str,
+) -> Vec<&'a str> {
+    vec![
+        "--bootstrap",
+        bootstrap,
+        "--protocol",
+        protocol,
+        "--mechanism",
+        mechanism,
+        "--user",
+        user,
+        "--password",
+        password,
+    ]
+}
+
+/// The value of `series` (name and labels exactly) on the broker's /metrics.
+fn metric(broker: &StrataProcess, series: &str) -> f64 {
+    let line = broker
+        .log_lines_containing("metrics on ")
+        .pop()
+        .expect("the broker logged its metrics address");
+    let address = line
+        .rsplit("metrics on ")
+        .next()
+        .unwrap()
+        .trim()
+        .to_string();
+    let mut stream = std::net::TcpStream::connect(address).expect("connect to /metrics");
+    stream.set_read_timeout(Some(CLOSE_DEADLINE)).unwrap();
+    std::io::Write::write_all(
+        &mut stream,
+        b"GET /metrics HTTP/1.1\r\nHost: strata\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut text).unwrap();
+    let prefix = format!("{series} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+/// Users made with `strata users create` before the broker starts log in with SCRAM-SHA-512,
+/// SCRAM-SHA-256 and PLAIN (checked against the stored SCRAM credential), produce and
+/// consume; `strata users list` shows them and a deleted credential no longer logs in.
+#[test]
+fn users_created_with_the_command_produce_and_consume_over_sasl_plaintext() {
+    let storage = SharedStorage::new();
+    create_user(storage.url(), "alice", "alice-secret", "SCRAM-SHA-512");
+    create_user(storage.url(), "bob", "bob-secret", "SCRAM-SHA-256");
+    let broker = secured_broker(&storage, None);
+    let sasl = listener_addr(&broker, "SASL_PLAINTEXT").to_string();
+
+    for (mechanism, user, password, topic) in [
+        ("SCRAM-SHA-512", "alice", "alice-secret", "scram512"),
+        ("SCRAM-SHA-256", "bob", "bob-secret", "scram256"),
+        ("PLAIN", "alice", "alice-secret", "plain-alice"),
+        ("PLAIN", "bob", "bob-secret", "plain-bob"),
+    ] {
+        let mut args = sasl_args(&sasl, "SASL_PLAINTEXT", mechanism, user, password);
+        args.extend(["--topic", topic]);
+        python("round-trip", &args).assert_success(&format!("{mechanism} round trip as {user}"));
+    }
+    assert!(
+        metric(
+            &broker,
+            r#"strata_authentications_total{mechanism="SCRAM-SHA-512",result="success"}"#
+        ) >= 1.0
+    );
+    assert!(
+        metric(
+            &broker,
+            r#"strata_authentications_total{mechanism="PLAIN",result="success"}"#
+        ) >= 1.0
+    );
+
+    let listed = users(storage.url(), &["list"]);
+    listed.assert_success("strata users list");
+    assert!(
+        listed.stdout.contains("alice\tSCRAM-SHA-512"),
+        "{}",
+        listed.stdout
+    );
+    assert!(
+        listed.stdout.contains("bob\tSCRAM-SHA-256"),
+        "{}",
+        listed.stdout
+    );
+    assert!(!listed.stdout.contains("secret"), "{}", listed.stdout);
+
+    users(
+        storage.url(),
+        &["delete", "--user", "bob", "--mechanism", "SCRAM-SHA-256"],
+    )
+    .assert_success("strata users delete");
+    // Seen by the running broker within its user cache's lifetime (1s); the client's own
+    // retries are not relied on: each attempt is a fresh client.
+    strata_tests::wait::wait_until(
+        "bob's deleted credential is refused",
+        CLIENT_DEADLINE,
+        || {
+            python(
+                "refused",
+                &sasl_args(
+                    &sasl,
+                    "SASL_PLAINTEXT",
+                    "SCRAM-SHA-256",
+                    "bob",
+                    "bob-secret",
+                ),
+            )
+            .status
+            .success()
+            .then_some(())
+        },
+    );
+}
+
+/// A wrong password (SCRAM and PLAIN) and a user that does not exist are refused with an
+/// authentication error, counted as such; the refusal reads the same for both.
+#[test]
+fn wrong_passwords_and_unknown_users_are_refused() {
+    let storage = SharedStorage::new();
+    create_user(storage.url(), "carol", "carol-secret", "SCRAM-SHA-512");
+    let broker = secured_broker(&storage, None);
+    let sasl = listener_addr(&broker, "SASL_PLAINTEXT").to_string();
+    for (mechanism, user, password) in [
+        ("SCRAM-SHA-512", "carol", "wrong"),
+        ("PLAIN", "carol", "wrong"),
+        ("SCRAM-SHA-512", "nobody", "carol-secret"),
+        ("PLAIN", "nobody", "carol-secret"),
+        // carol has no SCRAM-SHA-256 credential.
+        ("SCRAM-SHA-256", "carol", "carol-secret"),
+    ] {
+        let refused = python(
+            "refused",
+            &sasl_args(&sasl, "SASL_PLAINTEXT", mechanism, user, password),
+        );
+        refused.assert_success(&format!("{mechanism} as {user} with a wrong password"));
+        assert!(
+            refused.stdout.contains("Invalid username or password"),
+            "{}",
+            refused.stdout
+        );
+    }
+    assert!(
+        metric(
+            &broker,
+            r#"strata_authentications_total{mechanism="SCRAM-SHA-512",result="bad_credentials"}"#
+        ) >= 2.0
+    );
+    assert!(
+        metric(
+            &broker,
+            r#"strata_authentications_total{mechanism="PLAIN",result="bad_credentials"}"#
+        ) >= 2.0
+    );
+    assert_eq!(
+        metric(
+            &broker,
+            r#"strata_authentications_total{mechanism="SCRAM-SHA-512",result="success"}"#
+        ),
+        0.0
+    );
+}
+
+/// On a SASL listener only ApiVersions and the SASL exchange are served before
+/// authentication: any other request closes the connection, and an unknown mechanism is
+/// refused with the list of enabled ones, then the connection is closed.
+#[test]
+fn requests_before_authentication_close_the_connection() {
+    let storage = SharedStorage::new();
+    let broker = secured_broker(&storage, None);
+    let sasl = listener_addr(&broker, "SASL_PLAINTEXT");
+
+    let mut raw = RawConnection::connect(sasl);
+    let versions = raw.api_versions();
+    assert!(
+        versions.api_keys.iter().any(|k| k.api_key == 17),
+        "SaslHandshake advertised"
+    );
+    assert!(
+        versions.api_keys.iter().any(|k| k.api_key == 36),
+        "SaslAuthenticate advertised"
+    );
+    raw.send(4, &MetadataRequest::default());
+    raw.expect_closed("a Metadata request before authentication", CLOSE_DEADLINE);
+
+    let mut raw = RawConnection::connect(sasl);
+    let mut handshake = SaslHandshakeRequest::default();
+    handshake.mechanism = StrBytes::from_static_str("GSSAPI");
+    let response = raw.request(1, &handshake);
+    assert_eq!(response.error_code, 33, "UNSUPPORTED_SASL_MECHANISM");
+    let offered: Vec<&str> = response.mechanisms.iter().map(|m| m.as_str()).collect();
+    assert_eq!(offered, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]);
+    raw.expect_closed("an unsupported mechanism", CLOSE_DEADLINE);
+
+    // The PLAINTEXT listener of the same broker still serves without authentication.
+    let mut plain = RawConnection::connect(broker.addr());
+    let metadata = plain.request(4, &MetadataRequest::default());
+    assert_eq!(metadata.brokers.len(), 1);
+    assert_eq!(metadata.brokers[0].port, i32::from(broker.addr().port()));
+}
+
+/// SASL_SSL: TLS (checked against the test CA, host name included) with SCRAM-SHA-512 and
+/// PLAIN; garbage sent to the TLS port closes that connection and nothing else.
+#[test]
+fn sasl_ssl_with_scram_and_plain_and_garbage_on_the_tls_port() {
+    let certs = Certificates::make();
+    let storage = SharedStorage::new();
+    create_user(storage.url(), "dave", "dave-secret", "SCRAM-SHA-512");
+    let broker = secured_broker(&storage, Some(&certs));
+    let tls = listener_addr(&broker, "SASL_SSL");
+
+    let mut garbage = RawConnection::connect(tls);
+    let _ = garbage.write_raw(&[0x16, 0x03, 0x01, 0x00, 0x05, 1, 2, 3, 4, 5, 0xff, 0xff]);
+    garbage.expect_closed("garbage on the TLS port", CLOSE_DEADLINE);
+
+    let bootstrap = tls.to_string();
+    let ca = certs.path("ca.pem").display().to_string();
+    for (mechanism, topic) in [("SCRAM-SHA-512", "tls-scram"), ("PLAIN", "tls-plain")] {
+        let mut args = sasl_args(&bootstrap, "SASL_SSL", mechanism, "dave", "dave-secret");
+        args.extend(["--ca", &ca, "--topic", topic]);
+        python("round-trip", &args).assert_success(&format!("SASL_SSL {mechanism} round trip"));
+    }
+    let mut args = sasl_args(&bootstrap, "SASL_SSL", "SCRAM-SHA-512", "dave", "wrong");
+    args.extend(["--ca", &ca]);
+    python("refused", &args).assert_success("SASL_SSL with a wrong password");
+    assert!(
+        metric(
+            &broker,
+            r#"strata_authentications_total{mechanism="TLS",result="tls_handshake"}"#
+        ) >= 1.0
+    );
+}
+
+/// A user created through the Admin API (AlterUserScramCredentials) on broker 1 logs in on
+/// broker 2 of the same cluster: the credential is in the shared storage, not in a broker.
+/// Broker 2 tells a client of its SASL listener broker 1's SASL endpoint, from broker 1's
+/// registration, and the client produces and consumes through the cluster.
+/// Broker 2 tells a client of its SASL listener broker 1's SASL endpoint, from broker 1's
+/// registration, and the client produces and consumes through the cluster.
+#[test]
+fn a_user_created_through_the_admin_api_on_one_broker_logs_in_on_another() {
+    let listeners = "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0";
+    let cluster = Cluster::start_with_env(2, "3s", "500ms", &[("STRATA_LISTENERS", listeners)]);
+    create_user(
+        cluster.storage.url(),
+        "admin",
+        "admin-secret",
+        "SCRAM-SHA-512",
+    );
+    let mut cluster = cluster;
+    let on_1 = listener_addr(cluster.broker(1), "SASL_PLAINTEXT").to_string();
+    let on_2 = listener_addr(cluster.broker(2), "SASL_PLAINTEXT").to_string();
+
+    // Before: erin does not exist anywhere.
+    python(
+        "refused",
+        &sasl_args(
+            &on_2,
+            "SASL_PLAINTEXT",
+            "SCRAM-SHA-512",
+            "erin",
+            "erin-secret",
+        ),
+    )
+    .assert_success("erin refused before she exists");
+    let mut args = sasl_args(
+        &on_1,
+        "SASL_PLAINTEXT",
+        "SCRAM-SHA-512",
+        "admin",
+        "admin-secret",
+    );
+    args.extend(["--new-user", "erin", "--new-password", "erin-secret"]);
+    python("alter-user", &args).assert_success("AlterUserScramCredentials on broker 1");
+    // Broker 2 cached "no such user" a moment ago; it reads storage again within its cache
+    // lifetime. Each attempt is a new client that either logs in or is refused.
+    let login = strata_tests::wait::wait_until("erin logs in on broker 2", CLIENT_DEADLINE, || {
+        let login = python(
+            "login",
+            &sasl_args(
+                &on_2,
+                "SASL_PLAINTEXT",
+                "SCRAM-SHA-512",
+                "erin",
+                "erin-secret",
+            ),
+        );
+        login.status.success().then_some(login)
+    });
+    assert!(
+        login.stdout.contains(&format!("1={on_1}")) && login.stdout.contains(&format!("2={on_2}")),
+        "broker 2 advertises both brokers' SASL endpoints: {}",
+        login.stdout
+    );
+    for topic in ["secure-cluster-a", "secure-cluster-b", "secure-cluster-c"] {
+        let mut args = sasl_args(
+            &on_2,
+            "SASL_PLAINTEXT",
+            "SCRAM-SHA-512",
+            "erin",
+            "erin-secret",
+        );
+        args.extend(["--topic", topic]);
+        python("round-trip", &args)
+            .assert_success(&format!("round trip of {topic} through broker 2"));
+    }
+}
