@@ -149,7 +149,9 @@ async fn open(storage: &str) -> anyhow::Result<Arc<dyn ObjectStore>> {
         .await
         .with_context(|| format!("opening storage {storage:?}"))?;
     if !admin::cluster_exists(store.as_ref()).await? {
-        return Err(missing("no broker has registered there and it holds no topics"));
+        return Err(missing(
+            "no broker has registered there and it holds no topics",
+        ));
     }
     Ok(store)
 }
@@ -219,11 +221,18 @@ async fn drain(args: DrainArgs) -> anyhow::Result<()> {
     let broker = BrokerId(args.id);
     let registrations = admin::registrations(store.as_ref()).await?;
     if !registrations.iter().any(|r| r.node_id == broker) {
-        let ids: Vec<String> = registrations.iter().map(|r| r.node_id.to_string()).collect();
+        let ids: Vec<String> = registrations
+            .iter()
+            .map(|r| r.node_id.to_string())
+            .collect();
         bail!(
             "broker {broker} is not registered in this cluster (registered: {}); \
              `strata cluster status` lists the brokers",
-            if ids.is_empty() { "none".to_string() } else { ids.join(", ") }
+            if ids.is_empty() {
+                "none".to_string()
+            } else {
+                ids.join(", ")
+            }
         );
     }
     let takers = registrations
@@ -245,17 +254,32 @@ async fn drain(args: DrainArgs) -> anyhow::Result<()> {
         stderr,
         "drain of broker {broker} (incarnation {incarnation}) requested; it holds {initial} partitions"
     );
+    let interactive = std::io::IsTerminal::is_terminal(&stderr);
+    let mut next_progress = Duration::ZERO;
     loop {
         let held = admin::partitions_held(Arc::clone(&store), broker, incarnation).await?;
-        // One line updated in place: the count is what an operator watches.
-        let _ = write!(
-            stderr,
-            "\r{held}/{initial} partitions still on broker {broker} ({} s)   ",
-            clock.monotonic().saturating_sub(started).as_secs()
-        );
-        let _ = stderr.flush();
+        let waited = clock.monotonic().saturating_sub(started);
+        if interactive {
+            // One line updated in place: the count is what an operator watches.
+            let _ = write!(
+                stderr,
+                "\r{held}/{initial} partitions still on broker {broker} ({} s)   ",
+                waited.as_secs()
+            );
+            let _ = stderr.flush();
+        } else if waited >= next_progress {
+            // A log or a pipe gets a line a second instead of carriage returns.
+            next_progress += PROGRESS_EVERY;
+            let _ = writeln!(
+                stderr,
+                "{held}/{initial} partitions still on broker {broker} ({} s)",
+                waited.as_secs()
+            );
+        }
         if held == 0 {
-            let _ = writeln!(stderr);
+            if interactive {
+                let _ = writeln!(stderr);
+            }
             let _ = writeln!(
                 std::io::stdout(),
                 "broker {broker} holds no partitions after {} ms; it can be stopped now \
@@ -265,7 +289,9 @@ async fn drain(args: DrainArgs) -> anyhow::Result<()> {
             return Ok(());
         }
         if clock.monotonic().saturating_sub(started) > timeout {
-            let _ = writeln!(stderr);
+            if interactive {
+                let _ = writeln!(stderr);
+            }
             bail!("broker {broker} still holds {held} partitions after {timeout:?}; it keeps draining");
         }
         clock.sleep(DRAIN_POLL).await;
@@ -363,7 +389,14 @@ async fn status(storage: &str, json: bool) -> anyhow::Result<()> {
         })
         .collect();
     let mut text = table(
-        &["BROKER", "ADDRESS", "INCARNATION", "HEARTBEATS", "DRAIN", "PARTITIONS"],
+        &[
+            "BROKER",
+            "ADDRESS",
+            "INCARNATION",
+            "HEARTBEATS",
+            "DRAIN",
+            "PARTITIONS",
+        ],
         &rows,
     );
     let leases: Vec<Vec<String>> = owners
@@ -379,7 +412,10 @@ async fn status(storage: &str, json: bool) -> anyhow::Result<()> {
         })
         .collect();
     text.push('\n');
-    text.push_str(&table(&["TOPIC", "PARTITION", "OWNER", "EPOCH", "STATE"], &leases));
+    text.push_str(&table(
+        &["TOPIC", "PARTITION", "OWNER", "EPOCH", "STATE"],
+        &leases,
+    ));
     out(&text);
     Ok(())
 }

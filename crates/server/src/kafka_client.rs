@@ -19,11 +19,11 @@ use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
     ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, MetadataRequest,
     MetadataResponse, RequestHeader, ResponseHeader, TopicName,
 };
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use strata_core::Clock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -74,7 +74,11 @@ pub enum ClientError {
 pub type ClientResult<T> = Result<T, ClientError>;
 
 /// Turns a response's error code into an error naming what was asked.
-pub fn check(code: i16, what: impl FnOnce() -> String, message: Option<&StrBytes>) -> ClientResult<()> {
+pub fn check(
+    code: i16,
+    what: impl FnOnce() -> String,
+    message: Option<&StrBytes>,
+) -> ClientResult<()> {
     match ResponseError::try_from_code(code) {
         None => Ok(()),
         Some(error) => Err(ClientError::Kafka {
@@ -135,10 +139,13 @@ impl Connection {
             timeout,
         };
         // v0: every broker answers it, whatever it supports.
-        let versions: ApiVersionsResponse = connection
-            .send(0, &ApiVersionsRequest::default())
-            .await?;
-        check(versions.error_code, || format!("ApiVersions to {addr}"), None)?;
+        let versions: ApiVersionsResponse =
+            connection.send(0, &ApiVersionsRequest::default()).await?;
+        check(
+            versions.error_code,
+            || format!("ApiVersions to {addr}"),
+            None,
+        )?;
         connection.versions = versions
             .api_keys
             .iter()
@@ -149,7 +156,11 @@ impl Connection {
 
     /// Sends `request` as `version` (checked against what the broker offers) and reads the
     /// answer.
-    pub async fn request<R: Request>(&mut self, version: i16, request: &R) -> ClientResult<R::Response> {
+    pub async fn request<R: Request>(
+        &mut self,
+        version: i16,
+        request: &R,
+    ) -> ClientResult<R::Response> {
         let (min, max) = self.versions.get(&R::KEY).copied().unwrap_or((0, -1));
         if version < min || version > max {
             return Err(ClientError::Unsupported {
@@ -275,7 +286,11 @@ pub struct Client {
 pub const METADATA_VERSION: i16 = 12;
 
 impl Client {
-    pub async fn connect(bootstrap: &str, clock: Arc<dyn Clock>, timeout: Duration) -> ClientResult<Self> {
+    pub async fn connect(
+        bootstrap: &str,
+        clock: Arc<dyn Clock>,
+        timeout: Duration,
+    ) -> ClientResult<Self> {
         let connection = Connection::connect(bootstrap, Arc::clone(&clock), timeout).await?;
         Ok(Self {
             bootstrap: connection,
@@ -286,7 +301,11 @@ impl Client {
         })
     }
 
-    pub async fn request<R: Request>(&mut self, version: i16, request: &R) -> ClientResult<R::Response> {
+    pub async fn request<R: Request>(
+        &mut self,
+        version: i16,
+        request: &R,
+    ) -> ClientResult<R::Response> {
         self.bootstrap.request(version, request).await
     }
 
@@ -317,7 +336,8 @@ impl Client {
             let addr = self.addresses.get(&node).cloned().ok_or_else(|| {
                 ClientError::NotFound(format!("broker {node} is not in the cluster's metadata"))
             })?;
-            let connection = Connection::connect(&addr, Arc::clone(&self.clock), self.timeout).await?;
+            let connection =
+                Connection::connect(&addr, Arc::clone(&self.clock), self.timeout).await?;
             self.nodes.insert(node, connection);
         }
         self.nodes
@@ -331,10 +351,13 @@ impl Client {
             .with_key_type(0)
             .with_coordinator_keys(vec![str_bytes(group)]);
         let response = self.bootstrap.request(4, &request).await?;
-        let coordinator = response.coordinators.first().ok_or_else(|| ClientError::Protocol {
-            addr: self.bootstrap.addr.clone(),
-            what: "FindCoordinator answered no coordinator".into(),
-        })?;
+        let coordinator = response
+            .coordinators
+            .first()
+            .ok_or_else(|| ClientError::Protocol {
+                addr: self.bootstrap.addr.clone(),
+                what: "FindCoordinator answered no coordinator".into(),
+            })?;
         check(
             coordinator.error_code,
             || format!("finding the coordinator of group {group:?}"),

@@ -8,8 +8,7 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{BrokerId, FetchRequest, ProduceRequest};
 use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
-    TimestampType,
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 use serde_json::json;
 use strata_core::Clock;
@@ -69,10 +68,10 @@ pub async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
     let mut sent = Vec::new();
     let mut pending: Vec<Bytes> = Vec::new();
     let mut pending_bytes = 0;
+    let from_stdin = args.values.is_empty();
     let mut values = args.values.into_iter().map(Bytes::from);
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
-    let from_stdin = values.len() == 0;
     loop {
         let next = if from_stdin {
             match lines.next() {
@@ -89,7 +88,16 @@ pub async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         }
         let full = pending.len() >= PRODUCE_BATCH_RECORDS || pending_bytes >= PRODUCE_BATCH_BYTES;
         if (full || done) && !pending.is_empty() {
-            let base = send(&mut client, clock.as_ref(), &args.topic, args.partition, leader, key.as_ref(), &pending).await?;
+            let base = send(
+                &mut client,
+                clock.as_ref(),
+                &args.topic,
+                args.partition,
+                leader,
+                key.as_ref(),
+                &pending,
+            )
+            .await?;
             sent.push((base, pending.len()));
             pending.clear();
             pending_bytes = 0;
@@ -122,7 +130,11 @@ pub async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
 
 async fn leader_of(client: &mut Client, topic: &str, partition: i32) -> anyhow::Result<i32> {
     let metadata = topic_metadata(client, topic).await?;
-    let Some(p) = metadata.partitions.iter().find(|p| p.partition_index == partition) else {
+    let Some(p) = metadata
+        .partitions
+        .iter()
+        .find(|p| p.partition_index == partition)
+    else {
         bail!(
             "topic {topic:?} has partitions 0..{}; there is no partition {partition}",
             metadata.partitions.len()
@@ -218,9 +230,9 @@ pub async fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
                 end
             }
         }
-        other => other.parse().with_context(|| {
-            format!("--offset {other:?} is not earliest, latest or an offset")
-        })?,
+        other => other
+            .parse()
+            .with_context(|| format!("--offset {other:?} is not earliest, latest or an offset"))?,
     };
     let deadline = clock.monotonic().saturating_add(wait);
     let mut consumed = Vec::new();
@@ -241,7 +253,11 @@ pub async fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
                     .with_log_start_offset(-1)
                     .with_partition_max_bytes(args.fetch_max_bytes)])]);
         let response = client.node(leader).await?.request(12, &request).await?;
-        check(response.error_code, || format!("fetching {topic}-{partition}"), None)?;
+        check(
+            response.error_code,
+            || format!("fetching {topic}-{partition}"),
+            None,
+        )?;
         let data = response
             .responses
             .iter()
@@ -253,7 +269,9 @@ pub async fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
             || format!("fetching {topic}-{partition} from offset {offset}"),
             None,
         )?;
-        let Some(records) = &data.records else { continue };
+        let Some(records) = &data.records else {
+            continue;
+        };
         for batch in whole_batches(records) {
             let mut batch = batch;
             let set = RecordBatchDecoder::decode(&mut batch).with_context(|| {

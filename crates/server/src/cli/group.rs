@@ -60,7 +60,11 @@ pub struct ResetArgs {
     #[command(flatten)]
     connect: Connect,
     /// The topic whose offsets to reset (repeatable); all partitions of each.
-    #[arg(long = "topic", value_name = "TOPIC", required_unless_present = "all_topics")]
+    #[arg(
+        long = "topic",
+        value_name = "TOPIC",
+        required_unless_present = "all_topics"
+    )]
     topics: Vec<String>,
     /// Every topic the group has committed offsets for.
     #[arg(long)]
@@ -115,7 +119,11 @@ async fn list(connect: &Connect) -> anyhow::Result<()> {
         for g in response.groups {
             groups.insert(
                 g.group_id.to_string(),
-                (g.group_state.to_string(), g.group_type.to_string(), g.protocol_type.to_string()),
+                (
+                    g.group_state.to_string(),
+                    g.group_type.to_string(),
+                    g.protocol_type.to_string(),
+                ),
             );
         }
     }
@@ -192,7 +200,11 @@ async fn describe_group(client: &mut Client, group: &str) -> anyhow::Result<Opti
     if ResponseError::try_from_code(g.error_code) == Some(ResponseError::GroupIdNotFound) {
         return Ok(None);
     }
-    check(g.error_code, || format!("describing group {group:?}"), g.error_message.as_ref())?;
+    check(
+        g.error_code,
+        || format!("describing group {group:?}"),
+        g.error_message.as_ref(),
+    )?;
     if g.group_state.as_str() == "Dead" {
         return Ok(None);
     }
@@ -203,19 +215,20 @@ async fn describe_group(client: &mut Client, group: &str) -> anyhow::Result<Opti
             let mut assignment = m.member_assignment.clone();
             // A consumer's assignment is a version then the struct; other protocols' bytes
             // (Connect, streams) mean nothing here.
-            let partitions = if g.protocol_type.as_str() == "consumer" && assignment.remaining() >= 2 {
-                let version = assignment.get_i16();
-                ConsumerProtocolAssignment::decode(&mut assignment, version.clamp(0, 3))
-                    .map(|a| {
-                        a.assigned_partitions
-                            .into_iter()
-                            .map(|tp| (tp.topic.to_string(), tp.partitions))
-                            .collect()
-                    })
-                    .unwrap_or_default()
-            } else {
-                Vec::new()
-            };
+            let partitions =
+                if g.protocol_type.as_str() == "consumer" && assignment.remaining() >= 2 {
+                    let version = assignment.get_i16();
+                    ConsumerProtocolAssignment::decode(&mut assignment, version.clamp(0, 3))
+                        .map(|a| {
+                            a.assigned_partitions
+                                .into_iter()
+                                .map(|tp| (tp.topic.to_string(), tp.partitions))
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                } else {
+                    Vec::new()
+                };
             Member {
                 id: m.member_id.to_string(),
                 client_id: m.client_id.to_string(),
@@ -288,10 +301,20 @@ async fn describe(connect: &Connect, group: &str) -> anyhow::Result<()> {
         let rows: Vec<Vec<String>> = description
             .members
             .iter()
-            .map(|m| vec![m.id.clone(), m.client_id.clone(), m.host.clone(), assigned(m)])
+            .map(|m| {
+                vec![
+                    m.id.clone(),
+                    m.client_id.clone(),
+                    m.host.clone(),
+                    assigned(m),
+                ]
+            })
             .collect();
         text.push('\n');
-        text.push_str(&table(&["MEMBER", "CLIENT-ID", "HOST", "PARTITIONS"], &rows));
+        text.push_str(&table(
+            &["MEMBER", "CLIENT-ID", "HOST", "PARTITIONS"],
+            &rows,
+        ));
     }
     out(&text);
     Ok(())
@@ -307,7 +330,11 @@ async fn committed(
             .with_group_id(group_id(group))
             .with_topics(None)])
         .with_require_stable(true);
-    let response = client.coordinator(group).await?.request(8, &request).await?;
+    let response = client
+        .coordinator(group)
+        .await?
+        .request(8, &request)
+        .await?;
     let mut offsets: BTreeMap<String, BTreeMap<i32, i64>> = BTreeMap::new();
     for g in &response.groups {
         check(g.error_code, || format!("offsets of group {group:?}"), None)?;
@@ -315,7 +342,13 @@ async fn committed(
             for p in &t.partitions {
                 check(
                     p.error_code,
-                    || format!("offset of group {group:?} on {}-{}", t.name.as_str(), p.partition_index),
+                    || {
+                        format!(
+                            "offset of group {group:?} on {}-{}",
+                            t.name.as_str(),
+                            p.partition_index
+                        )
+                    },
                     None,
                 )?;
                 if p.committed_offset >= 0 {
@@ -331,7 +364,10 @@ async fn committed(
 }
 
 /// Log start and end of every partition of `topic`.
-async fn topic_offsets(client: &mut Client, topic: &str) -> anyhow::Result<BTreeMap<i32, (i64, i64)>> {
+async fn topic_offsets(
+    client: &mut Client,
+    topic: &str,
+) -> anyhow::Result<BTreeMap<i32, (i64, i64)>> {
     let metadata = topic_metadata(client, topic).await?;
     let leaders: Vec<(i32, i32)> = metadata
         .partitions
@@ -367,9 +403,20 @@ async fn lag(connect: &Connect, group: &str) -> anyhow::Result<()> {
     } else {
         let cells: Vec<Vec<String>> = rows
             .iter()
-            .map(|(t, p, c, e, l)| vec![t.clone(), p.to_string(), c.to_string(), e.to_string(), l.to_string()])
+            .map(|(t, p, c, e, l)| {
+                vec![
+                    t.clone(),
+                    p.to_string(),
+                    c.to_string(),
+                    e.to_string(),
+                    l.to_string(),
+                ]
+            })
             .collect();
-        let mut text = table(&["TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG"], &cells);
+        let mut text = table(
+            &["TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG"],
+            &cells,
+        );
         text.push_str(&format!("\ntotal lag: {total}\n"));
         out(&text);
     }
@@ -435,15 +482,29 @@ async fn reset(args: ResetArgs) -> anyhow::Result<()> {
             .with_topics(
                 by_topic
                     .into_iter()
-                    .map(|(t, ps)| OffsetCommitRequestTopic::default().with_name(name(t)).with_partitions(ps))
+                    .map(|(t, ps)| {
+                        OffsetCommitRequestTopic::default()
+                            .with_name(name(t))
+                            .with_partitions(ps)
+                    })
                     .collect(),
             );
-        let response = client.coordinator(group).await?.request(8, &request).await?;
+        let response = client
+            .coordinator(group)
+            .await?
+            .request(8, &request)
+            .await?;
         for t in &response.topics {
             for p in &t.partitions {
                 check(
                     p.error_code,
-                    || format!("committing group {group:?}'s offset of {}-{}", t.name.as_str(), p.partition_index),
+                    || {
+                        format!(
+                            "committing group {group:?}'s offset of {}-{}",
+                            t.name.as_str(),
+                            p.partition_index
+                        )
+                    },
                     None,
                 )?;
             }
@@ -459,7 +520,12 @@ async fn reset(args: ResetArgs) -> anyhow::Result<()> {
         let rows: Vec<Vec<String>> = plan
             .iter()
             .map(|(t, p, now, new)| {
-                vec![t.clone(), p.to_string(), now.map_or("-".into(), |o| o.to_string()), new.to_string()]
+                vec![
+                    t.clone(),
+                    p.to_string(),
+                    now.map_or("-".into(), |o| o.to_string()),
+                    new.to_string(),
+                ]
             })
             .collect();
         let mut text = table(&["TOPIC", "PARTITION", "CURRENT", "NEW"], &rows);
@@ -478,7 +544,11 @@ async fn delete(connect: &Connect, groups: &[String]) -> anyhow::Result<()> {
     let mut failed = Vec::new();
     for group in groups {
         let request = DeleteGroupsRequest::default().with_groups_names(vec![group_id(group)]);
-        let response = client.coordinator(group).await?.request(2, &request).await?;
+        let response = client
+            .coordinator(group)
+            .await?
+            .request(2, &request)
+            .await?;
         for r in &response.results {
             let result = match ResponseError::try_from_code(r.error_code) {
                 Some(ResponseError::GroupIdNotFound) => Err(unknown_group(group)),

@@ -107,7 +107,10 @@ mod tests {
     fn tables_pad_every_column_but_the_last() {
         let text = table(
             &["TOPIC", "PARTITIONS"],
-            &[vec!["orders".into(), "3".into()], vec!["a".into(), "12".into()]],
+            &[
+                vec!["orders".into(), "3".into()],
+                vec!["a".into(), "12".into()],
+            ],
         );
         assert_eq!(text, "TOPIC   PARTITIONS\norders  3\na       12\n");
     }

@@ -123,7 +123,8 @@ async fn list(connect: &Connect, all: bool) -> anyhow::Result<()> {
         .filter(|t| all || !t.is_internal)
         .collect();
     topics.sort_by(|a, b| a.name.cmp(&b.name));
-    let name_of = |t: &MetadataResponseTopic| t.name.as_ref().map(|n| n.to_string()).unwrap_or_default();
+    let name_of =
+        |t: &MetadataResponseTopic| t.name.as_ref().map(|n| n.to_string()).unwrap_or_default();
     if connect.json {
         let list: Vec<_> = topics
             .iter()
@@ -293,13 +294,12 @@ async fn describe(connect: &Connect, topic: &str) -> anyhow::Result<()> {
         .map(|p| (p.partition_index, p.leader_id.0))
         .collect();
     let offsets = log_offsets(&mut client, topic, &leaders).await?;
-    let request = DescribeConfigsRequest::default().with_resources(vec![
-        DescribeConfigsResource::default()
+    let request =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
             .with_resource_type(TOPIC_RESOURCE)
             .with_resource_name(str_bytes(topic))
             // None: every config (an empty list would ask for none).
-            .with_configuration_keys(None),
-    ]);
+            .with_configuration_keys(None)]);
     let response = client.request(4, &request).await?;
     let mut configs = Vec::new();
     for result in &response.results {
@@ -377,7 +377,14 @@ async fn describe(connect: &Connect, topic: &str) -> anyhow::Result<()> {
         partitions.len()
     );
     text.push_str(&table(
-        &["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START", "LOG-END"],
+        &[
+            "PARTITION",
+            "LEADER",
+            "REPLICAS",
+            "ISR",
+            "LOG-START",
+            "LOG-END",
+        ],
         &rows,
     ));
     // The defaults are many and the same for every topic: a person wants what differs.
@@ -472,7 +479,11 @@ async fn delete_topics(connect: &Connect, topics: &[String]) -> anyhow::Result<(
                 "topic {topic:?} does not exist (strata topic list shows the topics)"
             )))
         } else {
-            check(r.error_code, || format!("deleting topic {topic:?}"), r.error_message.as_ref())
+            check(
+                r.error_code,
+                || format!("deleting topic {topic:?}"),
+                r.error_message.as_ref(),
+            )
         };
         if let Err(e) = result {
             failed.push(e.to_string());
