@@ -37,20 +37,15 @@ pub const MAX_RESPONSE_BYTES: usize = 256 << 20;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error(
-        "cannot connect to {addr}: {source} (is a broker listening there? pass its address \
+        "cannot connect to {addr}: {error} (is a broker listening there? pass its address \
          with --bootstrap-server host:port)"
     )]
-    Connect {
-        addr: String,
-        source: std::io::Error,
-    },
+    // Not `source`: the message already says it, and anyhow would repeat it.
+    Connect { addr: String, error: std::io::Error },
     #[error("no answer from {addr} within {after:?} (is it a Kafka broker?)")]
     Timeout { addr: String, after: Duration },
-    #[error("connection to {addr} failed: {source}")]
-    Io {
-        addr: String,
-        source: std::io::Error,
-    },
+    #[error("connection to {addr} failed: {error}")]
+    Io { addr: String, error: std::io::Error },
     #[error("{addr} sent something that is not a valid Kafka answer: {what}")]
     Protocol { addr: String, what: String },
     #[error("{addr} does not support {api} version {version} (it offers {min}..={max})")]
@@ -116,10 +111,10 @@ impl Connection {
         let connect = TcpStream::connect(addr);
         let stream = match strata_core::timeout(clock.as_ref(), timeout, connect).await {
             Ok(Ok(stream)) => stream,
-            Ok(Err(source)) => {
+            Ok(Err(error)) => {
                 return Err(ClientError::Connect {
                     addr: addr.to_string(),
-                    source,
+                    error,
                 })
             }
             Err(_) => {
@@ -214,7 +209,7 @@ impl Connection {
         };
         let body = match strata_core::timeout(self.clock.as_ref(), self.timeout, exchange).await {
             Ok(Ok(body)) => body,
-            Ok(Err(source)) => return Err(ClientError::Io { addr, source }),
+            Ok(Err(error)) => return Err(ClientError::Io { addr, error }),
             Err(_) => {
                 return Err(ClientError::Timeout {
                     addr,
@@ -291,7 +286,31 @@ impl Client {
         clock: Arc<dyn Clock>,
         timeout: Duration,
     ) -> ClientResult<Self> {
-        let connection = Connection::connect(bootstrap, Arc::clone(&clock), timeout).await?;
+        // A comma-separated list, as Kafka's tools take: the first broker that answers.
+        let mut last = None;
+        let mut connection = None;
+        for addr in bootstrap
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+        {
+            match Connection::connect(addr, Arc::clone(&clock), timeout).await {
+                Ok(c) => {
+                    connection = Some(c);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let connection = match (connection, last) {
+            (Some(c), _) => c,
+            (None, Some(e)) => return Err(e),
+            (None, None) => {
+                return Err(ClientError::NotFound(
+                    "--bootstrap-server is empty; give host:port".into(),
+                ))
+            }
+        };
         Ok(Self {
             bootstrap: connection,
             clock,
