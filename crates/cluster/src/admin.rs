@@ -237,7 +237,10 @@ pub async fn partition_owners(
         .into_iter()
         .filter_map(|(resource, (_, record))| {
             let (id, partition) = parse_partition_resource(&resource)?;
-            let topic = topics.iter().find(|t| t.id == id).map(|t| t.name.to_string());
+            let topic = topics
+                .iter()
+                .find(|t| t.id == id)
+                .map(|t| t.name.to_string());
             Some(PartitionOwner {
                 topic,
                 partition,
@@ -321,5 +324,19 @@ mod tests {
         assert_eq!(drain_request(&store, BrokerId(4)).await.unwrap(), None);
         // A second request (a restarted broker) replaces the first.
         request_drain(&store, BrokerId(3)).await.unwrap();
+
+        assert!(cluster_exists(&store).await.unwrap());
+        assert!(!cluster_exists(&MemoryStore::new()).await.unwrap());
+        let registered = registrations(&store).await.unwrap();
+        assert_eq!(registered.len(), 1);
+        assert_eq!(registered[0].node_id, BrokerId(3));
+        assert_eq!(
+            drain_requests(&store).await.unwrap(),
+            vec![(BrokerId(3), Incarnation(0xab))]
+        );
+        // Undrain: the request is gone, and a second cancel finds nothing.
+        assert!(cancel_drain(&store, BrokerId(3)).await.unwrap());
+        assert_eq!(drain_request(&store, BrokerId(3)).await.unwrap(), None);
+        assert!(!cancel_drain(&store, BrokerId(3)).await.unwrap());
     }
 }
