@@ -205,6 +205,18 @@ mod tests {
     use crate::{ObjectKey, PutMode};
 
     #[test]
+    fn local_directories_are_named_without_being_created() {
+        let dir = |url: &str| local_directory(url).unwrap();
+        assert_eq!(dir("./data"), Some(PathBuf::from("./data")));
+        assert_eq!(dir("file:///var/x%20y"), Some(PathBuf::from("/var/x y")));
+        assert_eq!(dir("file://localhost/v"), Some(PathBuf::from("/v")));
+        assert_eq!(dir("s3://bucket/prefix"), None);
+        assert_eq!(dir("memory://"), None);
+        assert!(local_directory("file://host/v").is_err());
+        assert!(!std::path::Path::new("./data").exists());
+    }
+
+    #[test]
     fn schemes_are_parsed_case_insensitively_and_paths_have_none() {
         assert_eq!(url_scheme("S3://bucket/x").as_deref(), Some("s3"));
         assert_eq!(url_scheme("rados://pool").as_deref(), Some("rados"));
