@@ -278,7 +278,7 @@ pub async fn log_offsets(
 fn config_source(source: i8) -> &'static str {
     match source {
         1 => "topic",
-        2 | 3 | 4 => "broker",
+        2..=4 => "broker",
         5 => "default",
         _ => "other",
     }
