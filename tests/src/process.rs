@@ -352,6 +352,41 @@ impl StrataProcess {
         }
     }
 
+    /// Sends SIGTERM and returns at once, so that several brokers can be stopped together;
+    /// [`wait_for_exit`](Self::wait_for_exit) then reaps it.
+    pub fn send_sigterm(&mut self) {
+        // SAFETY: as in `sigterm`: a pid we spawned and have not reaped.
+        let sent = unsafe { libc::kill(self.pid_t(), libc::SIGTERM) };
+        assert_eq!(
+            sent,
+            0,
+            "kill(SIGTERM) failed: {}",
+            std::io::Error::last_os_error()
+        );
+        self.note("harness: SIGTERM sent");
+    }
+
+    /// Waits until the broker has exited and reaps it; `None` (it keeps running) if it has
+    /// not within `timeout`.
+    pub fn wait_for_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let child = self
+                .child
+                .as_mut()
+                .expect("wait_for_exit: the broker is not running");
+            if let Some(status) = child.try_wait().expect("poll the broker process") {
+                self.child = None;
+                self.note(&format!("harness: broker exited: {status}"));
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Starts the broker again after [`kill9`](Self::kill9) or [`sigterm`](Self::sigterm), on
     /// the same data directory and the same port.
     pub fn restart(&mut self) {

@@ -12,12 +12,14 @@
 use std::sync::Arc;
 
 use strata_core::BrokerId;
-use strata_layout::cluster::{partition_resource as resource_of, DrainRequest};
+use strata_layout::cluster::{
+    parse_partition_resource, partition_resource as resource_of, DrainRequest,
+};
 use strata_layout::schema;
 use strata_layout::{CatalogReader, LayoutError};
 use strata_storage::{ObjectStore, PutMode, StorageError};
 
-use crate::keys::{broker_key, drain_key};
+use crate::keys::{broker_key, drain_key, parse_broker_key, BROKERS_PREFIX, DRAIN_PREFIX};
 use crate::{BrokerRegistration, ClusterError, Incarnation, OwnerRecord, OwnerState, Ownership};
 
 /// What went wrong in an admin operation.
@@ -151,6 +153,106 @@ pub async fn partitions_held(
         .count())
 }
 
+/// Whether `store` holds a cluster at all: a broker registered there, or a topic catalog.
+/// Lets the commands refuse a mistyped storage URL instead of reporting "not registered".
+pub async fn cluster_exists(store: &dyn ObjectStore) -> Result<bool, AdminError> {
+    if !store.list_keys(BROKERS_PREFIX).await?.is_empty() {
+        return Ok(true);
+    }
+    Ok(CatalogReader::new(store).newest_version().await?.is_some())
+}
+
+/// Every registered broker (live or not: a crashed one stays registered until the others
+/// forget it, far beyond its lease), by node id.
+pub async fn registrations(store: &dyn ObjectStore) -> Result<Vec<BrokerRegistration>, AdminError> {
+    let mut registrations = Vec::new();
+    for listed in store.list_keys(BROKERS_PREFIX).await? {
+        if parse_broker_key(listed.key.as_str()).is_none() {
+            continue;
+        }
+        match store.get(&listed.key).await {
+            Ok((bytes, _)) => registrations.push(BrokerRegistration::decode(&listed.key, &bytes)?),
+            // Left between the listing and the read.
+            Err(StorageError::NotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    registrations.sort_by_key(|r| r.node_id.0);
+    Ok(registrations)
+}
+
+/// The incarnation each broker with a pending drain request was asked to drain as.
+pub async fn drain_requests(
+    store: &dyn ObjectStore,
+) -> Result<Vec<(BrokerId, Incarnation)>, AdminError> {
+    let mut requests = Vec::new();
+    for listed in store.list_keys(DRAIN_PREFIX).await? {
+        let Some(broker) = listed
+            .key
+            .as_str()
+            .strip_prefix(DRAIN_PREFIX)
+            .and_then(|id| id.parse().ok())
+            .map(BrokerId)
+        else {
+            continue;
+        };
+        if let Some(incarnation) = drain_request(store, broker).await? {
+            requests.push((broker, incarnation));
+        }
+    }
+    Ok(requests)
+}
+
+/// Withdraws the drain request of `broker`; returns whether there was one. The broker notices
+/// at its next drain poll and takes partitions again.
+pub async fn cancel_drain(store: &dyn ObjectStore, broker: BrokerId) -> Result<bool, AdminError> {
+    let key = drain_key(broker)?;
+    match store.get(&key).await {
+        Ok(_) => {}
+        Err(StorageError::NotFound(_)) => return Ok(false),
+        Err(e) => return Err(e.into()),
+    }
+    match store.delete(&key).await {
+        Ok(()) | Err(StorageError::NotFound(_)) => Ok(true),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// One partition's ownership record, with its topic's name when the catalog still has it.
+#[derive(Debug, Clone)]
+pub struct PartitionOwner {
+    pub topic: Option<String>,
+    pub partition: i32,
+    pub resource: String,
+    pub record: OwnerRecord,
+}
+
+/// Every partition's ownership record (the leases), named from the newest catalog.
+pub async fn partition_owners(
+    store: Arc<dyn ObjectStore>,
+) -> Result<Vec<PartitionOwner>, AdminError> {
+    let topics = CatalogReader::new(store.as_ref()).topics().await?;
+    let records = Ownership::new(store).list("").await?;
+    let mut owners: Vec<PartitionOwner> = records
+        .into_iter()
+        .filter_map(|(resource, (_, record))| {
+            let (id, partition) = parse_partition_resource(&resource)?;
+            let topic = topics
+                .iter()
+                .find(|t| t.id == id)
+                .map(|t| t.name.to_string());
+            Some(PartitionOwner {
+                topic,
+                partition,
+                resource,
+                record,
+            })
+        })
+        .collect();
+    owners.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    Ok(owners)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,5 +324,19 @@ mod tests {
         assert_eq!(drain_request(&store, BrokerId(4)).await.unwrap(), None);
         // A second request (a restarted broker) replaces the first.
         request_drain(&store, BrokerId(3)).await.unwrap();
+
+        assert!(cluster_exists(&store).await.unwrap());
+        assert!(!cluster_exists(&MemoryStore::new()).await.unwrap());
+        let registered = registrations(&store).await.unwrap();
+        assert_eq!(registered.len(), 1);
+        assert_eq!(registered[0].node_id, BrokerId(3));
+        assert_eq!(
+            drain_requests(&store).await.unwrap(),
+            vec![(BrokerId(3), Incarnation(0xab))]
+        );
+        // Undrain: the request is gone, and a second cancel finds nothing.
+        assert!(cancel_drain(&store, BrokerId(3)).await.unwrap());
+        assert_eq!(drain_request(&store, BrokerId(3)).await.unwrap(), None);
+        assert!(!cancel_drain(&store, BrokerId(3)).await.unwrap());
     }
 }

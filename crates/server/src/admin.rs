@@ -1,6 +1,7 @@
-//! Operator commands on a running cluster: `strata partitions move` and `strata broker drain`.
-//! They talk to the storage only (the coordination objects under `cluster/`), never to a
-//! broker: brokers pick the requests up from there.
+//! Operator commands on a running cluster: `strata partitions move`, `strata broker
+//! drain|undrain` and `strata cluster status`. They talk to the storage only (the
+//! coordination objects under `cluster/`), never to a broker: brokers pick the requests up
+//! from there. They refuse a storage URL where no cluster exists instead of creating one.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -12,12 +13,16 @@ use strata_cluster::OwnerState;
 use strata_core::{BrokerId, SystemClock};
 use strata_storage::ObjectStore;
 
+use crate::cli::{out, out_json, table};
+
 /// How often a move's progress is re-read from storage. The printed time overshoots the real
 /// one by up to this much, and moves now take tens of milliseconds, so 20 ms was a visible
 /// part of what `partitions move` reported; one small read per 5 ms lasts only as long as
 /// the move.
 const POLL: Duration = Duration::from_millis(5);
 const DRAIN_POLL: Duration = Duration::from_millis(250);
+/// How often a wait says it is still waiting.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Debug, clap::Subcommand)]
 pub enum PartitionsCommand {
@@ -58,6 +63,34 @@ pub enum BrokerCommand {
     /// the broker can then be stopped (SIGTERM: it leaves the cluster cleanly). A broker
     /// restarted afterwards is a new incarnation and serves normally again.
     Drain(DrainArgs),
+    /// Cancel a drain (cluster mode): the broker takes partitions again, without a restart.
+    ///
+    /// Deletes the drain request; the broker notices within about a second and clears its
+    /// draining mark, and placement may move partitions back to it.
+    Undrain(UndrainArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct UndrainArgs {
+    /// Node id of the broker.
+    id: i32,
+    /// The cluster's storage URL (as given to `strata serve --storage`).
+    #[arg(long, value_name = "URL", env = "STRATA_STORAGE")]
+    storage: String,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum ClusterCommand {
+    /// Brokers (incarnation, start, heartbeats, draining), partitions per broker, and every
+    /// partition's lease (owner record: owner, epoch, state), read from the storage.
+    Status {
+        /// The cluster's storage URL (as given to `strata serve --storage`).
+        #[arg(long, value_name = "URL", env = "STRATA_STORAGE")]
+        storage: String,
+        /// Print one JSON document instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -70,6 +103,10 @@ pub struct DrainArgs {
     /// Give up waiting after this long (the broker keeps draining).
     #[arg(long, value_name = "DURATION", default_value = "10m")]
     timeout: String,
+    /// Drain even when no other broker could take the partitions (they stay leaderless
+    /// until one joins).
+    #[arg(long)]
+    force: bool,
 }
 
 fn duration(text: &str) -> anyhow::Result<Duration> {
@@ -86,13 +123,40 @@ pub async fn partitions(command: PartitionsCommand) -> anyhow::Result<()> {
 pub async fn broker(command: BrokerCommand) -> anyhow::Result<()> {
     match command {
         BrokerCommand::Drain(args) => drain(args).await,
+        BrokerCommand::Undrain(args) => undrain(args).await,
     }
 }
 
+pub async fn cluster(command: ClusterCommand) -> anyhow::Result<()> {
+    match command {
+        ClusterCommand::Status { storage, json } => status(&storage, json).await,
+    }
+}
+
+/// Opens the storage of an existing cluster. A local directory is checked before opening,
+/// which would create it: a mistyped path must not become an empty cluster.
 async fn open(storage: &str) -> anyhow::Result<Arc<dyn ObjectStore>> {
-    crate::open_backend(storage.to_string())
+    let missing = |why: &str| {
+        anyhow::anyhow!(
+            "no Strata cluster at {storage:?}: {why}; pass the URL the brokers were started \
+             with (`strata serve --storage`), e.g. --storage file:///var/lib/strata, \
+             s3://bucket/prefix or rados://pool"
+        )
+    };
+    if let Some(dir) = strata_storage::local_directory(storage)? {
+        if !dir.is_dir() {
+            return Err(missing("the directory does not exist"));
+        }
+    }
+    let store = crate::open_backend(storage.to_string())
         .await
-        .with_context(|| format!("opening storage {storage:?}"))
+        .with_context(|| format!("opening storage {storage:?}"))?;
+    if !admin::cluster_exists(store.as_ref()).await? {
+        return Err(missing(
+            "no broker has registered there and it holds no topics",
+        ));
+    }
+    Ok(store)
 }
 
 async fn move_partition(args: MoveArgs) -> anyhow::Result<()> {
@@ -108,6 +172,7 @@ async fn move_partition(args: MoveArgs) -> anyhow::Result<()> {
     let name = format!("{}-{}", args.topic, args.partition);
     let started = clock.monotonic();
     admin::set_placement(Arc::clone(&store), &resource, target).await?;
+    let mut next_progress = PROGRESS_EVERY;
     loop {
         let now = admin::owner(Arc::clone(&store), &resource).await?;
         if let Some(record) = &now {
@@ -129,10 +194,23 @@ async fn move_partition(args: MoveArgs) -> anyhow::Result<()> {
                 return Ok(());
             }
         }
-        if clock.monotonic().saturating_sub(started) > timeout {
+        let waited = clock.monotonic().saturating_sub(started);
+        if waited > timeout {
             bail!(
                 "{name} is not served by broker {target} after {timeout:?} (now: {now:?}); \
                  the move stays requested"
+            );
+        }
+        if waited >= next_progress {
+            next_progress += PROGRESS_EVERY;
+            let state = now
+                .as_ref()
+                .map(|r| format!("broker {} epoch {} {:?}", r.owner, r.epoch, r.state))
+                .unwrap_or_else(|| "unowned".into());
+            let _ = writeln!(
+                std::io::stderr(),
+                "waiting for {name} to move to broker {target} ({} s; now {state})",
+                waited.as_secs()
             );
         }
         clock.sleep(POLL).await;
@@ -144,6 +222,33 @@ async fn drain(args: DrainArgs) -> anyhow::Result<()> {
     let store = open(&args.storage).await?;
     let clock = SystemClock::shared();
     let broker = BrokerId(args.id);
+    let registrations = admin::registrations(store.as_ref()).await?;
+    if !registrations.iter().any(|r| r.node_id == broker) {
+        let ids: Vec<String> = registrations
+            .iter()
+            .map(|r| r.node_id.to_string())
+            .collect();
+        bail!(
+            "broker {broker} is not registered in this cluster (registered: {}); \
+             `strata cluster status` lists the brokers",
+            if ids.is_empty() {
+                "none".to_string()
+            } else {
+                ids.join(", ")
+            }
+        );
+    }
+    let takers = registrations
+        .iter()
+        .filter(|r| r.node_id != broker && !r.draining)
+        .count();
+    if takers == 0 && !args.force {
+        bail!(
+            "broker {broker} is the only broker that could hold partitions (no other broker is \
+             registered and not draining): draining it would leave every partition \
+             leaderless. Start another broker first, or pass --force"
+        );
+    }
     let incarnation = admin::request_drain(store.as_ref(), broker).await?;
     let started = clock.monotonic();
     let initial = admin::partitions_held(Arc::clone(&store), broker, incarnation).await?;
@@ -152,17 +257,32 @@ async fn drain(args: DrainArgs) -> anyhow::Result<()> {
         stderr,
         "drain of broker {broker} (incarnation {incarnation}) requested; it holds {initial} partitions"
     );
+    let interactive = std::io::IsTerminal::is_terminal(&stderr);
+    let mut next_progress = Duration::ZERO;
     loop {
         let held = admin::partitions_held(Arc::clone(&store), broker, incarnation).await?;
-        // One line updated in place: the count is what an operator watches.
-        let _ = write!(
-            stderr,
-            "\r{held}/{initial} partitions still on broker {broker} ({} s)   ",
-            clock.monotonic().saturating_sub(started).as_secs()
-        );
-        let _ = stderr.flush();
+        let waited = clock.monotonic().saturating_sub(started);
+        if interactive {
+            // One line updated in place: the count is what an operator watches.
+            let _ = write!(
+                stderr,
+                "\r{held}/{initial} partitions still on broker {broker} ({} s)   ",
+                waited.as_secs()
+            );
+            let _ = stderr.flush();
+        } else if waited >= next_progress {
+            // A log or a pipe gets a line a second instead of carriage returns.
+            next_progress += PROGRESS_EVERY;
+            let _ = writeln!(
+                stderr,
+                "{held}/{initial} partitions still on broker {broker} ({} s)",
+                waited.as_secs()
+            );
+        }
         if held == 0 {
-            let _ = writeln!(stderr);
+            if interactive {
+                let _ = writeln!(stderr);
+            }
             let _ = writeln!(
                 std::io::stdout(),
                 "broker {broker} holds no partitions after {} ms; it can be stopped now \
@@ -172,9 +292,133 @@ async fn drain(args: DrainArgs) -> anyhow::Result<()> {
             return Ok(());
         }
         if clock.monotonic().saturating_sub(started) > timeout {
-            let _ = writeln!(stderr);
+            if interactive {
+                let _ = writeln!(stderr);
+            }
             bail!("broker {broker} still holds {held} partitions after {timeout:?}; it keeps draining");
         }
         clock.sleep(DRAIN_POLL).await;
     }
+}
+
+async fn undrain(args: UndrainArgs) -> anyhow::Result<()> {
+    let store = open(&args.storage).await?;
+    let broker = BrokerId(args.id);
+    if admin::cancel_drain(store.as_ref(), broker).await? {
+        out(&format!(
+            "drain of broker {broker} cancelled; it takes partitions again within about a second"
+        ));
+        Ok(())
+    } else {
+        bail!("broker {broker} has no drain request to cancel")
+    }
+}
+
+async fn status(storage: &str, json: bool) -> anyhow::Result<()> {
+    let store = open(storage).await?;
+    let registrations = admin::registrations(store.as_ref()).await?;
+    let requests = admin::drain_requests(store.as_ref()).await?;
+    let owners = admin::partition_owners(Arc::clone(&store)).await?;
+    let held = |r: &strata_cluster::BrokerRegistration| {
+        owners
+            .iter()
+            .filter(|o| {
+                o.record.owner == r.node_id
+                    && o.record.incarnation == r.incarnation
+                    && o.record.state == OwnerState::Active
+            })
+            .count()
+    };
+    let drain_requested = |r: &strata_cluster::BrokerRegistration| {
+        requests
+            .iter()
+            .any(|(b, i)| *b == r.node_id && *i == r.incarnation)
+    };
+    let topic_of = |o: &admin::PartitionOwner| {
+        o.topic
+            .clone()
+            .unwrap_or_else(|| format!("(deleted) {}", o.resource))
+    };
+    if json {
+        let brokers: Vec<_> = registrations
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "id": r.node_id.0,
+                    "host": r.host,
+                    "port": r.port,
+                    "incarnation": r.incarnation.to_string(),
+                    "started_ms": r.started_ms,
+                    "heartbeat": r.heartbeat,
+                    "draining": r.draining,
+                    "drain_requested": drain_requested(r),
+                    "partitions": held(r),
+                })
+            })
+            .collect();
+        let leases: Vec<_> = owners
+            .iter()
+            .map(|o| {
+                serde_json::json!({
+                    "topic": o.topic,
+                    "partition": o.partition,
+                    "owner": o.record.owner.0,
+                    "incarnation": o.record.incarnation.to_string(),
+                    "epoch": o.record.epoch.0,
+                    "state": format!("{:?}", o.record.state),
+                })
+            })
+            .collect();
+        out_json(&serde_json::json!({"brokers": brokers, "partitions": leases}));
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = registrations
+        .iter()
+        .map(|r| {
+            vec![
+                r.node_id.to_string(),
+                format!("{}:{}", r.host, r.port),
+                r.incarnation.to_string(),
+                r.heartbeat.to_string(),
+                if r.draining {
+                    "draining".into()
+                } else if drain_requested(r) {
+                    "drain requested".into()
+                } else {
+                    "-".into()
+                },
+                held(r).to_string(),
+            ]
+        })
+        .collect();
+    let mut text = table(
+        &[
+            "BROKER",
+            "ADDRESS",
+            "INCARNATION",
+            "HEARTBEATS",
+            "DRAIN",
+            "PARTITIONS",
+        ],
+        &rows,
+    );
+    let leases: Vec<Vec<String>> = owners
+        .iter()
+        .map(|o| {
+            vec![
+                topic_of(o),
+                o.partition.to_string(),
+                o.record.owner.to_string(),
+                o.record.epoch.0.to_string(),
+                format!("{:?}", o.record.state),
+            ]
+        })
+        .collect();
+    text.push('\n');
+    text.push_str(&table(
+        &["TOPIC", "PARTITION", "OWNER", "EPOCH", "STATE"],
+        &leases,
+    ));
+    out(&text);
+    Ok(())
 }

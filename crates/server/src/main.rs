@@ -11,8 +11,10 @@
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 mod admin;
+mod cli;
 mod health;
 mod http;
+mod kafka_client;
 mod listeners;
 mod metrics;
 mod settings;
@@ -78,19 +80,53 @@ enum Command {
     /// min_incremental_fetch_session_eviction [default: 120s], metrics_listen,
     /// metrics_max_connections, metrics_timeout, cluster, lease_period,
     /// heartbeat_interval, ownership_interval, move_watch_interval, auto_rebalance,
-    /// standalone_seal_check) and a [log] section (flush_interval,
-    /// flush_bytes, max_pending_bytes, segment_bytes, segment_interval, cache_bytes,
-    /// retention_check_interval, default_partitions, max_inflight_flushes,
-    /// max_decompressed_batch_bytes [default: 64MiB], max_concurrent_decompressions [default:
-    /// CPU cores], handover_timeout [default: 30s], shutdown_timeout [default: 30s],
-    /// wal_delete_concurrency [default: 16]).
-    /// Environment
-    /// variables: STRATA_ + the upper-cased key, STRATA_LOG_ + key for the [log] section
-    /// (e.g. STRATA_LISTEN, STRATA_STORAGE, STRATA_NODE_ID, STRATA_LOG_FLUSH_INTERVAL).
+    /// standalone_seal_check).
+    ///
+    /// The [log] section (file only, or STRATA_LOG_<KEY>):
+    ///   flush_interval: a group-commit write starts when the oldest batch waited this long
+    ///     [default: 1ms; 100ms on S3];
+    ///   flush_bytes: ...or when this much is queued; also the most one write holds
+    ///     [default: 1MiB; 8MiB on S3];
+    ///   max_pending_bytes: produce data accepted but not yet durable, broker-wide; at the
+    ///     limit producers wait [default: 256MiB];
+    ///   segment_bytes: a partition's write-ahead tail is compacted into a segment at this
+    ///     size [default: 16MiB; 64MiB on S3];
+    ///   segment_interval: ...or this age [default: 10s; 60s on S3];
+    ///   cache_bytes: memory for the shared tail cache [default: 256MiB];
+    ///   retention_check_interval: how often retention is enforced [default: 30s];
+    ///   default_partitions: partitions of topics created without a count [default: 1];
+    ///   max_inflight_flushes: group-commit writes in flight at once [default: 4];
+    ///   max_decompressed_batch_bytes: a compressed batch inflating past this is refused
+    ///     [default: 64MiB];
+    ///   max_concurrent_decompressions: batches decompressed at once [default: CPU cores];
+    ///   handover_timeout: a graceful handover waits this long for queued appends to become
+    ///     durable [default: 30s];
+    ///   shutdown_timeout: shutdown waits this long for queued appends [default: 30s];
+    ///   wal_delete_concurrency: write-ahead objects deleted at once after compaction
+    ///     [default: 16].
+    ///
+    /// Environment variables: STRATA_ + the upper-cased key, STRATA_LOG_ + key for the [log]
+    /// section (e.g. STRATA_LISTEN, STRATA_STORAGE, STRATA_NODE_ID, STRATA_LOG_FLUSH_INTERVAL).
     /// Durations are human-readable ("1ms", "30s", "5m"); byte sizes are integers or
     /// "64MiB"/"1GB".
-    // Boxed: the flags make it far larger than the other variants.
+    // Boxed: the flags make it far larger than the other variants. Verbatim: the [log]
+    // settings are one per line.
+    #[command(verbatim_doc_comment)]
     Serve(Box<ServeArgs>),
+    /// Create, list, describe, configure, grow and delete topics (Kafka protocol, to
+    /// --bootstrap-server).
+    #[command(subcommand)]
+    Topic(cli::topic::TopicCommand),
+    /// Consumer groups: list, describe, lag, reset offsets, delete (Kafka protocol).
+    #[command(subcommand)]
+    Group(cli::group::GroupCommand),
+    /// Produce records to one partition: each --value, or each line of stdin (Kafka protocol).
+    Produce(cli::data::ProduceArgs),
+    /// Print records of one partition from an offset (Kafka protocol).
+    Consume(cli::data::ConsumeArgs),
+    /// The cluster as its storage records it (cluster mode).
+    #[command(subcommand)]
+    Cluster(admin::ClusterCommand),
     /// Operate on partitions of a running cluster (cluster mode).
     #[command(subcommand)]
     Partitions(admin::PartitionsCommand),
@@ -100,6 +136,11 @@ enum Command {
     /// Manage SCRAM users in the cluster's storage (works with no broker running).
     #[command(subcommand)]
     Users(users::UsersCommand),
+    /// Print a shell completion script, e.g. `strata completions bash > /etc/bash_completion.d/strata`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Print the version.
     Version,
 }
@@ -144,8 +185,11 @@ struct ServeArgs {
     /// Cluster id reported to clients [default: strata].
     #[arg(long, value_name = "ID")]
     cluster_id: Option<String>,
-    /// Storage: a directory, file:///path or memory:// (needs --ephemeral-storage-ok)
-    /// [default: ./strata-data].
+    /// Storage: a directory or file:///path; s3://BUCKET/PREFIX (credentials and region from
+    /// the AWS_* environment, or ?endpoint=http://host:port&allow_http=true for MinIO or
+    /// radosgw); rados://POOL[/NAMESPACE]?conf=/etc/ceph/ceph.conf&user=admin (builds with
+    /// the `rados` feature); memory:// (needs --ephemeral-storage-ok) [default:
+    /// ./strata-data].
     #[arg(long, value_name = "URL")]
     storage: Option<String>,
     /// Allow memory:// storage, which acknowledges produces (acks=all too) and loses every
@@ -261,6 +305,19 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Version => {
             let _ = writeln!(std::io::stdout(), "strata {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Command::Topic(command) => run_admin(cli::topic::run(command)),
+        Command::Group(command) => run_admin(cli::group::run(command)),
+        Command::Produce(args) => run_admin(cli::data::produce(args)),
+        Command::Consume(args) => run_admin(cli::data::consume(args)),
+        Command::Cluster(command) => run_admin(admin::cluster(command)),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            // Into memory first: clap_complete panics on a write error (`| head`).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "strata", &mut script);
+            let _ = std::io::stdout().write_all(&script);
             ExitCode::SUCCESS
         }
         Command::Partitions(command) => run_admin(admin::partitions(command)),

@@ -66,4 +66,4 @@ pub use retry::{full_jitter, holds_our_bytes, RetryPolicy, RetryStore};
 pub use stack::{StackConfig, StorageStack};
 pub use store::{ChangeTag, ListedKey, ObjectMeta, ObjectStore, PutMode, Version};
 pub use timeout::TimeoutStore;
-pub use url::{open_store, url_scheme, StoreOpener, StoreRegistry};
+pub use url::{local_directory, open_store, url_scheme, StoreOpener, StoreRegistry};

@@ -139,7 +139,22 @@ fn open_memory_url(url: &str) -> StorageResult<Arc<dyn ObjectStore>> {
     Ok(Arc::clone(store) as Arc<dyn ObjectStore>)
 }
 
+/// The directory a local-directory URL (`file://` or a plain path) names, None for any other
+/// backend. Lets a caller that must not create a store (the operator commands) check first.
+pub fn local_directory(url: &str) -> StorageResult<Option<PathBuf>> {
+    let url = url.trim();
+    match url_scheme(url).as_deref() {
+        None if !url.contains("://") => Ok(Some(PathBuf::from(url))),
+        Some("file") => file_url_path(url).map(Some),
+        _ => Ok(None),
+    }
+}
+
 fn open_file_url(url: &str) -> StorageResult<Arc<dyn ObjectStore>> {
+    Ok(Arc::new(LocalStore::open(file_url_path(url)?)?))
+}
+
+fn file_url_path(url: &str) -> StorageResult<PathBuf> {
     let rest = after_scheme(url);
     // `file:///p` has an empty host; `localhost` is the only other host that means this machine.
     let path = if rest.starts_with('/') {
@@ -154,9 +169,8 @@ fn open_file_url(url: &str) -> StorageResult<Arc<dyn ObjectStore>> {
             "file URL {url:?} must be file:///absolute/path (a plain path may be relative)"
         )));
     };
-    let path = percent_decode(path)
-        .ok_or_else(|| StorageError::Invalid(format!("bad percent-encoding in {url:?}")))?;
-    Ok(Arc::new(LocalStore::open(path)?))
+    percent_decode(path)
+        .ok_or_else(|| StorageError::Invalid(format!("bad percent-encoding in {url:?}")))
 }
 
 fn after_scheme(url: &str) -> &str {
@@ -189,6 +203,17 @@ mod tests {
 
     use super::*;
     use crate::{ObjectKey, PutMode};
+
+    #[test]
+    fn local_directories_are_named_without_being_created() {
+        let dir = |url: &str| local_directory(url).unwrap();
+        assert_eq!(dir("./data"), Some(PathBuf::from("./data")));
+        assert_eq!(dir("file:///var/x%20y"), Some(PathBuf::from("/var/x y")));
+        assert_eq!(dir("file://localhost/v"), Some(PathBuf::from("/v")));
+        assert_eq!(dir("s3://bucket/prefix"), None);
+        assert_eq!(dir("memory://"), None);
+        assert!(local_directory("file://host/v").is_err());
+    }
 
     #[test]
     fn schemes_are_parsed_case_insensitively_and_paths_have_none() {

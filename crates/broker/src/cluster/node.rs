@@ -77,6 +77,9 @@ pub struct ClusterNode {
     watchdog: std::sync::Mutex<Option<JoinHandle<()>>>,
     fatal: watch::Sender<Option<String>>,
     draining: AtomicBool,
+    /// Set by `leave`: from then on a withdrawn drain request must not clear the draining
+    /// mark leaving relies on.
+    leaving: AtomicBool,
     clock: Arc<dyn Clock>,
     stats: Arc<OwnershipStats>,
     lease_period: Duration,
@@ -265,6 +268,7 @@ impl ClusterNode {
             watchdog: std::sync::Mutex::new(None),
             fatal: watch::Sender::new(None),
             draining: AtomicBool::new(false),
+            leaving: AtomicBool::new(false),
             clock: Arc::clone(&clock),
             stats,
             lease_period: settings.lease_period,
@@ -424,6 +428,7 @@ impl ClusterNode {
     /// (delete our registration). Waits for nothing when no other broker could take over.
     /// What is still held after `patience` is taken over by fencing once we have left.
     pub async fn leave(&self, patience: Duration) {
+        self.leaving.store(true, Ordering::Relaxed);
         // The owner cache keeps refreshing meanwhile: Metadata must point clients at the
         // partitions' new owners while we hand over.
         if let Some(watchdog) = lock_watchdog(&self.watchdog).take() {
@@ -448,17 +453,39 @@ impl ClusterNode {
                 "handing partitions over before leaving"
             );
             let mut status = self.status.clone();
-            let handed_over = strata_core::timeout(
-                self.clock.as_ref(),
-                patience,
-                status.wait_for(|s| s.holds_nothing),
-            );
-            if !matches!(handed_over.await, Ok(Ok(_))) {
-                warn!(
+            let mut view = self.view.clone();
+            let me = self.me;
+            // Brokers stopped together each see the others draining too: nobody is left to
+            // take a partition, and waiting out `patience` would only delay every exit.
+            // What we hold is durable (the log flushes on shutdown) and is taken over by
+            // fencing when a broker next starts.
+            let nobody_to_take = async move {
+                let _ = view
+                    .wait_for(|v| {
+                        v.members
+                            .iter()
+                            .all(|(id, m)| *id == me || m.registration.draining)
+                    })
+                    .await;
+            };
+            let handed_over = strata_core::timeout(self.clock.as_ref(), patience, async {
+                tokio::select! {
+                    done = status.wait_for(|s| s.holds_nothing) => done.is_ok(),
+                    () = nobody_to_take => false,
+                }
+            });
+            match handed_over.await {
+                Ok(true) => {}
+                Ok(false) => info!(
+                    still_held = self.status().serving.len(),
+                    "no live broker is left to take partitions (all are leaving or draining); \
+                     leaving now (they are taken over by fencing when a broker starts)"
+                ),
+                Err(_) => warn!(
                     still_held = self.status().serving.len(),
                     ?patience,
                     "partitions not handed over in time; leaving anyway (they are taken over by fencing)"
-                );
+                ),
             }
         }
         if let Some(runner) = self.runner.lock().await.take() {
@@ -575,16 +602,27 @@ impl ClusterNode {
     }
 
     async fn check_drain_request(&self) {
-        if self.draining.load(Ordering::Relaxed) {
-            return;
-        }
         let requested = match drain_request(self.store.as_ref(), self.me).await {
             Ok(requested) => requested,
             Err(e) => {
                 warn!(error = %e, "could not read drain requests");
-                None
+                return;
             }
         };
+        if self.draining.load(Ordering::Relaxed) {
+            // `strata broker undrain` withdrew the request: take partitions again, without
+            // the restart that used to be the only way back.
+            if requested != Some(self.incarnation) && !self.leaving.load(Ordering::Relaxed) {
+                info!("drain request withdrawn: taking partitions again");
+                if let Some(membership) = self.membership.lock().await.as_ref() {
+                    match membership.set_draining(false).await {
+                        Ok(()) => self.draining.store(false, Ordering::Relaxed),
+                        Err(e) => warn!(error = %e, "could not clear this broker's draining mark"),
+                    }
+                }
+            }
+            return;
+        }
         if requested != Some(self.incarnation) {
             return;
         }

@@ -1,0 +1,127 @@
+//! The operator commands that talk the Kafka protocol to a running broker (`strata topic`,
+//! `group`, `produce`, `consume`), through [`crate::kafka_client`]. Tables for people by
+//! default, `--json` for scripts (one JSON document on stdout).
+
+pub mod data;
+pub mod group;
+pub mod topic;
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use strata_core::{Clock, SystemClock};
+
+use crate::kafka_client::Client;
+
+/// How to reach the cluster; every Kafka-protocol command takes these.
+#[derive(Debug, clap::Args)]
+pub struct Connect {
+    /// A broker of the cluster, host:port.
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        env = "STRATA_BOOTSTRAP_SERVER",
+        default_value = "127.0.0.1:9092"
+    )]
+    pub bootstrap_server: String,
+    /// Give up on a broker that does not answer a request within this long.
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    pub request_timeout: String,
+    /// Print one JSON document instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl Connect {
+    pub async fn client(&self) -> anyhow::Result<(Client, Arc<dyn Clock>)> {
+        let clock = SystemClock::shared();
+        let timeout = duration("--request-timeout", &self.request_timeout)?;
+        let client = Client::connect(&self.bootstrap_server, Arc::clone(&clock), timeout).await?;
+        Ok((client, clock))
+    }
+}
+
+pub fn duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
+    humantime_serde::re::humantime::parse_duration(text)
+        .with_context(|| format!("{flag} {text:?} is not a duration (e.g. 30s)"))
+}
+
+/// `key=value` as given to --config / --set.
+pub fn key_value(text: &str) -> anyhow::Result<(String, String)> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => anyhow::bail!("{text:?} is not key=value (e.g. retention.ms=86400000)"),
+    }
+}
+
+/// Writes `text` to stdout; a closed pipe (`| head`) is not an error worth reporting.
+pub fn out(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(text.as_bytes());
+    if !text.ends_with('\n') {
+        let _ = stdout.write_all(b"\n");
+    }
+    let _ = stdout.flush();
+}
+
+pub fn out_json(value: &serde_json::Value) {
+    out(&serde_json::to_string_pretty(value).unwrap_or_else(|_| "null".into()));
+}
+
+/// Columns padded to their widest cell, the last one unpadded.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+    }
+    let mut text = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let last = cells.len().saturating_sub(1);
+        for (i, cell) in cells.iter().enumerate() {
+            text.push_str(cell);
+            if i < last {
+                let pad = widths[i].saturating_sub(cell.chars().count()) + 2;
+                text.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        text.push('\n');
+    };
+    line(headers.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_pad_every_column_but_the_last() {
+        let text = table(
+            &["TOPIC", "PARTITIONS"],
+            &[
+                vec!["orders".into(), "3".into()],
+                vec!["a".into(), "12".into()],
+            ],
+        );
+        assert_eq!(text, "TOPIC   PARTITIONS\norders  3\na       12\n");
+    }
+
+    #[test]
+    fn key_values_need_a_key() {
+        assert_eq!(
+            key_value("retention.ms=1=2").unwrap(),
+            ("retention.ms".into(), "1=2".into())
+        );
+        assert!(key_value("=1").is_err());
+        assert!(key_value("x").is_err());
+    }
+}

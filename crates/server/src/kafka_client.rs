@@ -1,0 +1,390 @@
+//! A small Kafka client for the operator commands (`strata topic`, `group`, `produce`,
+//! `consume`): one request at a time over a tokio `TcpStream`, encoded with the
+//! `kafka-protocol` codec the broker itself uses.
+//!
+//! Why not rdkafka: it links librdkafka (a C build the binary does not need otherwise) and
+//! its admin API has no OffsetFetch-by-partition or "commit for an empty group" without a
+//! consumer instance; the commands need only about fifteen request types, each sent once.
+//! Why here and not a crate of its own: the binary is its only user, and it depends on
+//! nothing of Strata's (only the wire codec), so it could move out unchanged if another user
+//! appears.
+//!
+//! Every request names a fixed version that both Strata and Kafka 4.x accept; `ApiVersions`
+//! on connect checks the broker supports it, so an old broker gets a clear refusal instead of
+//! a decoding error.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{
+    ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, MetadataRequest,
+    MetadataResponse, RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use strata_core::Clock;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The largest response frame accepted: a Fetch answers at most the `max_bytes` asked for,
+/// every other answer here is metadata, so anything larger is a framing error.
+pub const MAX_RESPONSE_BYTES: usize = 256 << 20;
+
+/// What went wrong talking to a broker.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error(
+        "cannot connect to {addr}: {error} (is a broker listening there? pass its address \
+         with --bootstrap-server host:port)"
+    )]
+    // Not `source`: the message already says it, and anyhow would repeat it.
+    Connect { addr: String, error: std::io::Error },
+    #[error("no answer from {addr} within {after:?} (is it a Kafka broker?)")]
+    Timeout { addr: String, after: Duration },
+    #[error("connection to {addr} failed: {error}")]
+    Io { addr: String, error: std::io::Error },
+    #[error("{addr} sent something that is not a valid Kafka answer: {what}")]
+    Protocol { addr: String, what: String },
+    #[error("{addr} does not support {api} version {version} (it offers {min}..={max})")]
+    Unsupported {
+        addr: String,
+        api: &'static str,
+        version: i16,
+        min: i16,
+        max: i16,
+    },
+    #[error("{what}: {error}{}", message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default())]
+    Kafka {
+        what: String,
+        error: ResponseError,
+        message: Option<String>,
+    },
+    #[error("{0}")]
+    NotFound(String),
+}
+
+pub type ClientResult<T> = Result<T, ClientError>;
+
+/// Turns a response's error code into an error naming what was asked.
+pub fn check(
+    code: i16,
+    what: impl FnOnce() -> String,
+    message: Option<&StrBytes>,
+) -> ClientResult<()> {
+    match ResponseError::try_from_code(code) {
+        None => Ok(()),
+        Some(error) => Err(ClientError::Kafka {
+            what: what(),
+            error,
+            message: message.map(|m| m.to_string()),
+        }),
+    }
+}
+
+pub fn name(text: &str) -> TopicName {
+    TopicName(StrBytes::from_string(text.to_string()))
+}
+
+pub fn str_bytes(text: &str) -> StrBytes {
+    StrBytes::from_string(text.to_string())
+}
+
+/// One connection to one broker.
+pub struct Connection {
+    addr: String,
+    stream: TcpStream,
+    correlation_id: i32,
+    versions: HashMap<i16, (i16, i16)>,
+    clock: Arc<dyn Clock>,
+    timeout: Duration,
+}
+
+impl Connection {
+    pub async fn connect(
+        addr: &str,
+        clock: Arc<dyn Clock>,
+        timeout: Duration,
+    ) -> ClientResult<Self> {
+        let connect = TcpStream::connect(addr);
+        let stream = match strata_core::timeout(clock.as_ref(), timeout, connect).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(error)) => {
+                return Err(ClientError::Connect {
+                    addr: addr.to_string(),
+                    error,
+                })
+            }
+            Err(_) => {
+                return Err(ClientError::Timeout {
+                    addr: addr.to_string(),
+                    after: timeout,
+                })
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let mut connection = Self {
+            addr: addr.to_string(),
+            stream,
+            correlation_id: 0,
+            versions: HashMap::new(),
+            clock,
+            timeout,
+        };
+        // v0: every broker answers it, whatever it supports.
+        let versions: ApiVersionsResponse =
+            connection.send(0, &ApiVersionsRequest::default()).await?;
+        check(
+            versions.error_code,
+            || format!("ApiVersions to {addr}"),
+            None,
+        )?;
+        connection.versions = versions
+            .api_keys
+            .iter()
+            .map(|k| (k.api_key, (k.min_version, k.max_version)))
+            .collect();
+        Ok(connection)
+    }
+
+    /// Sends `request` as `version` (checked against what the broker offers) and reads the
+    /// answer.
+    pub async fn request<R: Request>(
+        &mut self,
+        version: i16,
+        request: &R,
+    ) -> ClientResult<R::Response> {
+        let (min, max) = self.versions.get(&R::KEY).copied().unwrap_or((0, -1));
+        if version < min || version > max {
+            return Err(ClientError::Unsupported {
+                addr: self.addr.clone(),
+                api: api_name(R::KEY),
+                version,
+                min,
+                max,
+            });
+        }
+        self.send(version, request).await
+    }
+
+    async fn send<R: Request>(&mut self, version: i16, request: &R) -> ClientResult<R::Response> {
+        self.correlation_id = self.correlation_id.wrapping_add(1);
+        let correlation_id = self.correlation_id;
+        let protocol = |what: String| ClientError::Protocol {
+            addr: self.addr.clone(),
+            what,
+        };
+        let mut message = BytesMut::from(&[0u8; 4][..]);
+        RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("strata-cli")))
+            .encode(&mut message, R::header_version(version))
+            .map_err(|e| protocol(format!("encoding a request header: {e}")))?;
+        request
+            .encode(&mut message, version)
+            .map_err(|e| protocol(format!("encoding {} v{version}: {e}", api_name(R::KEY))))?;
+        let size = i32::try_from(message.len() - 4)
+            .map_err(|_| protocol("request too large".to_string()))?;
+        message[..4].copy_from_slice(&size.to_be_bytes());
+        let addr = self.addr.clone();
+        let exchange = async {
+            self.stream.write_all(&message).await?;
+            let size = self.stream.read_i32().await?;
+            let size = usize::try_from(size)
+                .ok()
+                .filter(|s| *s <= MAX_RESPONSE_BYTES)
+                .ok_or_else(|| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("response frame of {size} bytes"),
+                    )
+                })?;
+            let mut body = vec![0u8; size];
+            self.stream.read_exact(&mut body).await?;
+            Ok::<_, std::io::Error>(body)
+        };
+        let body = match strata_core::timeout(self.clock.as_ref(), self.timeout, exchange).await {
+            Ok(Ok(body)) => body,
+            Ok(Err(error)) => return Err(ClientError::Io { addr, error }),
+            Err(_) => {
+                return Err(ClientError::Timeout {
+                    addr,
+                    after: self.timeout,
+                })
+            }
+        };
+        let protocol = |what: String| ClientError::Protocol {
+            addr: self.addr.clone(),
+            what,
+        };
+        let mut body = bytes::Bytes::from(body);
+        let header = ResponseHeader::decode(&mut body, R::Response::header_version(version))
+            .map_err(|e| protocol(format!("response header: {e}")))?;
+        if header.correlation_id != correlation_id {
+            return Err(protocol(format!(
+                "correlation id {} for request {correlation_id}",
+                header.correlation_id
+            )));
+        }
+        let response = R::Response::decode(&mut body, version)
+            .map_err(|e| protocol(format!("{} v{version} response: {e}", api_name(R::KEY))))?;
+        if body.has_remaining() {
+            return Err(protocol(format!(
+                "{} bytes after the {} response",
+                body.remaining(),
+                api_name(R::KEY)
+            )));
+        }
+        Ok(response)
+    }
+}
+
+fn api_name(key: i16) -> &'static str {
+    kafka_protocol::messages::ApiKey::try_from(key)
+        .map(|k| match k {
+            kafka_protocol::messages::ApiKey::Produce => "Produce",
+            kafka_protocol::messages::ApiKey::Fetch => "Fetch",
+            kafka_protocol::messages::ApiKey::ListOffsets => "ListOffsets",
+            kafka_protocol::messages::ApiKey::Metadata => "Metadata",
+            kafka_protocol::messages::ApiKey::OffsetCommit => "OffsetCommit",
+            kafka_protocol::messages::ApiKey::OffsetFetch => "OffsetFetch",
+            kafka_protocol::messages::ApiKey::FindCoordinator => "FindCoordinator",
+            kafka_protocol::messages::ApiKey::DescribeGroups => "DescribeGroups",
+            kafka_protocol::messages::ApiKey::ListGroups => "ListGroups",
+            kafka_protocol::messages::ApiKey::CreateTopics => "CreateTopics",
+            kafka_protocol::messages::ApiKey::DeleteTopics => "DeleteTopics",
+            kafka_protocol::messages::ApiKey::DescribeConfigs => "DescribeConfigs",
+            kafka_protocol::messages::ApiKey::CreatePartitions => "CreatePartitions",
+            kafka_protocol::messages::ApiKey::DeleteGroups => "DeleteGroups",
+            kafka_protocol::messages::ApiKey::IncrementalAlterConfigs => "IncrementalAlterConfigs",
+            kafka_protocol::messages::ApiKey::ConsumerGroupDescribe => "ConsumerGroupDescribe",
+            _ => "a Kafka API",
+        })
+        .unwrap_or("an unknown API")
+}
+
+/// Talks to a cluster: requests go to the bootstrap broker unless they must go to a
+/// partition's leader or a group's coordinator, which are looked up and connected to once.
+pub struct Client {
+    bootstrap: Connection,
+    clock: Arc<dyn Clock>,
+    timeout: Duration,
+    /// node id → address, from the last Metadata answer.
+    addresses: HashMap<i32, String>,
+    nodes: HashMap<i32, Connection>,
+}
+
+pub const METADATA_VERSION: i16 = 12;
+
+impl Client {
+    pub async fn connect(
+        bootstrap: &str,
+        clock: Arc<dyn Clock>,
+        timeout: Duration,
+    ) -> ClientResult<Self> {
+        // A comma-separated list, as Kafka's tools take: the first broker that answers.
+        let mut last = None;
+        let mut connection = None;
+        for addr in bootstrap
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+        {
+            match Connection::connect(addr, Arc::clone(&clock), timeout).await {
+                Ok(c) => {
+                    connection = Some(c);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let connection = match (connection, last) {
+            (Some(c), _) => c,
+            (None, Some(e)) => return Err(e),
+            (None, None) => {
+                return Err(ClientError::NotFound(
+                    "--bootstrap-server is empty; give host:port".into(),
+                ))
+            }
+        };
+        Ok(Self {
+            bootstrap: connection,
+            clock,
+            timeout,
+            addresses: HashMap::new(),
+            nodes: HashMap::new(),
+        })
+    }
+
+    pub async fn request<R: Request>(
+        &mut self,
+        version: i16,
+        request: &R,
+    ) -> ClientResult<R::Response> {
+        self.bootstrap.request(version, request).await
+    }
+
+    /// Metadata of `topics` (all topics when None); never creates a topic.
+    pub async fn metadata(&mut self, topics: Option<&[String]>) -> ClientResult<MetadataResponse> {
+        let request = MetadataRequest::default()
+            .with_topics(topics.map(|names| {
+                names
+                    .iter()
+                    .map(|n| MetadataRequestTopic::default().with_name(Some(name(n))))
+                    .collect()
+            }))
+            .with_allow_auto_topic_creation(false);
+        let response = self.bootstrap.request(METADATA_VERSION, &request).await?;
+        for broker in &response.brokers {
+            self.addresses
+                .insert(broker.node_id.0, format!("{}:{}", broker.host, broker.port));
+        }
+        Ok(response)
+    }
+
+    /// The connection to broker `node` (known from a Metadata answer).
+    pub async fn node(&mut self, node: i32) -> ClientResult<&mut Connection> {
+        if !self.nodes.contains_key(&node) {
+            if !self.addresses.contains_key(&node) {
+                self.metadata(Some(&[])).await?;
+            }
+            let addr = self.addresses.get(&node).cloned().ok_or_else(|| {
+                ClientError::NotFound(format!("broker {node} is not in the cluster's metadata"))
+            })?;
+            let connection =
+                Connection::connect(&addr, Arc::clone(&self.clock), self.timeout).await?;
+            self.nodes.insert(node, connection);
+        }
+        self.nodes
+            .get_mut(&node)
+            .ok_or_else(|| ClientError::NotFound(format!("broker {node}")))
+    }
+
+    /// The coordinator of consumer group `group`.
+    pub async fn coordinator(&mut self, group: &str) -> ClientResult<&mut Connection> {
+        let request = FindCoordinatorRequest::default()
+            .with_key_type(0)
+            .with_coordinator_keys(vec![str_bytes(group)]);
+        let response = self.bootstrap.request(4, &request).await?;
+        let coordinator = response
+            .coordinators
+            .first()
+            .ok_or_else(|| ClientError::Protocol {
+                addr: self.bootstrap.addr.clone(),
+                what: "FindCoordinator answered no coordinator".into(),
+            })?;
+        check(
+            coordinator.error_code,
+            || format!("finding the coordinator of group {group:?}"),
+            coordinator.error_message.as_ref(),
+        )?;
+        let node = coordinator.node_id.0;
+        self.addresses
+            .insert(node, format!("{}:{}", coordinator.host, coordinator.port));
+        self.node(node).await
+    }
+}
