@@ -435,6 +435,7 @@ impl<H: ResourceHost> OwnershipRunner<H> {
             .config
             .watch_interval
             .map(|period| Ticker::new(Arc::clone(&self.clock), period));
+        let mut view_seen = None;
         loop {
             let watch_tick = async {
                 match watcher.as_mut() {
@@ -466,8 +467,18 @@ impl<H: ResourceHost> OwnershipRunner<H> {
                     if changed.is_err() {
                         // The membership is gone: act as if fenced, never hold on blindly.
                         self.self_fenced();
-                    } else if let Err(e) = self.observe().await {
-                        tracing::warn!(error = %e, "ownership observation failed");
+                    } else {
+                        // The membership republishes after every heartbeat and listing; only a
+                        // change of who is live (a death: takeover starts now) or of how they
+                        // stand is worth a round before the next tick. It used to be a round
+                        // per publication, two or three a second whatever the interval.
+                        let summary = view_summary(&self.view.borrow_and_update());
+                        if view_seen.as_ref() != Some(&summary) {
+                            view_seen = Some(summary);
+                            if let Err(e) = self.observe().await {
+                                tracing::warn!(error = %e, "ownership observation failed");
+                            }
+                        }
                     }
                 }
             }
@@ -488,6 +499,30 @@ impl<H: ResourceHost> OwnershipRunner<H> {
             }
         }
     }
+}
+
+/// What of a view matters to ownership: who is live since when, as which incarnation, where,
+/// draining or not, and whether we lost our registration. Not the heartbeat counters, the
+/// time of the listing or our own lease (each round reads the latest view anyway).
+type ViewSummary = (Vec<(BrokerId, u64, bool, String, u16, Duration)>, bool);
+
+fn view_summary(view: &ClusterView) -> ViewSummary {
+    let members = view
+        .members
+        .iter()
+        .map(|(id, m)| {
+            let r = &m.registration;
+            (
+                *id,
+                r.incarnation.0,
+                r.draining,
+                r.host.clone(),
+                r.port,
+                m.live_since,
+            )
+        })
+        .collect();
+    (members, view.registration_lost)
 }
 
 fn failure(resource: &str, what: &str, error: &ClusterError) -> Failure {
@@ -725,6 +760,46 @@ mod tests {
             rounds > 2,
             "found after {rounds} rounds: listed every round"
         );
+    }
+
+    /// The membership republishes its view after every heartbeat and listing; the runner ran a
+    /// full round for each publication (two or three a second, each a listing, whatever
+    /// `ownership_interval` said). Only a change of who is live, or how, is worth one now.
+    #[tokio::test]
+    async fn only_a_change_of_the_live_brokers_is_worth_a_round_before_the_tick() {
+        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let clock = Arc::new(ManualClock::new(0));
+        let names: BTreeSet<String> = (0..4).map(|i| format!("t/{i}")).collect();
+        let mut a = node(&store, &clock, 1, &names);
+        let mut b = node(&store, &clock, 2, &names);
+        a.membership.try_register().await.unwrap();
+        b.membership.try_register().await.unwrap();
+        let view = a.membership.refresh().await.unwrap();
+        clock.advance(Duration::from_secs(1));
+        a.membership.heartbeat().await.unwrap();
+        b.membership.heartbeat().await.unwrap();
+        let next = a.membership.refresh().await.unwrap();
+        assert_ne!(
+            view, next,
+            "every publication differs (heartbeats, time of listing)"
+        );
+        assert_eq!(view_summary(&view), view_summary(&next));
+
+        // B stops heartbeating: once its lease passes, A's view loses it, and that is a change.
+        let mut dead = next.clone();
+        for _ in 0..6 {
+            clock.advance(Duration::from_secs(1));
+            a.membership.heartbeat().await.unwrap();
+            dead = a.membership.refresh().await.unwrap();
+        }
+        assert!(!dead.is_live(BrokerId(2)));
+        assert_ne!(view_summary(&next), view_summary(&dead));
+        // So is draining.
+        let mut draining = next.clone();
+        if let Some(m) = draining.members.get_mut(&BrokerId(2)) {
+            m.registration.draining = true;
+        }
+        assert_ne!(view_summary(&next), view_summary(&draining));
     }
 
     #[tokio::test(start_paused = true)]
