@@ -234,6 +234,18 @@ impl Cluster {
     /// Runs a `strata` admin command against this cluster's storage.
     /// One sample of broker `id`'s `/metrics` (the series named exactly, labels included).
     pub fn metric(&mut self, id: i32, series: &str) -> f64 {
+        let text = self.metrics_text(id);
+        let prefix = format!("{series} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("broker {id} reports no {series}"))
+            .trim()
+            .parse()
+            .expect("a number")
+    }
+
+    /// Broker `id`'s whole `/metrics` answer (head and exposition text).
+    pub fn metrics_text(&mut self, id: i32) -> String {
         let broker = self.broker(id);
         let line = broker
             .log_lines_containing("metrics on ")
@@ -255,13 +267,7 @@ impl Cluster {
         .expect("send the request");
         let mut text = String::new();
         std::io::Read::read_to_string(&mut stream, &mut text).expect("read /metrics");
-        let prefix = format!("{series} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .unwrap_or_else(|| panic!("broker {id} reports no {series}"))
-            .trim()
-            .parse()
-            .expect("a number")
+        text
     }
 
     /// `strata partitions move TOPIC PARTITION --to TARGET`, which must succeed; returns what it

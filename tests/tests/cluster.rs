@@ -1332,3 +1332,40 @@ async fn brokers_without_node_ids_get_distinct_ids_and_keep_them_across_a_restar
         brokers[1].log_tail()
     );
 }
+
+/// Sum of broker `id`'s `strata_storage_requests_by_area_total` samples of `area` and `op`
+/// (any backend label), or None if it reports none.
+fn requests_by_area(cluster: &mut Cluster, id: i32, area: &str, op: &str) -> Option<f64> {
+    let text = cluster.metrics_text(id);
+    let (area, op) = (format!("area=\"{area}\""), format!("op=\"{op}\""));
+    let samples: Vec<f64> = text
+        .lines()
+        .filter(|l| l.starts_with("strata_storage_requests_by_area_total{"))
+        .filter(|l| l.contains(&area) && l.contains(&op))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    (!samples.is_empty()).then(|| samples.iter().sum())
+}
+
+/// The idle cost is visible per poller: an idle broker's heartbeats alone move the membership
+/// series of `strata_storage_requests_by_area_total`, without any client traffic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_requests_are_reported_by_area_and_move_without_traffic() {
+    let mut cluster = Cluster::start(1, "5s", "200ms");
+    let first = wait_until(
+        "broker 1 reports its membership heartbeats",
+        DEADLINE,
+        || requests_by_area(&mut cluster, 1, "membership", "put_update"),
+    );
+    wait_until(
+        "the membership heartbeats counted by area move while idle",
+        DEADLINE,
+        || requests_by_area(&mut cluster, 1, "membership", "put_update").filter(|now| *now > first),
+    );
+    // The ownership round's listing of the cluster's objects is reported too.
+    assert!(
+        requests_by_area(&mut cluster, 1, "ownership", "list").is_some()
+            || requests_by_area(&mut cluster, 1, "cluster", "list").is_some(),
+        "no ownership listing reported"
+    );
+}

@@ -158,7 +158,8 @@ pub struct ClusterSettings {
     /// after the release, within about this long instead of a full `ownership_interval` each.
     /// Costs one small read (the `cluster/placement-changes` marker) per period, whatever the
     /// number of partitions and overrides, plus a read of each record awaited from a
-    /// handing-over owner.
+    /// handing-over owner. Zero turns it off: a move started through another broker then
+    /// waits for up to two `ownership_interval`s (one started here runs a round at once).
     pub move_watch_interval: Duration,
     /// Spread partitions over live brokers by hashing, moving some to a broker that joins.
     /// Off: partitions stay with their live owner unless moved explicitly (failover and

@@ -20,7 +20,7 @@ use crate::controller::{
 };
 use crate::fence::{seal_stream, SealOptions};
 use crate::membership::ClusterView;
-use crate::ownership::{Claimant, Ownership};
+use crate::ownership::{Claimant, Ownership, VersionedRecord};
 use crate::{ClusterError, ClusterResult};
 
 /// What the runner needs from the layer that actually serves resources (the log).
@@ -39,6 +39,15 @@ pub trait ResourceHost: Send + Sync + 'static {
     /// return Ok only when all that is durable. Must be idempotent and accept resources it is
     /// not serving.
     async fn stop_serving(&self, resource: &str, reason: StopReason) -> ClusterResult<()>;
+
+    /// The resources as of the last [`Self::resources`] plus what this broker changed itself
+    /// (a topic it created), without asking storage; None if the host cannot tell, and then
+    /// every round calls [`Self::resources`]. Rounds that saw no change announced (the
+    /// `cluster/placement-changes` marker, which topic creation and deletion rewrite) use this
+    /// instead of re-reading the catalog.
+    fn known_resources(&self) -> Option<BTreeSet<String>> {
+        None
+    }
 
     /// Where resources prefer to live (e.g. a partition's explicitly assigned first
     /// replica), as of the last [`Self::resources`]. Placement puts a resource there while
@@ -61,7 +70,15 @@ pub struct RunnerConfig {
     /// partitions or overrides) and re-reads the records of resources whose handover we await
     /// (usually none).
     pub watch_interval: Option<Duration>,
+    /// A round re-lists the overrides and re-reads the resources (the catalog) only when the
+    /// `cluster/placement-changes` marker moved, and at least every this many rounds anyway: a
+    /// mover or topic creator that died between its change and the marker is seen that late.
+    pub full_listing_every: u32,
 }
+
+/// The default of [`RunnerConfig::full_listing_every`]: 30 s at S3's 1 s round, 7.5 s at the
+/// 250 ms local one, for changes whose writer died before announcing them.
+pub const FULL_LISTING_EVERY: u32 = 30;
 
 impl Default for RunnerConfig {
     fn default() -> Self {
@@ -69,6 +86,7 @@ impl Default for RunnerConfig {
             interval: Duration::from_secs(1),
             in_flight_window: 64,
             watch_interval: None,
+            full_listing_every: FULL_LISTING_EVERY,
         }
     }
 }
@@ -94,9 +112,17 @@ pub struct OwnershipRunner<H> {
     view: watch::Receiver<ClusterView>,
     pending: VecDeque<Action>,
     config: RunnerConfig,
-    /// The version of `cluster/placement-changes` before the last full round that `watch`
-    /// started (outer None: not read yet). Overrides changed since are announced by a new one.
+    /// The version of `cluster/placement-changes` read before the last round that listed the
+    /// overrides and resources (outer None: not read yet). Changes since are announced by a
+    /// new one.
     placement_changes_seen: Option<Option<Version>>,
+    /// What that round found, reused by the rounds that see the marker unchanged.
+    overrides_seen: BTreeMap<String, BrokerId>,
+    /// Rounds since the last one that listed everything.
+    rounds_since_full: u32,
+    /// Every record the last round listed, for the broker's owner cache (Metadata): the
+    /// round's listing serves it too, so the cache costs no listing of its own.
+    records: watch::Sender<Arc<BTreeMap<String, VersionedRecord>>>,
 }
 
 impl<H: ResourceHost> OwnershipRunner<H> {
@@ -120,7 +146,15 @@ impl<H: ResourceHost> OwnershipRunner<H> {
             pending: VecDeque::new(),
             config,
             placement_changes_seen: None,
+            overrides_seen: BTreeMap::new(),
+            rounds_since_full: 0,
+            records: watch::Sender::new(Arc::new(BTreeMap::new())),
         }
+    }
+
+    /// Every ownership record as of the last round that succeeded, republished after each.
+    pub fn records(&self) -> watch::Receiver<Arc<BTreeMap<String, VersionedRecord>>> {
+        self.records.subscribe()
     }
 
     /// The runner's reads of ownership records; a clone shares its cache (see [`Ownership`]).
@@ -163,12 +197,39 @@ impl<H: ResourceHost> OwnershipRunner<H> {
 
     /// One observation round: the latest view, the resources, the overrides and the records
     /// of the resources that concern us, all applied before the controller decides once.
+    ///
+    /// What changes rarely is re-read only when announced: the overrides and the catalog when
+    /// the `cluster/placement-changes` marker moved (one small read instead of two listings),
+    /// or every [`RunnerConfig::full_listing_every`] rounds in case an announcement was lost.
+    /// The records are listed every round: claims and releases are not announced.
     pub async fn observe(&mut self) -> ClusterResult<()> {
+        let changes = self.ownership.placement_changes().await?;
+        self.observe_after(changes).await
+    }
+
+    /// [`Self::observe`] with the marker already read (by `watch`).
+    async fn observe_after(&mut self, changes: Option<Version>) -> ClusterResult<()> {
         let view = self.view.borrow_and_update().clone();
-        let resources = self.host.resources().await?;
+        let full = self.placement_changes_seen.as_ref() != Some(&changes)
+            || self.rounds_since_full + 1 >= self.config.full_listing_every;
+        let known = if full {
+            None
+        } else {
+            self.host.known_resources()
+        };
+        let listed = known.is_none();
+        let (resources, listed_overrides) = match known {
+            Some(resources) => (resources, self.overrides_seen.clone()),
+            None => (
+                self.host.resources().await?,
+                // Listed after the marker was read: a change announced after that read is
+                // found by the next round, which sees a new marker.
+                self.ownership.placement_overrides().await?,
+            ),
+        };
         // The operator's overrides win over the resources' own preferences.
         let mut overrides = self.host.preferred_owners();
-        overrides.extend(self.ownership.placement_overrides().await?);
+        overrides.extend(listed_overrides.clone());
         // Which records to read depends on the new view and overrides: a scratch copy of the
         // controller answers that without deciding anything yet.
         let mut scratch = self.controller.clone();
@@ -184,13 +245,33 @@ impl<H: ResourceHost> OwnershipRunner<H> {
         // One listing tells which records exist and which changed since we read them: absent
         // ones cost no read, and neither do unchanged ones (`Ownership` keeps what it read).
         let existing = self.ownership.list_owners("").await?;
+        let mut records = BTreeMap::new();
+        for resource in existing.resources() {
+            if let Some(record) = self.ownership.read_listed(&existing, resource).await? {
+                records.insert(resource.to_string(), record);
+            }
+        }
         for resource in scratch.wants_observation(now) {
-            let record = self.ownership.read_listed(&existing, &resource).await?;
+            let record = records.get(&resource).cloned();
             events.push(Event::Observed { resource, record });
         }
         let now = self.clock.monotonic();
         let actions = self.controller.step_all(now, events);
         self.pending.extend(actions);
+        if listed {
+            self.placement_changes_seen = Some(changes);
+            self.overrides_seen = listed_overrides;
+            self.rounds_since_full = 0;
+        } else {
+            self.rounds_since_full += 1;
+        }
+        self.records.send_if_modified(|published| {
+            let changed = **published != records;
+            if changed {
+                *published = Arc::new(records);
+            }
+            changed
+        });
         Ok(())
     }
 
@@ -214,10 +295,9 @@ impl<H: ResourceHost> OwnershipRunner<H> {
     pub async fn watch(&mut self) -> ClusterResult<()> {
         let changes = self.ownership.placement_changes().await?;
         if self.placement_changes_seen.as_ref() != Some(&changes) {
-            self.observe().await?;
-            // Only after a round that succeeded: a failed one is tried again at the next watch.
-            self.placement_changes_seen = Some(changes);
-            return Ok(());
+            // Takes the new marker as seen only if the round succeeds: a failed one is tried
+            // again at the next watch.
+            return self.observe_after(changes).await;
         }
         let awaited = self.controller.awaiting_handover(self.clock.monotonic());
         if awaited.is_empty() {
@@ -333,10 +413,12 @@ impl<H: ResourceHost> OwnershipRunner<H> {
     /// Runs observation rounds every interval (and on every new view) in a task of its own.
     pub fn spawn(self) -> RunnerHandle {
         let (status_tx, status) = watch::channel(self.status());
+        let records = self.records();
         let (commands, receiver) = mpsc::channel(8);
         let task = tokio::spawn(self.run(receiver, status_tx));
         RunnerHandle {
             status,
+            records,
             commands,
             task,
         }
@@ -353,6 +435,7 @@ impl<H: ResourceHost> OwnershipRunner<H> {
             .config
             .watch_interval
             .map(|period| Ticker::new(Arc::clone(&self.clock), period));
+        let mut view_seen = None;
         loop {
             let watch_tick = async {
                 match watcher.as_mut() {
@@ -363,6 +446,11 @@ impl<H: ResourceHost> OwnershipRunner<H> {
             tokio::select! {
                 command = commands.recv() => match command {
                     Some(RunnerCommand::SelfFenced) => self.self_fenced(),
+                    Some(RunnerCommand::ObserveNow) => {
+                        if let Err(e) = self.observe().await {
+                            tracing::warn!(error = %e, "ownership observation failed");
+                        }
+                    }
                     None => return Ok(()),
                 },
                 _ = ticker.tick() => {
@@ -379,8 +467,18 @@ impl<H: ResourceHost> OwnershipRunner<H> {
                     if changed.is_err() {
                         // The membership is gone: act as if fenced, never hold on blindly.
                         self.self_fenced();
-                    } else if let Err(e) = self.observe().await {
-                        tracing::warn!(error = %e, "ownership observation failed");
+                    } else {
+                        // The membership republishes after every heartbeat and listing; only a
+                        // change of who is live (a death: takeover starts now) or of how they
+                        // stand is worth a round before the next tick. It used to be a round
+                        // per publication, two or three a second whatever the interval.
+                        let summary = view_summary(&self.view.borrow_and_update());
+                        if view_seen.as_ref() != Some(&summary) {
+                            view_seen = Some(summary);
+                            if let Err(e) = self.observe().await {
+                                tracing::warn!(error = %e, "ownership observation failed");
+                            }
+                        }
                     }
                 }
             }
@@ -403,6 +501,30 @@ impl<H: ResourceHost> OwnershipRunner<H> {
     }
 }
 
+/// What of a view matters to ownership: who is live since when, as which incarnation, where,
+/// draining or not, and whether we lost our registration. Not the heartbeat counters, the
+/// time of the listing or our own lease (each round reads the latest view anyway).
+type ViewSummary = (Vec<(BrokerId, u64, bool, String, u16, Duration)>, bool);
+
+fn view_summary(view: &ClusterView) -> ViewSummary {
+    let members = view
+        .members
+        .iter()
+        .map(|(id, m)| {
+            let r = &m.registration;
+            (
+                *id,
+                r.incarnation.0,
+                r.draining,
+                r.host.clone(),
+                r.port,
+                m.live_since,
+            )
+        })
+        .collect();
+    (members, view.registration_lost)
+}
+
 fn failure(resource: &str, what: &str, error: &ClusterError) -> Failure {
     let failure = Failure::of(error);
     if failure == Failure::Lost {
@@ -416,12 +538,14 @@ fn failure(resource: &str, what: &str, error: &ClusterError) -> Failure {
 #[derive(Debug)]
 enum RunnerCommand {
     SelfFenced,
+    ObserveNow,
 }
 
 /// A running [`OwnershipRunner`].
 #[derive(Debug)]
 pub struct RunnerHandle {
     status: watch::Receiver<OwnershipStatus>,
+    records: watch::Receiver<Arc<BTreeMap<String, VersionedRecord>>>,
     commands: mpsc::Sender<RunnerCommand>,
     task: JoinHandle<ClusterResult<()>>,
 }
@@ -432,12 +556,25 @@ impl RunnerHandle {
         self.status.clone()
     }
 
+    /// Every ownership record, republished after each round that saw a change.
+    pub fn records(&self) -> watch::Receiver<Arc<BTreeMap<String, VersionedRecord>>> {
+        self.records.clone()
+    }
+
     /// Tells the runner our write-ahead stream was sealed: it stops everything and ends.
     pub async fn self_fenced(&self) -> ClusterResult<()> {
         self.commands
             .send(RunnerCommand::SelfFenced)
             .await
             .map_err(|_| ClusterError::Stopped("ownership runner"))
+    }
+
+    /// Runs a round now: this broker changed placement or the set of resources itself, so it
+    /// need not wait for its next round (or a move watch, which may be off) to act on it.
+    /// Best effort: a runner that is gone or busy with earlier commands drops it, and the
+    /// next round sees the change anyway.
+    pub fn observe_now(&self) {
+        let _ = self.commands.try_send(RunnerCommand::ObserveNow);
     }
 
     /// Stops the runner without releasing anything (for a crash-like stop; a graceful stop
@@ -575,7 +712,7 @@ mod tests {
     /// A mover that dies after writing the override but before signalling it: the watches
     /// miss it (they read only the signal), the next full round does not.
     #[tokio::test]
-    async fn an_unsignalled_override_waits_for_the_full_round() {
+    async fn an_unsignalled_override_waits_for_the_forced_full_listing() {
         let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
         let clock = Arc::new(ManualClock::new(0));
         let names: BTreeSet<String> = (0..4).map(|i| format!("t/{i}")).collect();
@@ -606,13 +743,63 @@ mod tests {
         }
         assert!(serving(&a).contains(&moved), "no signal, no early handover");
         assert!(a.runner.controller().overrides().is_empty());
-        for _ in 0..2 {
+        // Rounds reuse the overrides listed last until the forced full listing (a mover that
+        // died before announcing its change costs that much delay, nothing else).
+        let mut rounds = 0;
+        while serving(&a).contains(&moved) || !serving(&b).contains(&moved) {
+            assert!(
+                rounds <= FULL_LISTING_EVERY + 1,
+                "the forced full listing finds the override"
+            );
             clock.advance(Duration::from_millis(500));
             round(&mut a).await;
             round(&mut b).await;
+            rounds += 1;
         }
-        assert!(!serving(&a).contains(&moved));
-        assert!(serving(&b).contains(&moved));
+        assert!(
+            rounds > 2,
+            "found after {rounds} rounds: listed every round"
+        );
+    }
+
+    /// The membership republishes its view after every heartbeat and listing; the runner ran a
+    /// full round for each publication (two or three a second, each a listing, whatever
+    /// `ownership_interval` said). Only a change of who is live, or how, is worth one now.
+    #[tokio::test]
+    async fn only_a_change_of_the_live_brokers_is_worth_a_round_before_the_tick() {
+        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let clock = Arc::new(ManualClock::new(0));
+        let names: BTreeSet<String> = (0..4).map(|i| format!("t/{i}")).collect();
+        let mut a = node(&store, &clock, 1, &names);
+        let mut b = node(&store, &clock, 2, &names);
+        a.membership.try_register().await.unwrap();
+        b.membership.try_register().await.unwrap();
+        let view = a.membership.refresh().await.unwrap();
+        clock.advance(Duration::from_secs(1));
+        a.membership.heartbeat().await.unwrap();
+        b.membership.heartbeat().await.unwrap();
+        let next = a.membership.refresh().await.unwrap();
+        assert_ne!(
+            view, next,
+            "every publication differs (heartbeats, time of listing)"
+        );
+        assert_eq!(view_summary(&view), view_summary(&next));
+
+        // B stops heartbeating: once its lease passes, A's view loses it, and that is a change.
+        let mut dead = next.clone();
+        for _ in 0..6 {
+            clock.advance(Duration::from_secs(1));
+            a.membership.heartbeat().await.unwrap();
+            dead = a.membership.refresh().await.unwrap();
+        }
+        assert!(!dead.is_live(BrokerId(2)));
+        assert_ne!(view_summary(&next), view_summary(&dead));
+        // So is draining.
+        let mut draining = next.clone();
+        if let Some(m) = draining.members.get_mut(&BrokerId(2)) {
+            m.registration.draining = true;
+        }
+        assert_ne!(view_summary(&next), view_summary(&draining));
     }
 
     #[tokio::test(start_paused = true)]

@@ -400,6 +400,7 @@ impl World {
                 interval: HEARTBEAT,
                 in_flight_window: 4,
                 watch_interval: None,
+                ..RunnerConfig::default()
             },
             membership.subscribe(),
             host,

@@ -34,6 +34,9 @@ impl ResourceHost for Recorder {
     async fn resources(&self) -> ClusterResult<BTreeSet<String>> {
         Ok(self.resources.clone())
     }
+    fn known_resources(&self) -> Option<BTreeSet<String>> {
+        Some(self.resources.clone())
+    }
     async fn start_serving(&self, resource: &str, epoch: Epoch) -> ClusterResult<()> {
         self.serving
             .lock()

@@ -44,5 +44,60 @@ pub mod users;
 pub mod wal;
 
 pub use catalog::{Catalog, CatalogReader, CatalogTopic, TopicSummary};
+
+/// The part of the layout `key` (or a listed prefix) belongs to, named after what polls or
+/// writes it: the storage metrics count requests by it (`StorageMetrics::set_key_areas`), which
+/// is how an operator tells the pollers of an idle broker apart. A fixed set of names, so it
+/// can label a metric.
+pub fn key_area(key: &str) -> &'static str {
+    use cluster::{
+        BROKERS_PREFIX, DRAIN_PREFIX, OWNERS_CHANGES_KEY, OWNERS_PREFIX, PLACEMENT_CHANGES_KEY,
+        PLACEMENT_PREFIX,
+    };
+    let areas: [(&str, &'static str); 12] = [
+        (BROKERS_PREFIX, "membership"),
+        (OWNERS_PREFIX, "ownership"),
+        (OWNERS_CHANGES_KEY, "ownership"),
+        (PLACEMENT_PREFIX, "placement"),
+        (PLACEMENT_CHANGES_KEY, "placement_changes"),
+        (DRAIN_PREFIX, "drain"),
+        (catalog::PREFIX, "catalog"),
+        (streams::PREFIX, "streams"),
+        (producer_ids::PREFIX, "producer_ids"),
+        (wal::PREFIX, "wal"),
+        (partition::PREFIX, "partition"),
+        ("cluster/", "cluster"),
+    ];
+    areas
+        .iter()
+        .find(|(prefix, _)| key.starts_with(prefix))
+        .map_or("other", |(_, area)| area)
+}
 pub use error::{LayoutError, LayoutResult};
 pub use ids::TopicId;
+
+#[cfg(test)]
+mod key_area_tests {
+    use super::key_area;
+
+    #[test]
+    fn every_kind_of_key_has_its_area() {
+        for (key, area) in [
+            ("cluster/brokers/3", "membership"),
+            ("cluster/owners/0000abcd/1", "ownership"),
+            ("cluster/owners-changes", "ownership"),
+            ("cluster/placement/0000abcd/1", "placement"),
+            ("cluster/placement-changes", "placement_changes"),
+            ("cluster/drain/3", "drain"),
+            ("meta/catalog/00000000000000000001", "catalog"),
+            ("meta/streams/0000abcd", "streams"),
+            ("meta/producer-ids/00000000000000000001", "producer_ids"),
+            ("wal/0000abcd/00000000000000000001", "wal"),
+            ("log/0000abcd/1/manifest", "partition"),
+            ("cluster/", "cluster"),
+            ("elsewhere", "other"),
+        ] {
+            assert_eq!(key_area(key), area, "{key}");
+        }
+    }
+}

@@ -54,6 +54,8 @@ impl MetricsSource {
         clock: Arc<dyn Clock>,
     ) -> Self {
         let started = clock.monotonic();
+        // By area, so an operator can tell which poller an idle broker's requests come from.
+        metrics.set_key_areas(strata_layout::key_area);
         Self {
             backend: backend.into(),
             metrics,
@@ -164,6 +166,15 @@ pub fn render(snapshot: &Snapshot) -> String {
     for (op, m) in storage.iter() {
         let labels = [("backend", backend), ("op", op.as_str())];
         out.sample("strata_storage_requests_total", &labels, m.requests);
+    }
+    out.family(
+        "strata_storage_requests_by_area_total",
+        "counter",
+        "Requests sent to object storage, by the part of the layout they touch (which tells the poller: membership, ownership, placement, placement_changes, drain, catalog, wal, partition, ...) and kind. What an idle broker costs is the rate of this family.",
+    );
+    for (area, op, n) in storage.by_area() {
+        let labels = [("backend", backend), ("area", *area), ("op", op.as_str())];
+        out.sample("strata_storage_requests_by_area_total", &labels, n);
     }
     out.family(
         "strata_storage_errors_total",

@@ -183,8 +183,10 @@ pub struct Settings {
     #[serde(with = "humantime_serde::option")]
     pub ownership_interval: Option<Duration>,
     /// Cluster mode: how often the placement-changes marker is read, so a move starts (and
-    /// completes) without waiting for a full ownership round. Default by backend: 10ms; 100ms
-    /// for S3.
+    /// completes) without waiting for a full ownership round; 0s turns the watch off (moves
+    /// started elsewhere then wait for up to two ownership rounds; those started through this
+    /// broker do not). Default by backend: 10ms; off for S3, where each read is billed (it
+    /// was 10 of an idle broker's ~17 requests a second).
     #[serde(with = "humantime_serde::option")]
     pub move_watch_interval: Option<Duration>,
     /// Cluster mode: spread partitions over the live brokers automatically, moving some to a
@@ -405,10 +407,12 @@ impl BackendProfile {
                 flush_bytes: 8 << 20,
                 segment_bytes: 64 << 20,
                 segment_interval: Duration::from_secs(60),
-                // A round is a few LISTs, the marker one GET: at the local defaults that is
-                // ~110 billed requests a second per broker for an idle cluster; this is ~13.
+                // A round is one LIST and one GET (the placement-changes marker); at the local
+                // defaults an idle broker would send ~110 billed requests a second. No move
+                // watch: it read the marker ten times a second for moves that are rare; a
+                // move started elsewhere waits for up to two rounds instead.
                 ownership_interval: Duration::from_secs(1),
-                move_watch_interval: Duration::from_millis(100),
+                move_watch_interval: Duration::ZERO,
             },
             _ => {
                 let log = LogConfig::default();
@@ -1390,9 +1394,6 @@ impl Settings {
                 );
             }
         }
-        if self.move_watch_interval.is_some_and(|w| w.is_zero()) {
-            return bad("move_watch_interval", "must be more than 0");
-        }
         if self.cluster_id.is_empty() {
             return bad("cluster_id", "must not be empty");
         }
@@ -2101,7 +2102,7 @@ mod tests {
         assert_eq!(local.move_watch_interval, Duration::from_millis(10));
         let s3 = s.cluster_settings("s3");
         assert_eq!(s3.ownership_interval, Duration::from_secs(1));
-        assert_eq!(s3.move_watch_interval, Duration::from_millis(100));
+        assert_eq!(s3.move_watch_interval, Duration::ZERO, "off on S3");
 
         assert!(s.cluster_settings("file").auto_rebalance);
         let (s, _) = load(
@@ -2128,7 +2129,6 @@ mod tests {
         for (key, value) in [
             ("STRATA_OWNERSHIP_INTERVAL", "0s"),
             ("STRATA_OWNERSHIP_INTERVAL", "3s"),
-            ("STRATA_MOVE_WATCH_INTERVAL", "0ms"),
         ] {
             let e = load(None, env(&[(key, value)]), &FlagOverrides::default())
                 .unwrap_err()
@@ -2136,6 +2136,17 @@ mod tests {
             let name = key.trim_start_matches("STRATA_").to_lowercase();
             assert!(e.contains(&name), "{key}={value}: {e}");
         }
+        // Zero turns the move watch off, on any backend.
+        let (s, _) = load(
+            None,
+            env(&[("STRATA_MOVE_WATCH_INTERVAL", "0s")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            s.cluster_settings("file").move_watch_interval,
+            Duration::ZERO
+        );
     }
 
     #[test]

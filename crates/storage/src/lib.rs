@@ -58,7 +58,7 @@ pub use limit::ConcurrencyLimitStore;
 pub use local::LocalStore;
 pub use memory::MemoryStore;
 pub use metrics::{
-    requests_per_gb, LatencyHistogram, MetricsStore, OpMetricsSnapshot, StorageMetrics,
+    requests_per_gb, KeyArea, LatencyHistogram, MetricsStore, OpMetricsSnapshot, StorageMetrics,
     StorageMetricsSnapshot, LATENCY_BUCKET_BOUNDS,
 };
 pub use op::OpKind;

@@ -5,9 +5,10 @@
 //! request, so [`StorageMetricsSnapshot::requests_per_gb_ingested`] is the number that tells how
 //! well group commit is batching — and sees every timeout as a failed request.
 
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -35,10 +36,18 @@ pub const LATENCY_BUCKET_BOUNDS: [Duration; 19] = {
 
 const BUCKETS: usize = LATENCY_BUCKET_BOUNDS.len() + 1;
 
+/// Names the part of the layout a key (or a listed prefix) belongs to, e.g. "membership" for a
+/// broker registration. Must return one of a small fixed set of names: each is a metric series.
+pub type KeyArea = fn(&str) -> &'static str;
+
 /// Live counters, shared by every store that records into them.
 #[derive(Debug, Default)]
 pub struct StorageMetrics {
     ops: [OpCounters; OpKind::COUNT],
+    /// Set once by whoever knows the layout (this crate does not): requests are then also
+    /// counted by area, which tells which poller sends them.
+    key_area: OnceLock<KeyArea>,
+    by_area: Mutex<BTreeMap<(&'static str, OpKind), u64>>,
 }
 
 #[derive(Debug, Default)]
@@ -55,6 +64,22 @@ struct OpCounters {
 impl StorageMetrics {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Counts requests by area of the key too, from now on. Only the first call counts.
+    pub fn set_key_areas(&self, key_area: KeyArea) {
+        let _ = self.key_area.set(key_area);
+    }
+
+    /// Counts one request against the area of `key` (a listing: of its prefix), if areas are
+    /// set. A lock per request is cheap next to a storage round trip.
+    pub fn record_area(&self, op: OpKind, key: &str) {
+        let Some(key_area) = self.key_area.get() else {
+            return;
+        };
+        let area = key_area(key);
+        let mut by_area = self.by_area.lock().unwrap_or_else(|e| e.into_inner());
+        *by_area.entry((area, op)).or_default() += 1;
     }
 
     /// Records one finished request. `bytes_in` is what was written to storage and `bytes_out`
@@ -110,7 +135,14 @@ impl StorageMetrics {
                 },
             }
         });
-        StorageMetricsSnapshot { ops }
+        let by_area = self
+            .by_area
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(&(area, op), &n)| (area, op, n))
+            .collect();
+        StorageMetricsSnapshot { ops, by_area }
     }
 }
 
@@ -118,6 +150,8 @@ impl StorageMetrics {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StorageMetricsSnapshot {
     ops: [OpMetricsSnapshot; OpKind::COUNT],
+    /// Requests by (area, kind), sorted; empty unless areas are set.
+    by_area: Vec<(&'static str, OpKind, u64)>,
 }
 
 /// Counters of one kind of request.
@@ -189,6 +223,20 @@ impl StorageMetricsSnapshot {
         self.ops.iter().map(|o| o.requests).sum()
     }
 
+    /// Requests by area of the key and kind, sorted (see [`StorageMetrics::set_key_areas`]).
+    pub fn by_area(&self) -> &[(&'static str, OpKind, u64)] {
+        &self.by_area
+    }
+
+    /// Requests to keys of `area`, of every kind.
+    pub fn area_requests(&self, area: &str) -> u64 {
+        self.by_area
+            .iter()
+            .filter(|(a, _, _)| *a == area)
+            .map(|(_, _, n)| n)
+            .sum()
+    }
+
     pub fn total_failures(&self) -> u64 {
         self.ops.iter().map(|o| o.failures).sum()
     }
@@ -253,12 +301,14 @@ impl MetricsStore {
     fn record<T>(
         &self,
         op: OpKind,
+        key: &str,
         started: Duration,
         result: &StorageResult<T>,
         bytes: (u64, u64),
     ) {
         let latency = self.clock.monotonic().saturating_sub(started);
         self.metrics.record(op, latency, result, bytes.0, bytes.1);
+        self.metrics.record_area(op, key);
         self.health.record_op(op, result);
         if let Err(error) = result {
             if is_storage_failure(error) {
@@ -275,7 +325,7 @@ impl ObjectStore for MetricsStore {
         let len = data.len() as u64;
         let started = self.clock.monotonic();
         let result = self.inner.put(key, data, mode).await;
-        self.record(op, started, &result, (len, 0));
+        self.record(op, key.as_str(), started, &result, (len, 0));
         result
     }
 
@@ -283,7 +333,7 @@ impl ObjectStore for MetricsStore {
         let started = self.clock.monotonic();
         let result = self.inner.get(key).await;
         let read = result.as_ref().map_or(0, |(data, _)| data.len() as u64);
-        self.record(OpKind::Get, started, &result, (0, read));
+        self.record(OpKind::Get, key.as_str(), started, &result, (0, read));
         result
     }
 
@@ -291,28 +341,28 @@ impl ObjectStore for MetricsStore {
         let started = self.clock.monotonic();
         let result = self.inner.get_range(key, range).await;
         let read = result.as_ref().map_or(0, |data| data.len() as u64);
-        self.record(OpKind::GetRange, started, &result, (0, read));
+        self.record(OpKind::GetRange, key.as_str(), started, &result, (0, read));
         result
     }
 
     async fn list(&self, prefix: &str) -> StorageResult<Vec<ObjectMeta>> {
         let started = self.clock.monotonic();
         let result = self.inner.list(prefix).await;
-        self.record(OpKind::List, started, &result, (0, 0));
+        self.record(OpKind::List, prefix, started, &result, (0, 0));
         result
     }
 
     async fn list_keys(&self, prefix: &str) -> StorageResult<Vec<ListedKey>> {
         let started = self.clock.monotonic();
         let result = self.inner.list_keys(prefix).await;
-        self.record(OpKind::List, started, &result, (0, 0));
+        self.record(OpKind::List, prefix, started, &result, (0, 0));
         result
     }
 
     async fn delete(&self, key: &ObjectKey) -> StorageResult<()> {
         let started = self.clock.monotonic();
         let result = self.inner.delete(key).await;
-        self.record(OpKind::Delete, started, &result, (0, 0));
+        self.record(OpKind::Delete, key.as_str(), started, &result, (0, 0));
         result
     }
 
@@ -381,6 +431,30 @@ mod tests {
         let health = store.health().snapshot();
         assert_eq!(health.consecutive_failures, 1);
         assert!(health.last_error.unwrap().contains("injected"));
+    }
+
+    #[tokio::test]
+    async fn requests_are_counted_by_area_once_areas_are_set() {
+        let store = MetricsStore::new(Arc::new(MemoryStore::new()), Arc::new(ManualClock::new(0)));
+        let key = ObjectKey::new("a/b").unwrap();
+        store.get(&key).await.unwrap_err();
+        assert!(store.metrics().snapshot().by_area().is_empty());
+        store
+            .metrics()
+            .set_key_areas(|key| if key.starts_with("a/") { "a" } else { "rest" });
+        store.get(&key).await.unwrap_err();
+        store.list("a/").await.unwrap();
+        store.list("").await.unwrap();
+        let snapshot = store.metrics().snapshot();
+        assert_eq!(
+            snapshot.by_area(),
+            [
+                ("a", OpKind::Get, 1),
+                ("a", OpKind::List, 1),
+                ("rest", OpKind::List, 1)
+            ]
+        );
+        assert_eq!(snapshot.area_requests("a"), 2);
     }
 
     #[test]

@@ -93,6 +93,17 @@ impl ResourceHost for LogHost {
             .collect())
     }
 
+    fn known_resources(&self) -> Option<BTreeSet<String>> {
+        // The log's catalog as last read, plus the topics created here since.
+        Some(
+            self.log
+                .topics()
+                .iter()
+                .flat_map(|t| (0..t.partitions).map(move |p| resource_name(t.id, p)))
+                .collect(),
+        )
+    }
+
     fn preferred_owners(&self) -> BTreeMap<String, BrokerId> {
         self.log
             .topics()

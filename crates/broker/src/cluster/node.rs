@@ -12,7 +12,7 @@ use strata_cluster::{
     join_with_allocated_id, Claimant, ClusterError, ClusterResult, ClusterView, ControllerConfig,
     Incarnation, ListenerEndpoint, LocalBroker, Membership, MembershipConfig, MembershipHandle,
     Newcomer, OsProcessTable, OwnerRecord, OwnerState, Ownership, OwnershipRunner, OwnershipStatus,
-    RunnerConfig, RunnerHandle,
+    RunnerConfig, RunnerHandle, VersionedRecord,
 };
 use strata_core::{BrokerId, Clock, Epoch, Ticker, TopicPartition};
 
@@ -242,7 +242,10 @@ impl ClusterNode {
             RunnerConfig {
                 interval: settings.ownership_interval,
                 in_flight_window: log.config().max_inflight_flushes as u64,
-                watch_interval: Some(settings.move_watch_interval),
+                // Zero turns the watch off (the S3 default, where each read is billed): moves
+                // then wait for full rounds, except those this broker starts itself.
+                watch_interval: Some(settings.move_watch_interval).filter(|w| !w.is_zero()),
+                ..RunnerConfig::default()
             },
             view.clone(),
             host,
@@ -252,6 +255,7 @@ impl ClusterNode {
         let ownership = runner.ownership().clone();
         let runner = runner.spawn();
         let status = runner.status();
+        let records = runner.records();
 
         let node = Arc::new(Self {
             me: node_id,
@@ -279,6 +283,7 @@ impl ClusterNode {
             Arc::clone(&clock),
             settings.ownership_interval,
             status.clone(),
+            records,
         ));
         let watchdog = tokio::spawn(watch_fencing(
             Arc::downgrade(&node),
@@ -352,6 +357,15 @@ impl ClusterNode {
     /// served in milliseconds rather than after the next regular round.
     pub async fn announce_topology_change(&self) {
         self.ownership.announce_change().await;
+        self.observe_now().await;
+    }
+
+    /// Our own change of placement or topology: our runner acts on it now, whatever the move
+    /// watch (which may be off). The other brokers see it at their next watch or round.
+    async fn observe_now(&self) {
+        if let Some(runner) = self.runner.lock().await.as_ref() {
+            runner.observe_now();
+        }
     }
 
     /// The lease: a healthy cluster gives every partition an owner within it.
@@ -389,7 +403,7 @@ impl ClusterNode {
         resource: &str,
         target: Option<BrokerId>,
     ) -> ClusterResult<()> {
-        match target {
+        let changed = match target {
             Some(broker) => {
                 self.ownership
                     .set_placement_override(resource, broker)
@@ -399,7 +413,11 @@ impl ClusterNode {
                 Err(ClusterError::Storage(StorageError::NotFound(_))) => Ok(()),
                 other => other,
             },
+        };
+        if changed.is_ok() {
+            self.observe_now().await;
         }
+        changed
     }
 
     /// Reassignments in progress: overrides whose target is not yet the live owner, with the
@@ -577,17 +595,20 @@ impl ClusterNode {
     /// number of partitions (on backends whose listings carry change tags; RADOS reads all).
     pub(crate) async fn refresh_owners(&self) {
         match self.ownership.list("").await {
-            Ok(records) => {
-                let owners: BTreeMap<String, OwnerRecord> = records
+            Ok(records) => self.set_owners(
+                records
                     .into_iter()
                     .map(|(r, (_, record))| (r, record))
-                    .collect();
-                match self.owners.write() {
-                    Ok(mut g) => *g = Arc::new(owners),
-                    Err(e) => *e.into_inner() = Arc::new(owners),
-                }
-            }
+                    .collect(),
+            ),
             Err(e) => warn!(error = %e, "could not refresh ownership records"),
+        }
+    }
+
+    fn set_owners(&self, owners: BTreeMap<String, OwnerRecord>) {
+        match self.owners.write() {
+            Ok(mut g) => *g = Arc::new(owners),
+            Err(e) => *e.into_inner() = Arc::new(owners),
         }
     }
 
@@ -662,11 +683,16 @@ fn lock_watchdog(
     }
 }
 
+/// Keeps the owner cache current: from the ownership runner's rounds, which list every record
+/// anyway (so the cache costs no listing of its own), and by listing every 10 ms while a
+/// partition changes hands here. Also runs the regular checks of the node (sealed stream after
+/// a lapsed lease, drain requests).
 async fn refresh_loop(
     node: Weak<ClusterNode>,
     clock: Arc<dyn Clock>,
     interval: Duration,
     mut status: watch::Receiver<OwnershipStatus>,
+    mut records: watch::Receiver<Arc<BTreeMap<String, VersionedRecord>>>,
 ) {
     let mut ticker = Ticker::new(Arc::clone(&clock), interval);
     let mut until_drain_poll = DRAIN_POLL_EVERY;
@@ -674,9 +700,30 @@ async fn refresh_loop(
     // changing hands and the cache is about to be wrong for it.
     let mut fast_until: Option<Duration> = None;
     let mut status_open = true;
+    let mut records_open = true;
     loop {
         let fast = fast_until.is_some();
         let regular = tokio::select! {
+            changed = records.changed(), if records_open => {
+                let Some(node) = node.upgrade() else { return };
+                match changed {
+                    Ok(()) => {
+                        let published = Arc::clone(&records.borrow_and_update());
+                        node.set_owners(
+                            published
+                                .iter()
+                                .map(|(r, (_, record))| (r.clone(), record.clone()))
+                                .collect(),
+                        );
+                        if fast_until.is_some() && node.owners_settled() {
+                            fast_until = None;
+                        }
+                    }
+                    // The runner ended (leaving, fenced): the regular ticks list instead.
+                    Err(_) => records_open = false,
+                }
+                continue;
+            }
             _ = ticker.tick() => true,
             changed = status.changed(), if status_open => {
                 match changed {
@@ -693,7 +740,10 @@ async fn refresh_loop(
             _ = clock.sleep(HANDOVER_REFRESH), if fast => false,
         };
         let Some(node) = node.upgrade() else { return };
-        node.refresh_owners().await;
+        // A regular tick lists only when the runner no longer publishes its rounds.
+        if !regular || !records_open {
+            node.refresh_owners().await;
+        }
         if fast_until.is_some_and(|until| node.clock.monotonic() >= until || node.owners_settled())
         {
             fast_until = None;

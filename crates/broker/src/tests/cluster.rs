@@ -163,6 +163,11 @@ async fn create(member: &Member, topic: &str) -> TopicPartition {
         .create_topic(topic, Some(1), BTreeMap::new(), false)
         .await
         .unwrap();
+    // As CreateTopics does: the other brokers re-read the catalog when a change is announced
+    // (or at their forced full listing, every 30 rounds), not every round.
+    if let Some(node) = member.broker.cluster() {
+        node.announce_topology_change().await;
+    }
     TopicPartition::new(topic, 0)
 }
 
