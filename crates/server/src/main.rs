@@ -753,17 +753,21 @@ fn tls_acceptor(settings: &Settings) -> anyhow::Result<Option<tokio_rustls::TlsA
 /// the machine's name if it listens on all interfaces.
 fn default_advertised(bound: SocketAddr) -> (String, u16) {
     if bound.ip().is_unspecified() {
-        let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|n| n.trim().to_string())
-            .unwrap_or_default();
-        let name = if name.is_empty() {
-            "localhost".to_string()
-        } else {
-            name
-        };
-        return (name, bound.port());
+        return (machine_name(), bound.port());
     }
     (bound.ip().to_string(), bound.port())
+}
+
+/// The machine's host name, what a broker listening on all interfaces advertises.
+fn machine_name() -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|n| n.trim().to_string())
+        .unwrap_or_default();
+    if name.is_empty() {
+        "localhost".to_string()
+    } else {
+        name
+    }
 }
 
 fn advertised(settings: &Settings, bound: SocketAddr) -> anyhow::Result<(String, u16)> {
@@ -772,14 +776,7 @@ fn advertised(settings: &Settings, bound: SocketAddr) -> anyhow::Result<(String,
             .map_err(|e| anyhow::anyhow!("advertised_listener: {e}"));
     }
     let host = if bound.ip().is_unspecified() {
-        let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|n| n.trim().to_string())
-            .unwrap_or_default();
-        let name = if name.is_empty() {
-            "localhost".to_string()
-        } else {
-            name
-        };
+        let name = machine_name();
         warn!(host = %name, "listening on all interfaces; advertising the host name (set advertised_listener to choose)");
         name
     } else {
