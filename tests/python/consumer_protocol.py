@@ -10,7 +10,12 @@ Scenarios (--scenario):
           none of the others, and a matching topic created while they run;
 - killed: three members, one in a child process that is SIGKILLed once it owns partitions;
           the broker's session timeout (a short one set by the test on the broker) hands its
-          partitions to the other two.
+          partitions to the other two;
+- moved:  (the test creates the topic, 6 partitions) three members on a cluster consume the
+          first half; then, while they keep polling,
+          the commands given with --between run (the test moves the group's coordinator shard
+          and a data partition to other brokers); then the second half is produced and
+          consumed.
 
 Every member commits synchronously after each batch it processes and when partitions are
 revoked. Checks: members own disjoint partitions at all times they report; every record is
@@ -25,6 +30,7 @@ Run by tests/tests/consumer_groups.rs against the real binary:
 
 import argparse
 import faulthandler
+import json
 import os
 import signal
 import subprocess
@@ -54,17 +60,19 @@ def fail(why):
 
 
 def consumer(bootstrap, group, name):
-    return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "group.protocol": "consumer",
-            "client.id": name,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 100,
-        }
-    )
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "group.protocol": "consumer",
+        "client.id": name,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 100,
+    }
+    # librdkafka's own trace (e.g. STRATA_RDKAFKA_DEBUG=cgrp) when diagnosing a failure.
+    if os.environ.get("STRATA_RDKAFKA_DEBUG"):
+        config["debug"] = os.environ["STRATA_RDKAFKA_DEBUG"]
+    return Consumer(config)
 
 
 class Member:
@@ -77,6 +85,7 @@ class Member:
         self.got = []  # (partition, offset)
         self.positions = {}
         self.errors = []
+        self.revoked_log = []
         self.consumer = consumer(bootstrap, group, name)
         self.consumer.subscribe(subscription or [topic], on_assign=self.on_assign, on_revoke=self.on_revoke)
 
@@ -85,6 +94,7 @@ class Member:
 
     def on_revoke(self, consumer, partitions):
         revoked = {p.partition for p in partitions}
+        self.revoked_log.append(sorted(revoked))
         self.commit(revoked)
         self.assignment -= revoked
         for p in revoked:
@@ -227,9 +237,27 @@ def check_end(bootstrap, admin, topic, group, partitions, members, exactly_once)
     got = {tp.partition: tp.offset for tp in committed}
     if got != ends:
         fail(f"committed offsets {got} != end offsets {ends}")
-    for m in members:
-        m.consumer.close()
+    leave_and_close(members)
     return total
+
+
+def leave_and_close(members):
+    """Each member leaves the group and then closes. The leave is an unsubscribe served by
+    this script's own polls, not close(): librdkafka 2.16 can hang in close() when a new
+    assignment reaches the member just as close() starts (its assign event is left on the
+    consumer queue that close() no longer serves; librdkafka issues #4527 and #4884). Closing
+    members one after another makes that likely, since each leave hands partitions to those
+    still open. Seen in a debug=cgrp trace on S3, where heartbeats are slower: "delegating
+    incremental assign" 2 ms before "Closing consumer", then close() never returned. A member
+    that has left owns nothing, so its close() has no rebalance to run."""
+    for m in members:
+        m.consumer.unsubscribe()
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while m.assignment:
+            if time.monotonic() > deadline:
+                fail(f"{m.name} still owns {sorted(m.assignment)} after unsubscribing")
+            m.poll()
+        m.consumer.close()
 
 
 def scenario_share(args, count_members, partitions=8, records=4000):
@@ -242,6 +270,58 @@ def scenario_share(args, count_members, partitions=8, records=4000):
         "every record is received and every member owns partitions",
         lambda: len({r for m in members for r in m.got}) >= records and all(m.assignment for m in members),
     )
+    for m in members:
+        m.commit()
+    return check_end(args.bootstrap, admin, args.topic, group, partitions, members, exactly_once=True)
+
+
+def run_polling(members, commands):
+    """Runs each command (a JSON list: argv) to completion while every member keeps polling, so
+    the members live through whatever the command does to the cluster. STRATA_ variables are
+    dropped from the command's environment: they are the test's, not the admin command's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
+    for command in commands:
+        argv = json.loads(command)
+        process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while process.poll() is None:
+            if time.monotonic() > deadline:
+                process.kill()
+                fail(f"{argv[1:3]} did not finish")
+            for member in members:
+                member.poll()
+        output = process.stdout.read().strip()
+        if process.returncode != 0:
+            fail(f"{argv[1:]} failed ({process.returncode}): {output}")
+        print(f"ran {' '.join(argv[1:4])}: {output.splitlines()[-1] if output else ''}", flush=True)
+
+
+def scenario_moved(args, partitions=6, records=3000):
+    # The test created the topic, so that it could pick move targets other than the owners.
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    group = f"{args.topic}-group"
+    produce(args.bootstrap, args.topic, partitions, records // 2)
+    members = [Member(args.bootstrap, args.topic, group, f"m{i}") for i in range(3)]
+    poll_until(
+        members,
+        "the first half is received and every member owns partitions",
+        lambda: len({r for m in members for r in m.got}) >= records // 2 and all(m.assignment for m in members),
+    )
+    before = {m.name: (set(m.assignment), len(m.revoked_log)) for m in members}
+    run_polling(members, args.between)
+    produce(args.bootstrap, args.topic, partitions, records - records // 2, start=records // 2)
+    poll_until(
+        members,
+        "everything is received after the moves",
+        lambda: len({r for m in members for r in m.got}) >= records and all(m.assignment for m in members),
+    )
+    # The new coordinator replayed the group: the members kept their partitions, with no
+    # rebalance, as they would when a Kafka coordinator's leadership moves.
+    for m in members:
+        owned, revocations = before[m.name]
+        if m.assignment != owned or m.revoked_log[revocations:]:
+            fail(f"{m.name} owned {sorted(owned)} before the moves, {sorted(m.assignment)} after; "
+                 f"revoked since: {m.revoked_log[revocations:]}")
     for m in members:
         m.commit()
     return check_end(args.bootstrap, admin, args.topic, group, partitions, members, exactly_once=True)
@@ -304,6 +384,10 @@ class RegexMember:
         self.consumer = consumer(bootstrap, group, name)
         self.consumer.subscribe([regex], on_assign=self.on_assign, on_revoke=self.on_revoke)
 
+    @property
+    def assignment(self):
+        return self.owned
+
     def on_assign(self, consumer, partitions):
         self.owned |= {(p.topic, p.partition) for p in partitions}
 
@@ -357,8 +441,7 @@ def scenario_regex(args, partitions=2, records=200):
     want = sorted((t, p) for t in matching + [later] for p in range(partitions))
     if owned != want:
         fail(f"ConsumerGroupDescribe assignment {owned}, want {want}")
-    for m in members:
-        m.consumer.close()
+    leave_and_close(members)
     return 3 * records
 
 
@@ -445,7 +528,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--topic", required=True)
-    parser.add_argument("--scenario", required=True, choices=["share", "five", "added", "regex", "killed", "child", "restart-a", "restart-b"])
+    parser.add_argument("--scenario", required=True, choices=["share", "five", "added", "regex", "killed", "moved", "child", "restart-a", "restart-b"])
+    parser.add_argument("--between", action="append", default=[], help="moved: a command to run between the halves, as a JSON argv list")
     args = parser.parse_args()
     started = time.monotonic()
     if args.scenario == "child":
@@ -457,6 +541,7 @@ def main():
         "added": lambda: scenario_added(args),
         "regex": lambda: scenario_regex(args),
         "killed": lambda: scenario_killed(args),
+        "moved": lambda: scenario_moved(args),
         "restart-a": lambda: scenario_restart(args, "a"),
         "restart-b": lambda: scenario_restart(args, "b"),
     }[args.scenario]()

@@ -51,6 +51,8 @@ use rdkafka::{Offset, TopicPartitionList};
 use strata_tests::clients::{
     admin, base_config, client_log_tail, create_topic, produce_all, producer, Acked, TestContext,
 };
+use strata_tests::binary::strata_binary;
+use strata_tests::cluster::{Cluster, GROUP_SHARDS};
 use strata_tests::command::run_with_deadline;
 use strata_tests::raw::RawConnection;
 use strata_tests::records::TestRecord;
@@ -2010,6 +2012,104 @@ fn kip848_a_killed_members_partitions_go_to_the_others_after_the_session_timeout
 #[test]
 fn kip848_a_regex_subscription_gets_the_matching_topics_and_one_created_later() {
     python_consumer_protocol("regex");
+}
+
+/// Kafka's shard of a group id (`abs(String.hashCode) % shards`), to find which
+/// `__consumer_offsets` partition coordinates it.
+fn offsets_shard_of(group: &str, shards: i32) -> i32 {
+    let mut hash: i32 = 0;
+    for unit in group.encode_utf16() {
+        hash = hash.wrapping_mul(31).wrapping_add(i32::from(unit));
+    }
+    (hash & 0x7fff_ffff) % shards
+}
+
+/// KIP-848 members on a 3-broker cluster live through a move of their group's coordinator
+/// shard and of a data partition, half-way through: the new coordinator replays the group
+/// (members, epochs, assignments) and its offsets from storage, so the members keep their
+/// partitions, and every record is received exactly once with exact committed offsets.
+#[test]
+fn kip848_members_keep_exact_offsets_while_the_coordinator_shard_and_a_partition_move() {
+    let started = Instant::now();
+    let cluster = Cluster::start_with_env(
+        3,
+        "3s",
+        "500ms",
+        &[
+            ("STRATA_GROUP_CONSUMER_SESSION_TIMEOUT", "15s"),
+            ("STRATA_GROUP_CONSUMER_HEARTBEAT_INTERVAL", "200ms"),
+        ],
+    );
+    let ids = cluster.all_ids();
+    let topic = "kip848-moved";
+    let shard = offsets_shard_of(&format!("{topic}-group"), GROUP_SHARDS);
+    let coordinators = cluster.wait_for_leaders(
+        ids[0],
+        "__consumer_offsets",
+        GROUP_SHARDS,
+        &ids,
+        "every coordinator shard has an owner",
+    );
+    let coordinator = coordinators[&shard];
+    let shard_target = *ids.iter().find(|&&id| id != coordinator).unwrap_or(&coordinator);
+    let bootstrap = cluster.bootstrap_of(&ids);
+    block_on(create_topic(&bootstrap, topic, 6, &[]));
+    let data_owner = cluster.wait_for_leaders(ids[0], topic, 6, &ids, "the topic has owners")[&0];
+    let data_target = *ids.iter().find(|&&id| id != data_owner).unwrap_or(&data_owner);
+    let strata = strata_binary();
+    let strata = strata.to_string_lossy();
+    let move_command = |topic: &str, partition: i32, target: i32| {
+        serde_json::json!([
+            strata,
+            "partitions",
+            "move",
+            topic,
+            partition.to_string(),
+            "--to",
+            target.to_string(),
+            "--timeout",
+            "20s",
+            "--storage",
+            cluster.storage.url(),
+        ])
+        .to_string()
+    };
+    eprintln!(
+        "group shard {shard} on broker {coordinator} moves to {shard_target}; {topic}/0 on broker {data_owner} moves to {data_target}"
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/consumer_protocol.py");
+    let mut command = Command::new("python3");
+    command
+        .arg(&script)
+        .arg("--bootstrap")
+        .arg(&bootstrap)
+        .arg("--topic")
+        .arg(topic)
+        .arg("--scenario")
+        .arg("moved")
+        .arg("--between")
+        .arg(move_command("__consumer_offsets", shard, shard_target))
+        .arg("--between")
+        .arg(move_command(topic, 0, data_target));
+    let finished = run_with_deadline(command, b"", Duration::from_secs(180));
+    finished.assert_success("tests/python/consumer_protocol.py");
+    let after = cluster.metadata_from(ids[0], Some("__consumer_offsets"));
+    assert_eq!(
+        after.leaders.get(&shard),
+        Some(&shard_target),
+        "the coordinator shard moved"
+    );
+    let moved = cluster.metadata_from(ids[0], Some(topic));
+    assert_eq!(
+        moved.leaders.get(&0),
+        Some(&data_target),
+        "the data partition moved"
+    );
+    eprintln!(
+        "{}python consumer protocol moved: {:.1?}",
+        finished.stdout,
+        started.elapsed()
+    );
 }
 
 /// One consumer group as ConsumerGroupDescribe reports it: (group epoch, assignment epoch,
