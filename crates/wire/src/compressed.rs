@@ -133,6 +133,9 @@ struct Walker<R> {
     /// Decompressed bytes taken so far.
     taken: u64,
     limit: u64,
+    /// Set when the data itself failed (it does not decompress, or ends inside a record):
+    /// the batch is corrupt, not one of its records.
+    data_failed: bool,
 }
 
 impl<R: BufRead> Walker<R> {
@@ -142,12 +145,17 @@ impl<R: BufRead> Walker<R> {
             codec,
             taken: 0,
             limit,
+            data_failed: false,
         }
     }
 
     fn fill(&mut self) -> Result<&[u8], BatchError> {
         let codec = self.codec;
-        self.input.fill_buf().map_err(|e| io_error(codec, e))
+        let failed = &mut self.data_failed;
+        self.input.fill_buf().map_err(|e| {
+            *failed = true;
+            io_error(codec, e)
+        })
     }
 
     /// The next byte, or `None` at the end of the decompressed data.
@@ -175,9 +183,15 @@ impl<R: BufRead> Walker<R> {
                 "a field runs past the record".into(),
             ));
         }
-        self.next_byte()?.ok_or_else(|| {
-            BatchError::InvalidRecords("decompressed data ends inside a record".into())
-        })
+        match self.next_byte()? {
+            Some(byte) => Ok(byte),
+            None => {
+                self.data_failed = true;
+                Err(BatchError::InvalidRecords(
+                    "decompressed data ends inside a record".into(),
+                ))
+            }
+        }
     }
 
     /// Skips `count` bytes of a record that ends at `end`, without keeping them.
@@ -191,6 +205,7 @@ impl<R: BufRead> Walker<R> {
         while left > 0 {
             let available = self.fill()?.len();
             if available == 0 {
+                self.data_failed = true;
                 return Err(BatchError::InvalidRecords(
                     "decompressed data ends inside a record".into(),
                 ));
@@ -246,37 +261,18 @@ fn walk<R: BufRead>(
                 limit: walker.limit,
             });
         }
-        if len == 0 {
-            return Err(BatchError::InvalidRecords("empty record".into()));
-        }
-        walker.byte_within(end)?; // record attributes, unused
-        let timestamp_delta = decode_varlong(|| walker.byte_within(end))?;
-        let offset_delta = decode_varint(|| walker.byte_within(end))?;
-        if offset_delta != seen {
-            return Err(BatchError::InvalidRecords(format!(
-                "record {seen} has offset delta {offset_delta}"
-            )));
-        }
-        walker.skip_sized(end, true, "key")?;
-        walker.skip_sized(end, true, "value")?;
-        let header_count = decode_varint(|| walker.byte_within(end))?;
-        if header_count < 0 {
-            return Err(BatchError::InvalidRecords(format!(
-                "invalid header count {header_count}"
-            )));
-        }
-        // Each header takes at least two bytes of the record or fails, so this is bounded.
-        for _ in 0..header_count {
-            walker.skip_sized(end, false, "header key")?;
-            walker.skip_sized(end, true, "header value")?;
-        }
-        if walker.taken != end {
-            let start = end - len;
-            return Err(BatchError::InvalidRecords(format!(
-                "record declares {len} bytes but its fields take {}",
-                walker.taken - start
-            )));
-        }
+        // A record whose fields do not fit its declared bytes is named (KIP-467's
+        // record_errors), as the uncompressed walk does; framing between records (lengths,
+        // the count) and data that does not decompress are the batch's.
+        let timestamp_delta = record_body(&mut walker, len, end, seen).map_err(|e| match e {
+            BatchError::InvalidRecords(reason) if !walker.data_failed => {
+                BatchError::InvalidRecord {
+                    index: seen,
+                    reason,
+                }
+            }
+            other => other,
+        })?;
         max_timestamp = max_timestamp.max(header.base_timestamp.saturating_add(timestamp_delta));
     }
     if walker.next_byte()?.is_some() {
@@ -285,6 +281,48 @@ fn walk<R: BufRead>(
         )));
     }
     Ok(RecordsCheck::Verified { max_timestamp })
+}
+
+/// Checks one record's fields, which must fill exactly its declared `len` bytes ending at
+/// `end`; returns its timestamp delta.
+fn record_body<R: BufRead>(
+    walker: &mut Walker<R>,
+    len: u64,
+    end: u64,
+    seen: i32,
+) -> Result<i64, BatchError> {
+    if len == 0 {
+        return Err(BatchError::InvalidRecords("empty record".into()));
+    }
+    walker.byte_within(end)?; // record attributes, unused
+    let timestamp_delta = decode_varlong(|| walker.byte_within(end))?;
+    let offset_delta = decode_varint(|| walker.byte_within(end))?;
+    if offset_delta != seen {
+        return Err(BatchError::InvalidRecords(format!(
+            "record {seen} has offset delta {offset_delta}"
+        )));
+    }
+    walker.skip_sized(end, true, "key")?;
+    walker.skip_sized(end, true, "value")?;
+    let header_count = decode_varint(|| walker.byte_within(end))?;
+    if header_count < 0 {
+        return Err(BatchError::InvalidRecords(format!(
+            "invalid header count {header_count}"
+        )));
+    }
+    // Each header takes at least two bytes of the record or fails, so this is bounded.
+    for _ in 0..header_count {
+        walker.skip_sized(end, false, "header key")?;
+        walker.skip_sized(end, true, "header value")?;
+    }
+    if walker.taken != end {
+        let start = end - len;
+        return Err(BatchError::InvalidRecords(format!(
+            "record declares {len} bytes but its fields take {}",
+            walker.taken - start
+        )));
+    }
+    Ok(timestamp_delta)
 }
 
 /// Why a snappy block's declared length was refused.
@@ -537,6 +575,13 @@ mod tests {
         validate_compressed_records(&batch(codec, codec.compress(plain), count), LIMIT)
     }
 
+    fn record_error(result: Result<RecordsCheck, BatchError>) -> (i32, String) {
+        match result {
+            Err(BatchError::InvalidRecord { index, reason }) => (index, reason),
+            other => panic!("expected InvalidRecord, got {other:?}"),
+        }
+    }
+
     fn corrupt(result: Result<RecordsCheck, BatchError>) -> String {
         match result {
             Err(BatchError::InvalidRecords(why)) => why,
@@ -636,9 +681,12 @@ mod tests {
                 !corrupt(check(codec, &plain[..plain.len() - 1], 3)).is_empty(),
                 "{codec:?}"
             );
+            // A record whose fields do not fill its length is named by its index (KIP-467).
             let mut longer = plain.clone();
             longer[0] += 2; // zigzag: the first record claims one more byte
-            assert!(!corrupt(check(codec, &longer, 3)).is_empty(), "{codec:?}");
+            let (index, why) = record_error(check(codec, &longer, 3));
+            assert_eq!(index, 0, "{codec:?}");
+            assert!(why.contains("declares"), "{codec:?}: {why}");
             let mut trailing = plain.clone();
             trailing.push(0);
             assert!(!corrupt(check(codec, &trailing, 3)).is_empty(), "{codec:?}");
@@ -647,10 +695,9 @@ mod tests {
                     .record(TestRecord::new(None, Some("a")))
                     .record(TestRecord::new(None, Some("b")).offset_delta(5)),
             );
-            assert!(
-                corrupt(check(codec, &skewed, 2)).contains("offset delta 5"),
-                "{codec:?}"
-            );
+            let (index, why) = record_error(check(codec, &skewed, 2));
+            assert_eq!(index, 1, "{codec:?}");
+            assert!(why.contains("offset delta 5"), "{codec:?}: {why}");
             // Compressed nothing, one record declared.
             assert!(
                 corrupt(check(codec, &[], 1)).contains("holds 0"),

@@ -4,10 +4,11 @@
 //! A refused batch is explained (v8+): `error_message` for every error, and for a batch
 //! refused because of one of its records (INVALID_RECORD) `record_errors` names that record by
 //! its index in the batch (KIP-467), as Kafka does. Strata locates the record for the checks
-//! of an uncompressed batch's records (a record whose fields do not fill its declared length,
-//! an out-of-sequence offset delta); whole-batch failures (CRC mismatch: CORRUPT_MESSAGE,
-//! sizes, sequence numbers) and records of compressed batches get the message alone. Strata
-//! checks no record's timestamp, so it never answers INVALID_TIMESTAMP for one.
+//! of a batch's records, compressed or not (a record whose fields do not fill its declared
+//! length, an out-of-sequence offset delta); whole-batch failures (CRC mismatch:
+//! CORRUPT_MESSAGE, sizes, sequence numbers, framing between records, compressed data that
+//! does not decompress) get the message alone. Strata checks no record's timestamp, so it
+//! never answers INVALID_TIMESTAMP for one.
 
 use std::sync::Arc;
 use std::time::Duration;
