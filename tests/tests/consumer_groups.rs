@@ -48,10 +48,10 @@ use rdkafka::message::Message;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
+use strata_tests::binary::strata_binary;
 use strata_tests::clients::{
     admin, base_config, client_log_tail, create_topic, produce_all, producer, Acked, TestContext,
 };
-use strata_tests::binary::strata_binary;
 use strata_tests::cluster::{Cluster, GROUP_SHARDS};
 use strata_tests::command::run_with_deadline;
 use strata_tests::raw::RawConnection;
@@ -2051,11 +2051,17 @@ fn kip848_members_keep_exact_offsets_while_the_coordinator_shard_and_a_partition
         "every coordinator shard has an owner",
     );
     let coordinator = coordinators[&shard];
-    let shard_target = *ids.iter().find(|&&id| id != coordinator).unwrap_or(&coordinator);
+    let shard_target = *ids
+        .iter()
+        .find(|&&id| id != coordinator)
+        .unwrap_or(&coordinator);
     let bootstrap = cluster.bootstrap_of(&ids);
     block_on(create_topic(&bootstrap, topic, 6, &[]));
     let data_owner = cluster.wait_for_leaders(ids[0], topic, 6, &ids, "the topic has owners")[&0];
-    let data_target = *ids.iter().find(|&&id| id != data_owner).unwrap_or(&data_owner);
+    let data_target = *ids
+        .iter()
+        .find(|&&id| id != data_owner)
+        .unwrap_or(&data_owner);
     let strata = strata_binary();
     let strata = strata.to_string_lossy();
     let move_command = |topic: &str, partition: i32, target: i32| {
