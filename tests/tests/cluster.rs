@@ -1347,6 +1347,76 @@ fn requests_by_area(cluster: &mut Cluster, id: i32, area: &str, op: &str) -> Opt
     (!samples.is_empty()).then(|| samples.iter().sum())
 }
 
+/// Kafka-level metrics follow real traffic: requests per API with their latency histogram,
+/// records and bytes in and bytes out per topic, and the open connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_topic_and_connection_metrics_follow_real_traffic() {
+    let mut cluster = Cluster::start(1, "5s", "200ms");
+    let bootstrap = cluster.bootstrap_of(&[1]);
+    let topic = "metered";
+    create_topic(&bootstrap, topic, 2, &[]).await;
+    let producer = producer(&bootstrap, &[]);
+    let count = 40;
+    let futures: Vec<_> = (0..count)
+        .map(|i| {
+            let (key, value) = (format!("key-{i}"), format!("value-{i}"));
+            producer
+                .send_result(
+                    FutureRecord::to(topic)
+                        .partition(i % 2)
+                        .key(&key)
+                        .payload(&value),
+                )
+                .unwrap_or_else(|(e, _)| panic!("enqueue: {e}"))
+        })
+        .collect();
+    for future in futures {
+        future
+            .await
+            .expect("delivered")
+            .unwrap_or_else(|(e, _)| panic!("produce failed: {e}"));
+    }
+    let got = consume_exactly(&bootstrap, topic, &[(0, 0), (1, 0)], count as usize).await;
+    assert_eq!(got.len(), count as usize);
+
+    let text = cluster.metrics_text(1);
+    let value = |series: &str| -> f64 {
+        let prefix = format!("{series} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+            .trim()
+            .parse()
+            .expect("a number")
+    };
+    let topic_label = format!("{{topic=\"{topic}\"}}");
+    assert_eq!(
+        value(&format!("strata_topic_records_in_total{topic_label}")),
+        f64::from(count),
+        "every produced record counted once"
+    );
+    let bytes_in = value(&format!("strata_topic_bytes_in_total{topic_label}"));
+    assert!(bytes_in > 0.0);
+    // The consumer read every batch at least once (a batch can be sent again when a fetch
+    // starts inside it).
+    assert!(value(&format!("strata_topic_bytes_out_total{topic_label}")) >= bytes_in);
+    let produces = value("strata_requests_total{api=\"Produce\"}");
+    assert!(produces >= 1.0);
+    assert_eq!(
+        value("strata_request_seconds_count{api=\"Produce\"}"),
+        produces
+    );
+    assert_eq!(
+        value("strata_request_seconds_bucket{api=\"Produce\",le=\"+Inf\"}"),
+        produces
+    );
+    assert!(value("strata_requests_total{api=\"Fetch\"}") >= 1.0);
+    assert!(value("strata_requests_total{api=\"Metadata\"}") >= 1.0);
+    // The producer is still connected.
+    assert!(value("strata_connections") >= 1.0);
+    assert!(value("strata_connections_accepted_total") >= value("strata_connections"));
+}
+
 /// The idle cost is visible per poller: an idle broker's heartbeats alone move the membership
 /// series of `strata_storage_requests_by_area_total`, without any client traffic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

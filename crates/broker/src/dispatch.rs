@@ -30,9 +30,43 @@ pub(crate) enum Reply {
     Close,
 }
 
+/// Handles one request frame and counts it in the broker's per-API traffic (the API key is
+/// the frame's first two bytes; a frame too short for one is refused without being counted).
+pub(crate) async fn handle_frame(
+    broker: Arc<Broker>,
+    frame: Bytes,
+    peer: SocketAddr,
+    shutdown: watch::Receiver<bool>,
+    produce_turn: Option<crate::ProduceTurn>,
+    principal: Arc<crate::security::Principal>,
+    listener: Arc<crate::security::Listener>,
+) -> Reply {
+    let started = broker.clock.monotonic();
+    let api_key = frame
+        .get(..2)
+        .map(|key| i16::from_be_bytes([key[0], key[1]]));
+    let reply = handle_request(
+        Arc::clone(&broker),
+        frame,
+        peer,
+        shutdown,
+        produce_turn,
+        principal,
+        listener,
+    )
+    .await;
+    if let Some(api_key) = api_key {
+        let elapsed = broker.clock.monotonic().saturating_sub(started);
+        broker
+            .traffic
+            .request(api_key, elapsed, matches!(reply, Reply::Close));
+    }
+    reply
+}
+
 /// Handles one request frame. Never panics on client input; every refusal is logged with what
 /// we know about the request.
-pub(crate) async fn handle_frame(
+async fn handle_request(
     broker: Arc<Broker>,
     mut frame: Bytes,
     peer: SocketAddr,

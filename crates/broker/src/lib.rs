@@ -25,6 +25,7 @@ mod limits;
 pub mod security;
 mod server;
 mod settings;
+pub mod traffic;
 
 #[cfg(test)]
 mod tests;

@@ -17,6 +17,7 @@ use crate::coordinator::GroupCoordinator;
 use crate::fetch_sessions::{FetchSessionStats, FetchSessions};
 use crate::limits::Limits;
 use crate::security::{AuthStats, Listener, SecurityError, UserStore};
+use crate::traffic::Traffic;
 use crate::BrokerSettings;
 
 /// Everything a broker is built from: the log it serves, the clock, its settings, and the
@@ -50,6 +51,8 @@ pub struct Broker {
     /// without them refuses every SASL login and the user APIs).
     pub(crate) users: Option<Arc<UserStore>>,
     pub(crate) auth_stats: AuthStats,
+    /// Requests per API, bytes per topic, connections: for the metrics endpoint.
+    pub(crate) traffic: Traffic,
 }
 
 fn fetch_sessions(parts: &BrokerParts) -> FetchSessions {
@@ -86,6 +89,7 @@ impl Broker {
             cluster: None,
             users: None,
             auth_stats: AuthStats::default(),
+            traffic: Traffic::default(),
         })
     }
 
@@ -151,6 +155,7 @@ impl Broker {
             cluster: Some(node),
             users: None,
             auth_stats: AuthStats::default(),
+            traffic: Traffic::default(),
         })
     }
 
@@ -175,6 +180,11 @@ impl Broker {
     /// Authentication outcomes so far, for the metrics endpoint.
     pub fn auth_stats(&self) -> &AuthStats {
         &self.auth_stats
+    }
+
+    /// Requests, topic traffic and connections so far, for the metrics endpoint.
+    pub fn traffic(&self) -> &Traffic {
+        &self.traffic
     }
 
     /// The fetch session cache's counts, for the metrics endpoint.
@@ -310,6 +320,7 @@ impl Broker {
             let done = done_tx.clone();
             let broker = Arc::clone(&self);
             let tls = info.tls.clone();
+            broker.traffic.connection_opened();
             tokio::spawn(async move {
                 match tls {
                     None => {
@@ -342,6 +353,7 @@ impl Broker {
                         }
                     }
                 }
+                broker.traffic.connection_closed();
                 drop(ip_slot);
                 drop(permit);
                 drop(done);

@@ -7,6 +7,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use strata_broker::cluster::{ClusterMetrics, ClusterNode};
+use strata_broker::traffic::{
+    TopicTraffic, TrafficSnapshot, LATENCY_BUCKETS as TRAFFIC_LATENCY_BUCKETS,
+};
 use strata_broker::{Broker, FetchSessionStats};
 use strata_core::{Clock, TopicPartition};
 use strata_log::LogManager;
@@ -100,6 +103,7 @@ impl MetricsSource {
                 .get()
                 .map(|broker| broker.auth_stats().snapshot())
                 .unwrap_or_default(),
+            traffic: self.broker.get().map(|broker| broker.traffic().snapshot()),
             uptime: self.clock.monotonic().saturating_sub(self.started),
         }
     }
@@ -141,6 +145,8 @@ pub struct Snapshot {
     pub fetch_sessions: Option<FetchSessionStats>,
     /// Authentication outcomes: (mechanism, result, count).
     pub authentications: Vec<(String, &'static str, u64)>,
+    /// Requests per API, traffic per topic, connections. None until the broker has started.
+    pub traffic: Option<TrafficSnapshot>,
     pub uptime: Duration,
 }
 
@@ -150,6 +156,113 @@ pub struct LogSnapshot {
     pub partitions_served: usize,
     /// At most [`MAX_WATERMARK_SERIES`], sorted by topic and partition.
     pub high_watermarks: Vec<(TopicPartition, i64)>,
+}
+
+/// A per-topic counter family: name, help, and which count it reports.
+type TopicFamily = (&'static str, &'static str, fn(&TopicTraffic) -> u64);
+
+/// Kafka's request and topic metrics, and connections.
+fn render_traffic(out: &mut Exposition, traffic: &TrafficSnapshot) {
+    out.family(
+        "strata_requests_total",
+        "counter",
+        "Kafka requests received, by API (Kafka's name: Produce, Fetch, Metadata, ...).",
+    );
+    for api in &traffic.apis {
+        out.sample("strata_requests_total", &[("api", api.api)], api.requests);
+    }
+    out.family(
+        "strata_requests_refused_total",
+        "counter",
+        "Kafka requests answered by closing the connection (an unsupported version or API, an unreadable body, a failed acks=0 produce), by API.",
+    );
+    for api in &traffic.apis {
+        out.sample(
+            "strata_requests_refused_total",
+            &[("api", api.api)],
+            api.refused,
+        );
+    }
+    out.family(
+        "strata_request_seconds",
+        "histogram",
+        "Time from a request's frame to its reply, by API: includes a fetch's long poll and a produce's wait for durable storage, not the queueing behind earlier requests of the connection.",
+    );
+    for api in &traffic.apis {
+        let labels = [("api", api.api)];
+        let mut cumulative = 0u64;
+        for (i, bound) in TRAFFIC_LATENCY_BUCKETS.iter().enumerate() {
+            cumulative += api.buckets.get(i).copied().unwrap_or(0);
+            let le = Float(*bound).to_string();
+            out.sample(
+                "strata_request_seconds_bucket",
+                &[labels[0], ("le", le.as_str())],
+                cumulative,
+            );
+        }
+        out.sample(
+            "strata_request_seconds_bucket",
+            &[labels[0], ("le", "+Inf")],
+            api.requests,
+        );
+        out.sample("strata_request_seconds_sum", &labels, Float(api.seconds));
+        out.sample("strata_request_seconds_count", &labels, api.requests);
+    }
+    let topic_families: [TopicFamily; 3] = [
+        (
+            "strata_topic_bytes_in_total",
+            "Record-batch bytes accepted from producers, by topic (Kafka's BytesInPerSec).",
+            |t| t.bytes_in,
+        ),
+        (
+            "strata_topic_records_in_total",
+            "Records accepted from producers, by topic (Kafka's MessagesInPerSec), as their batch headers declare them.",
+            |t| t.records_in,
+        ),
+        (
+            "strata_topic_bytes_out_total",
+            "Record-batch bytes sent to fetching clients, by topic (Kafka's BytesOutPerSec).",
+            |t| t.bytes_out,
+        ),
+    ];
+    for (name, help, value) in topic_families {
+        out.family(name, "counter", help);
+        for (topic, counts) in &traffic.topics {
+            out.sample(name, &[("topic", topic)], value(counts));
+        }
+    }
+    out.family(
+        "strata_topic_traffic_omitted_total",
+        "counter",
+        "Traffic of topics past the first 1000 seen, which get no series of their own (kind: bytes_in, records_in, bytes_out).",
+    );
+    for (kind, value) in [
+        ("bytes_in", traffic.omitted.bytes_in),
+        ("records_in", traffic.omitted.records_in),
+        ("bytes_out", traffic.omitted.bytes_out),
+    ] {
+        out.sample(
+            "strata_topic_traffic_omitted_total",
+            &[("kind", kind)],
+            value,
+        );
+    }
+    out.family(
+        "strata_connections",
+        "gauge",
+        "Client connections open now, over all listeners (max_connections bounds it).",
+    );
+    out.sample("strata_connections", &[], traffic.connections_open);
+    out.family(
+        "strata_connections_accepted_total",
+        "counter",
+        "Client connections accepted since start.",
+    );
+    out.sample(
+        "strata_connections_accepted_total",
+        &[],
+        traffic.connections_accepted,
+    );
 }
 
 /// The exposition text for `snapshot`.
@@ -348,6 +461,10 @@ pub fn render(snapshot: &Snapshot) -> String {
             &[("mechanism", mechanism), ("result", result)],
             count,
         );
+    }
+
+    if let Some(traffic) = &snapshot.traffic {
+        render_traffic(&mut out, traffic);
     }
 
     if let Some(sessions) = &snapshot.fetch_sessions {
@@ -563,8 +680,92 @@ mod tests {
             cluster: None,
             fetch_sessions: None,
             authentications: Vec::new(),
+            traffic: None,
             uptime: Duration::from_millis(1500),
         }
+    }
+
+    #[test]
+    fn requests_topics_and_connections_are_rendered() {
+        let health = StorageHealth::new(Arc::new(ManualClock::new(0)));
+        let mut snapshot = snapshot_with(&StorageMetrics::new(), &health);
+        let mut buckets = vec![0; TRAFFIC_LATENCY_BUCKETS.len() + 1];
+        buckets[0] = 2; // ≤ 0.5 ms
+        buckets[3] = 1; // ≤ 5 ms
+        buckets[TRAFFIC_LATENCY_BUCKETS.len()] = 1; // slower than every bound
+        snapshot.traffic = Some(TrafficSnapshot {
+            apis: vec![strata_broker::traffic::ApiTraffic {
+                api: "Fetch",
+                requests: 4,
+                refused: 1,
+                buckets,
+                seconds: 12.5,
+            }],
+            topics: vec![(
+                "orders".to_string(),
+                TopicTraffic {
+                    bytes_in: 100,
+                    records_in: 3,
+                    bytes_out: 250,
+                },
+            )],
+            omitted: TopicTraffic::default(),
+            connections_open: 2,
+            connections_accepted: 7,
+        });
+        let text = render(&snapshot);
+        assert_eq!(value_of(&text, "strata_requests_total{api=\"Fetch\"}"), "4");
+        assert_eq!(
+            value_of(&text, "strata_requests_refused_total{api=\"Fetch\"}"),
+            "1"
+        );
+        // Prometheus buckets are cumulative; +Inf is the count.
+        assert_eq!(
+            value_of(
+                &text,
+                "strata_request_seconds_bucket{api=\"Fetch\",le=\"0.0005\"}"
+            ),
+            "2"
+        );
+        assert_eq!(
+            value_of(
+                &text,
+                "strata_request_seconds_bucket{api=\"Fetch\",le=\"0.005\"}"
+            ),
+            "3"
+        );
+        assert_eq!(
+            value_of(
+                &text,
+                "strata_request_seconds_bucket{api=\"Fetch\",le=\"10\"}"
+            ),
+            "3"
+        );
+        assert_eq!(
+            value_of(
+                &text,
+                "strata_request_seconds_bucket{api=\"Fetch\",le=\"+Inf\"}"
+            ),
+            "4"
+        );
+        assert_eq!(
+            value_of(&text, "strata_request_seconds_sum{api=\"Fetch\"}"),
+            "12.5"
+        );
+        assert_eq!(
+            value_of(&text, "strata_topic_bytes_in_total{topic=\"orders\"}"),
+            "100"
+        );
+        assert_eq!(
+            value_of(&text, "strata_topic_records_in_total{topic=\"orders\"}"),
+            "3"
+        );
+        assert_eq!(
+            value_of(&text, "strata_topic_bytes_out_total{topic=\"orders\"}"),
+            "250"
+        );
+        assert_eq!(value_of(&text, "strata_connections"), "2");
+        assert_eq!(value_of(&text, "strata_connections_accepted_total"), "7");
     }
 
     /// The value of the one line that starts with `series ` (name plus labels, exactly).

@@ -239,9 +239,12 @@ async fn fetch(
     // Consecutive partitions of one topic share a topic entry, as in Kafka's answers; a topic
     // whose partitions are apart in a session's order appears once per run.
     let mut topics: Vec<(TopicKey, FetchTopicChunks)> = Vec::new();
-    for ((w, (partition, _)), listed) in wanted.iter().zip(answers).zip(listed) {
+    for ((w, (partition, seen)), listed) in wanted.iter().zip(answers).zip(listed) {
         if !listed {
             continue;
+        }
+        if let Ok(tp) = &w.target {
+            broker.traffic.fetched(&tp.topic, seen.record_bytes as u64);
         }
         let same_topic = topics.last().is_some_and(|(key, _)| *key == w.key.topic);
         if !same_topic {

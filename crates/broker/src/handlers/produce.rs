@@ -264,8 +264,13 @@ async fn produce_partition(
         }
     };
     let tp = TopicPartition::new(Arc::clone(&topic.name), index);
+    // A handle on the same bytes (no copy), to count what was accepted.
+    let accepted = records.clone();
     match broker.log.enqueue(&tp, records, acks).await {
-        Ok(ticket) => (index, Ok((tp, ticket))),
+        Ok(ticket) => {
+            broker.traffic.produced(&topic.name, &accepted);
+            (index, Ok((tp, ticket)))
+        }
         Err(e) => {
             log_append_failure(&tp, &e);
             (index, Err(PartitionError::from(&e)))
