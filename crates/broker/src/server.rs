@@ -16,7 +16,7 @@ use crate::connection::Connection;
 use crate::coordinator::GroupCoordinator;
 use crate::fetch_sessions::{FetchSessionStats, FetchSessions};
 use crate::limits::Limits;
-use crate::security::{AuthStats, Listener, SecurityError, UserStore};
+use crate::security::{AclStore, AuthStats, Listener, SecurityError, UserStore};
 use crate::BrokerSettings;
 
 /// Everything a broker is built from: the log it serves, the clock, its settings, and the
@@ -50,6 +50,9 @@ pub struct Broker {
     /// without them refuses every SASL login and the user APIs).
     pub(crate) users: Option<Arc<UserStore>>,
     pub(crate) auth_stats: AuthStats,
+    /// The ACLs, when `settings.authorizer` is set ([`Broker::with_acls`]); None lets every
+    /// request through, as a Kafka broker without an authorizer does.
+    pub(crate) acls: Option<Arc<AclStore>>,
 }
 
 fn fetch_sessions(parts: &BrokerParts) -> FetchSessions {
@@ -86,6 +89,7 @@ impl Broker {
             cluster: None,
             users: None,
             auth_stats: AuthStats::default(),
+            acls: None,
         })
     }
 
@@ -151,6 +155,7 @@ impl Broker {
             cluster: Some(node),
             users: None,
             auth_stats: AuthStats::default(),
+            acls: None,
         })
     }
 
@@ -163,6 +168,40 @@ impl Broker {
             self.settings.sasl_user_cache_entries,
         )));
         self
+    }
+
+    /// Enforces the ACLs kept in `store` (the cluster's storage) if `settings.authorizer` is
+    /// set: reads them once (a broker that cannot read them does not start: it would refuse
+    /// everything), then polls for changes every `acl_refresh_interval`.
+    pub async fn with_acls(mut self, store: Arc<dyn ObjectStore>) -> Result<Self, SecurityError> {
+        let Some(config) = self.settings.authorizer.clone() else {
+            return Ok(self);
+        };
+        let acls = Arc::new(AclStore::new(
+            store,
+            Arc::clone(&self.clock),
+            config,
+            self.settings.acl_refresh_interval,
+        ));
+        acls.reload().await?;
+        acls.spawn_refresher();
+        self.acls = Some(acls);
+        Ok(self)
+    }
+
+    /// The ACL store, or SECURITY_DISABLED without an authorizer.
+    pub(crate) fn acls(&self) -> Result<&AclStore, SecurityError> {
+        self.acls
+            .as_deref()
+            .ok_or(SecurityError::AuthorizerDisabled)
+    }
+
+    /// Checks refused by the authorizer so far, by (resource type, operation).
+    pub fn authorization_denied(&self) -> Vec<(&'static str, &'static str, u64)> {
+        self.acls
+            .as_ref()
+            .map(|a| a.denied_snapshot())
+            .unwrap_or_default()
     }
 
     /// The user store, or why there is none.

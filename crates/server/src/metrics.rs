@@ -100,6 +100,11 @@ impl MetricsSource {
                 .get()
                 .map(|broker| broker.auth_stats().snapshot())
                 .unwrap_or_default(),
+            authorization_denied: self
+                .broker
+                .get()
+                .map(|broker| broker.authorization_denied())
+                .unwrap_or_default(),
             uptime: self.clock.monotonic().saturating_sub(self.started),
         }
     }
@@ -141,6 +146,8 @@ pub struct Snapshot {
     pub fetch_sessions: Option<FetchSessionStats>,
     /// Authentication outcomes: (mechanism, result, count).
     pub authentications: Vec<(String, &'static str, u64)>,
+    /// Checks the ACL authorizer refused, by (resource type, operation).
+    pub authorization_denied: Vec<(&'static str, &'static str, u64)>,
     pub uptime: Duration,
 }
 
@@ -346,6 +353,19 @@ pub fn render(snapshot: &Snapshot) -> String {
         out.sample(
             "strata_authentications_total",
             &[("mechanism", mechanism), ("result", result)],
+            count,
+        );
+    }
+
+    out.family(
+        "strata_authorization_denied_total",
+        "counter",
+        "Requests (or parts of them: a topic, a group) the ACL authorizer refused, by resource type and operation.",
+    );
+    for (resource_type, operation, count) in &snapshot.authorization_denied {
+        out.sample(
+            "strata_authorization_denied_total",
+            &[("resource_type", resource_type), ("operation", operation)],
             count,
         );
     }
@@ -563,6 +583,7 @@ mod tests {
             cluster: None,
             fetch_sessions: None,
             authentications: Vec::new(),
+            authorization_denied: vec![("TOPIC", "WRITE", 3)],
             uptime: Duration::from_millis(1500),
         }
     }
@@ -803,6 +824,21 @@ mod tests {
                 "strata_storage_requests_per_gb_ingested{backend=\"s3\"}"
             ),
             "12"
+        );
+    }
+
+    #[test]
+    fn authorization_denials_are_counted_by_resource_type_and_operation() {
+        let clock = Arc::new(ManualClock::new(0));
+        let metrics = StorageMetrics::new();
+        let health = StorageHealth::new(clock);
+        let text = render(&snapshot_with(&metrics, &health));
+        assert_eq!(
+            value_of(
+                &text,
+                "strata_authorization_denied_total{resource_type=\"TOPIC\",operation=\"WRITE\"}"
+            ),
+            "3"
         );
     }
 
