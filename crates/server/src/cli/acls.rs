@@ -398,6 +398,8 @@ async fn list(
     request.resource_name_filter = named.as_ref().map(|(_, n)| str_bytes(n));
     request.pattern_type_filter = resource.pattern(ANY, true)?;
     request.principal_filter = principal.map(str_bytes);
+    // The request's default is the empty host, which no ACL has.
+    request.host_filter = None;
     request.operation = ANY;
     request.permission_type = ANY;
     let (mut client, _) = connect.client().await?;
