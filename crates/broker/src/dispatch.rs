@@ -215,9 +215,9 @@ async fn route(
             reply(ctx, &admin::list_config_resources(broker, r, ctx))
         }
         RequestKind::DescribeProducers(r) => reply(ctx, &admin::describe_producers(broker, r, ctx)),
-        RequestKind::DescribeAcls(r) => reply(ctx, &security::describe_acls(r, ctx)),
-        RequestKind::CreateAcls(r) => reply(ctx, &security::create_acls(r, ctx)),
-        RequestKind::DeleteAcls(r) => reply(ctx, &security::delete_acls(r, ctx)),
+        RequestKind::DescribeAcls(r) => reply(ctx, &security::describe_acls(broker, r, ctx)),
+        RequestKind::CreateAcls(r) => reply(ctx, &security::create_acls(broker, r, ctx).await),
+        RequestKind::DeleteAcls(r) => reply(ctx, &security::delete_acls(broker, r, ctx).await),
         RequestKind::DescribeUserScramCredentials(r) => reply(
             ctx,
             &security::describe_user_scram_credentials(broker, r, ctx).await,

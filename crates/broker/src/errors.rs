@@ -55,6 +55,9 @@ pub mod code {
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
     pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
     pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+    pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+    pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
+    pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
     pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
     pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
     pub const ILLEGAL_SASL_STATE: i16 = 34;
@@ -158,7 +161,11 @@ pub fn security_error_code(error: &SecurityError) -> i16 {
         SecurityError::Unacceptable(_) => code::UNACCEPTABLE_CREDENTIAL,
         SecurityError::NotFound(_) => code::RESOURCE_NOT_FOUND,
         SecurityError::Duplicate(_) => code::DUPLICATE_RESOURCE,
-        SecurityError::Storage(_) | SecurityError::Contended(_) => code::KAFKA_STORAGE_ERROR,
+        SecurityError::Storage(_) | SecurityError::Contended(_) | SecurityError::AclStorage(_) => {
+            code::KAFKA_STORAGE_ERROR
+        }
+        SecurityError::InvalidAcl(_) => code::INVALID_REQUEST,
+        SecurityError::AuthorizerDisabled => code::SECURITY_DISABLED,
     }
 }
 

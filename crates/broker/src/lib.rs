@@ -13,6 +13,7 @@
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 mod api_versions;
+mod authorize;
 pub mod cluster;
 mod connection;
 pub mod coordinator;

@@ -16,7 +16,7 @@ use crate::connection::Connection;
 use crate::coordinator::GroupCoordinator;
 use crate::fetch_sessions::{FetchSessionStats, FetchSessions};
 use crate::limits::Limits;
-use crate::security::{AuthStats, Listener, SecurityError, UserStore};
+use crate::security::{AclStore, AuthStats, Listener, SecurityError, UserStore};
 use crate::traffic::Traffic;
 use crate::BrokerSettings;
 
@@ -53,6 +53,9 @@ pub struct Broker {
     pub(crate) auth_stats: AuthStats,
     /// Requests per API, bytes per topic, connections: for the metrics endpoint.
     pub(crate) traffic: Traffic,
+    /// The ACLs, when `settings.authorizer` is set ([`Broker::with_acls`]); None lets every
+    /// request through, as a Kafka broker without an authorizer does.
+    pub(crate) acls: Option<Arc<AclStore>>,
 }
 
 fn fetch_sessions(parts: &BrokerParts) -> FetchSessions {
@@ -90,6 +93,7 @@ impl Broker {
             users: None,
             auth_stats: AuthStats::default(),
             traffic: Traffic::default(),
+            acls: None,
         })
     }
 
@@ -156,6 +160,7 @@ impl Broker {
             users: None,
             auth_stats: AuthStats::default(),
             traffic: Traffic::default(),
+            acls: None,
         })
     }
 
@@ -168,6 +173,40 @@ impl Broker {
             self.settings.sasl_user_cache_entries,
         )));
         self
+    }
+
+    /// Enforces the ACLs kept in `store` (the cluster's storage) if `settings.authorizer` is
+    /// set: reads them once (a broker that cannot read them does not start: it would refuse
+    /// everything), then polls for changes every `acl_refresh_interval`.
+    pub async fn with_acls(mut self, store: Arc<dyn ObjectStore>) -> Result<Self, SecurityError> {
+        let Some(config) = self.settings.authorizer.clone() else {
+            return Ok(self);
+        };
+        let acls = Arc::new(AclStore::new(
+            store,
+            Arc::clone(&self.clock),
+            config,
+            self.settings.acl_refresh_interval,
+        ));
+        acls.reload().await?;
+        acls.spawn_refresher();
+        self.acls = Some(acls);
+        Ok(self)
+    }
+
+    /// The ACL store, or SECURITY_DISABLED without an authorizer.
+    pub(crate) fn acls(&self) -> Result<&AclStore, SecurityError> {
+        self.acls
+            .as_deref()
+            .ok_or(SecurityError::AuthorizerDisabled)
+    }
+
+    /// Checks refused by the authorizer so far, by (resource type, operation).
+    pub fn authorization_denied(&self) -> Vec<(&'static str, &'static str, u64)> {
+        self.acls
+            .as_ref()
+            .map(|a| a.denied_snapshot())
+            .unwrap_or_default()
     }
 
     /// The user store, or why there is none.

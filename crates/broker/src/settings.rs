@@ -137,6 +137,14 @@ pub struct BrokerSettings {
     /// cache costs one storage read; made-up names past this bound flush the cache instead of
     /// growing it.
     pub sasl_user_cache_entries: usize,
+    /// The ACL authorizer (`authorizer = acl`): None (`authorizer = none`) lets every client
+    /// do everything, as a Kafka broker without an authorizer; Some enforces the ACLs kept in
+    /// storage with these super users and this rule for resources without ACLs.
+    pub authorizer: Option<crate::security::acl::AuthorizerConfig>,
+    /// How often a broker looks for ACL changes made through any broker: a change is enforced
+    /// everywhere within about this long. Each look is one small read of the change marker
+    /// (`security/acls-changes`); a change costs a listing and one read per resource with ACLs.
+    pub acl_refresh_interval: Duration,
     /// Cluster mode: None serves every partition here (a broker alone on its storage); Some
     /// makes this broker one member of a cluster sharing the storage (see [`crate::cluster`]).
     pub cluster: Option<ClusterSettings>,
@@ -255,6 +263,8 @@ impl Default for BrokerSettings {
             authentication_timeout: Duration::from_secs(10),
             sasl_user_cache_ttl: Duration::from_secs(1),
             sasl_user_cache_entries: 10_000,
+            authorizer: None,
+            acl_refresh_interval: Duration::from_secs(1),
             cluster: None,
         }
     }

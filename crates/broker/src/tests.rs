@@ -71,7 +71,10 @@ async fn start_on(
     })
     .await
     .unwrap()
-    .with_users(Arc::clone(&store));
+    .with_users(Arc::clone(&store))
+    .with_acls(Arc::clone(&store))
+    .await
+    .unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
     let served = tokio::spawn(Arc::new(broker).serve(listener, async {
         let _ = stopped.await;
@@ -304,6 +307,7 @@ async fn create_topic(client: &mut Client, name: &str) -> uuid::Uuid {
 
 // --- tests ---
 
+mod acls;
 mod admin;
 mod cluster;
 mod fetch_sessions;

@@ -18,6 +18,8 @@
 //! cluster/drain/<node id>                an operator's request that a broker drain
 //! security/users/<hex of name>           a SCRAM user's salted credentials (CAS)
 //! security/salt-key                      the key of unknown users' fake SCRAM salts
+//! security/acls/<type>/<pattern>/<hex>   one resource's ACL bindings (CAS)
+//! security/acls-changes                  bumped after every ACL change; brokers poll it
 //! ```
 //!
 //! Stored JSON schemas carry a `schema` number ([`schema`]). Objects written before it existed
@@ -32,6 +34,7 @@
 //!
 //! This crate knows only [`strata_core`] and [`strata_storage`].
 
+pub mod acls;
 pub mod catalog;
 pub mod cluster;
 mod error;
@@ -54,7 +57,9 @@ pub fn key_area(key: &str) -> &'static str {
         BROKERS_PREFIX, DRAIN_PREFIX, OWNERS_CHANGES_KEY, OWNERS_PREFIX, PLACEMENT_CHANGES_KEY,
         PLACEMENT_PREFIX,
     };
-    let areas: [(&str, &'static str); 12] = [
+    let areas: [(&str, &'static str); 14] = [
+        (acls::PREFIX, "acls"),
+        (acls::CHANGES_KEY, "acls"),
         (BROKERS_PREFIX, "membership"),
         (OWNERS_PREFIX, "ownership"),
         (OWNERS_CHANGES_KEY, "ownership"),
@@ -95,6 +100,8 @@ mod key_area_tests {
             ("wal/0000abcd/00000000000000000001", "wal"),
             ("log/0000abcd/1/manifest", "partition"),
             ("cluster/", "cluster"),
+            ("security/acls/topic/literal/61", "acls"),
+            ("security/acls-changes", "acls"),
             ("elsewhere", "other"),
         ] {
             assert_eq!(key_area(key), area, "{key}");

@@ -64,7 +64,8 @@ enum Command {
     /// listeners, advertised_listeners, listener_security_protocol_map,
     /// sasl_enabled_mechanisms, ssl_certificate, ssl_key, authentication_timeout [default:
     /// 10s], sasl_user_cache_ttl [default: 1s], sasl_user_cache_entries [default: 10000],
-    /// node_id,
+    /// authorizer [default: none], super_users, allow_everyone_if_no_acl_found [default:
+    /// false], acl_refresh_interval [default: 1s], node_id,
     /// cluster_id, storage, ephemeral_storage_ok, auto_create_topics,
     /// auto_create_topics_per_request, auto_create_topics_per_second,
     /// default_replication_factor, max_request_bytes,
@@ -120,6 +121,9 @@ enum Command {
     /// Consumer groups: list, describe, lag, reset offsets, delete (Kafka protocol).
     #[command(subcommand)]
     Group(cli::group::GroupCommand),
+    /// ACLs: add, remove, list (Kafka protocol: CreateAcls, DeleteAcls, DescribeAcls).
+    #[command(subcommand)]
+    Acls(cli::acls::AclsCommand),
     /// Produce records to one partition: each --value, or each line of stdin (Kafka protocol).
     Produce(cli::data::ProduceArgs),
     /// Print records of one partition from an offset (Kafka protocol).
@@ -178,6 +182,20 @@ struct ServeArgs {
     /// PEM private key of --ssl-certificate.
     #[arg(long, value_name = "PATH")]
     ssl_key: Option<String>,
+    /// `acl` to enforce the ACLs kept in storage (CreateAcls, `strata acls`); `none` lets
+    /// every client do everything [default: none].
+    #[arg(long, value_name = "none|acl")]
+    authorizer: Option<String>,
+    /// Principals allowed everything with --authorizer acl, `;`-separated, e.g.
+    /// `User:admin;User:ops` [default: none].
+    #[arg(long, value_name = "LIST")]
+    super_users: Option<String>,
+    /// With --authorizer acl, allow operations on resources no ACL names [default: false].
+    #[arg(long, value_name = "BOOL")]
+    allow_everyone_if_no_acl_found: Option<bool>,
+    /// How often a broker looks for ACL changes made through other brokers [default: 1s].
+    #[arg(long, value_name = "DURATION")]
+    acl_refresh_interval: Option<String>,
     /// This broker's node id, at most 1000 in cluster mode [default: allocated by the cluster
     /// from 1001 up, a crashed predecessor's on this machine first; 0 with --cluster false].
     #[arg(long, value_name = "ID")]
@@ -309,6 +327,7 @@ fn main() -> ExitCode {
         }
         Command::Topic(command) => run_admin(cli::topic::run(command)),
         Command::Group(command) => run_admin(cli::group::run(command)),
+        Command::Acls(command) => run_admin(cli::acls::run(command)),
         Command::Produce(args) => run_admin(cli::data::produce(args)),
         Command::Consume(args) => run_admin(cli::data::consume(args)),
         Command::Cluster(command) => run_admin(admin::cluster(command)),
@@ -388,6 +407,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         sasl_enabled_mechanisms: args.sasl_enabled_mechanisms,
         ssl_certificate: args.ssl_certificate,
         ssl_key: args.ssl_key,
+        authorizer: args.authorizer,
+        super_users: args.super_users,
+        allow_everyone_if_no_acl_found: args.allow_everyone_if_no_acl_found,
+        acl_refresh_interval: args.acl_refresh_interval,
         node_id: args.node_id,
         cluster_id: args.cluster_id,
         storage: args.storage,
@@ -605,6 +628,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             authentication_timeout: settings.authentication_timeout,
             sasl_user_cache_ttl: settings.sasl_user_cache_ttl,
             sasl_user_cache_entries: settings.sasl_user_cache_entries,
+            authorizer: settings.authorizer_config(),
+            acl_refresh_interval: settings.acl_refresh_interval,
             ..BrokerSettings::default()
         },
         // Not the jitter seed itself: the two streams of numbers stay independent.
@@ -618,7 +643,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .await
             .context("starting the consumer-group coordinator (__consumer_offsets)")?,
     };
-    let broker = Arc::new(broker.with_users(Arc::clone(&storage.store)));
+    let broker = Arc::new(
+        broker
+            .with_users(Arc::clone(&storage.store))
+            .with_acls(Arc::clone(&storage.store))
+            .await
+            .context("reading the ACLs from storage")?,
+    );
     metrics.attach_broker(Arc::clone(&broker));
     if let Some(node) = broker.cluster() {
         metrics.attach_cluster(Arc::clone(node));

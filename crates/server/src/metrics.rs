@@ -104,6 +104,11 @@ impl MetricsSource {
                 .map(|broker| broker.auth_stats().snapshot())
                 .unwrap_or_default(),
             traffic: self.broker.get().map(|broker| broker.traffic().snapshot()),
+            authorization_denied: self
+                .broker
+                .get()
+                .map(|broker| broker.authorization_denied())
+                .unwrap_or_default(),
             uptime: self.clock.monotonic().saturating_sub(self.started),
         }
     }
@@ -147,6 +152,8 @@ pub struct Snapshot {
     pub authentications: Vec<(String, &'static str, u64)>,
     /// Requests per API, traffic per topic, connections. None until the broker has started.
     pub traffic: Option<TrafficSnapshot>,
+    /// Checks the ACL authorizer refused, by (resource type, operation).
+    pub authorization_denied: Vec<(&'static str, &'static str, u64)>,
     pub uptime: Duration,
 }
 
@@ -467,6 +474,19 @@ pub fn render(snapshot: &Snapshot) -> String {
         render_traffic(&mut out, traffic);
     }
 
+    out.family(
+        "strata_authorization_denied_total",
+        "counter",
+        "Requests (or parts of them: a topic, a group) the ACL authorizer refused, by resource type and operation.",
+    );
+    for (resource_type, operation, count) in &snapshot.authorization_denied {
+        out.sample(
+            "strata_authorization_denied_total",
+            &[("resource_type", resource_type), ("operation", operation)],
+            count,
+        );
+    }
+
     if let Some(sessions) = &snapshot.fetch_sessions {
         out.family(
             "strata_fetch_sessions",
@@ -681,6 +701,7 @@ mod tests {
             fetch_sessions: None,
             authentications: Vec::new(),
             traffic: None,
+            authorization_denied: vec![("TOPIC", "WRITE", 3)],
             uptime: Duration::from_millis(1500),
         }
     }
@@ -1004,6 +1025,21 @@ mod tests {
                 "strata_storage_requests_per_gb_ingested{backend=\"s3\"}"
             ),
             "12"
+        );
+    }
+
+    #[test]
+    fn authorization_denials_are_counted_by_resource_type_and_operation() {
+        let clock = Arc::new(ManualClock::new(0));
+        let metrics = StorageMetrics::new();
+        let health = StorageHealth::new(clock);
+        let text = render(&snapshot_with(&metrics, &health));
+        assert_eq!(
+            value_of(
+                &text,
+                "strata_authorization_denied_total{resource_type=\"TOPIC\",operation=\"WRITE\"}"
+            ),
+            "3"
         );
     }
 

@@ -53,6 +53,20 @@ pub struct Settings {
     /// Users (known or not) the cache holds at most; a flood of made-up names flushes it
     /// rather than growing it.
     pub sasl_user_cache_entries: usize,
+    /// `none` (the default): no authorization, every client may do everything, as a Kafka
+    /// broker without an authorizer. `acl`: the ACLs in storage decide (CreateAcls,
+    /// `strata acls`); without ACLs only `super_users` may do anything.
+    pub authorizer: String,
+    /// Principals allowed everything whatever the ACLs say, `;`-separated (Kafka's
+    /// `super.users`), e.g. `User:admin;User:ops` [default: none].
+    pub super_users: String,
+    /// With `authorizer = acl`: allow an operation on a resource that no ACL names (Kafka's
+    /// `allow.everyone.if.no.acl.found`) [default: false: refuse it].
+    pub allow_everyone_if_no_acl_found: bool,
+    /// How often a broker looks for ACL changes made through any broker, so that a change is
+    /// enforced everywhere within about this long; each look is one small storage read.
+    #[serde(with = "humantime_serde")]
+    pub acl_refresh_interval: Duration,
     /// This broker's id, as clients see it. Unset in cluster mode: the cluster allocates one
     /// (from 1001 up, a crashed predecessor's on this machine first), so set ids must stay at
     /// or below 1000. Unset without a cluster: 0.
@@ -268,6 +282,10 @@ impl Default for Settings {
             authentication_timeout: broker.authentication_timeout,
             sasl_user_cache_ttl: broker.sasl_user_cache_ttl,
             sasl_user_cache_entries: broker.sasl_user_cache_entries,
+            authorizer: "none".to_string(),
+            super_users: String::new(),
+            allow_everyone_if_no_acl_found: false,
+            acl_refresh_interval: broker.acl_refresh_interval,
             node_id: None,
             cluster_id: broker.cluster_id,
             storage: "./strata-data".to_string(),
@@ -590,6 +608,18 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         &["sasl_user_cache_entries"],
         Kind::Integer,
     ),
+    ("STRATA_AUTHORIZER", &["authorizer"], Kind::Text),
+    ("STRATA_SUPER_USERS", &["super_users"], Kind::Text),
+    (
+        "STRATA_ALLOW_EVERYONE_IF_NO_ACL_FOUND",
+        &["allow_everyone_if_no_acl_found"],
+        Kind::Boolean,
+    ),
+    (
+        "STRATA_ACL_REFRESH_INTERVAL",
+        &["acl_refresh_interval"],
+        Kind::Text,
+    ),
     ("STRATA_NODE_ID", &["node_id"], Kind::Integer),
     ("STRATA_CLUSTER_ID", &["cluster_id"], Kind::Text),
     ("STRATA_STORAGE", &["storage"], Kind::Text),
@@ -819,6 +849,10 @@ pub struct FlagOverrides {
     pub sasl_enabled_mechanisms: Option<String>,
     pub ssl_certificate: Option<String>,
     pub ssl_key: Option<String>,
+    pub authorizer: Option<String>,
+    pub super_users: Option<String>,
+    pub allow_everyone_if_no_acl_found: Option<bool>,
+    pub acl_refresh_interval: Option<String>,
     pub node_id: Option<i32>,
     pub cluster_id: Option<String>,
     pub storage: Option<String>,
@@ -993,6 +1027,28 @@ pub fn load(
             "ssl-key",
             &["ssl_key"],
             flags.ssl_key.clone().map(toml::Value::String),
+        ),
+        (
+            "authorizer",
+            &["authorizer"],
+            flags.authorizer.clone().map(toml::Value::String),
+        ),
+        (
+            "super-users",
+            &["super_users"],
+            flags.super_users.clone().map(toml::Value::String),
+        ),
+        (
+            "allow-everyone-if-no-acl-found",
+            &["allow_everyone_if_no_acl_found"],
+            flags
+                .allow_everyone_if_no_acl_found
+                .map(toml::Value::Boolean),
+        ),
+        (
+            "acl-refresh-interval",
+            &["acl_refresh_interval"],
+            flags.acl_refresh_interval.clone().map(toml::Value::String),
         ),
         (
             "node-id",
@@ -1448,7 +1504,42 @@ impl Settings {
         if self.sasl_user_cache_entries == 0 {
             return bad("sasl_user_cache_entries", "must be at least 1".into());
         }
+        if !matches!(self.authorizer.as_str(), "none" | "acl") {
+            return bad(
+                "authorizer",
+                format!("`{}` is not `none` or `acl`", self.authorizer),
+            );
+        }
+        for user in self.super_user_list() {
+            if !matches!(user.split_once(':'), Some((kind, name)) if !kind.is_empty() && !name.is_empty())
+            {
+                return bad(
+                    "super_users",
+                    format!("`{user}` is not a principal like User:admin"),
+                );
+            }
+        }
+        if self.acl_refresh_interval.is_zero() {
+            return bad("acl_refresh_interval", "must be more than 0".into());
+        }
         Ok(())
+    }
+
+    /// `super_users` as a list.
+    pub fn super_user_list(&self) -> Vec<String> {
+        self.super_users
+            .split(';')
+            .map(|u| u.trim().to_string())
+            .filter(|u| !u.is_empty())
+            .collect()
+    }
+
+    /// The broker's authorizer: None for `authorizer = none`.
+    pub fn authorizer_config(&self) -> Option<strata_broker::security::acl::AuthorizerConfig> {
+        (self.authorizer == "acl").then(|| strata_broker::security::acl::AuthorizerConfig {
+            super_users: self.super_user_list(),
+            allow_everyone_if_no_acl_found: self.allow_everyone_if_no_acl_found,
+        })
     }
 
     /// The listeners to bind: `listeners` if set, else one PLAINTEXT listener on `listen`.
@@ -2049,6 +2140,52 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("sasl_user_cache_entries"), "{e}");
+    }
+
+    #[test]
+    fn the_authorizer_is_off_by_default_and_its_settings_are_checked() {
+        let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        assert_eq!(s.authorizer_config(), None);
+        assert_eq!(s.acl_refresh_interval, Duration::from_secs(1));
+
+        let f = file(
+            "authorizer = \"acl\"\nsuper_users = \"User:admin; User:ops\"\n\
+             acl_refresh_interval = \"200ms\"\n",
+        );
+        let (s, _) = load(Some(f.path()), env(&[]), &FlagOverrides::default()).unwrap();
+        let config = s.authorizer_config().unwrap();
+        assert_eq!(config.super_users, ["User:admin", "User:ops"]);
+        assert!(!config.allow_everyone_if_no_acl_found);
+        assert_eq!(s.acl_refresh_interval, Duration::from_millis(200));
+        let (s, _) = load(
+            Some(f.path()),
+            env(&[("STRATA_ALLOW_EVERYONE_IF_NO_ACL_FOUND", "true")]),
+            &FlagOverrides {
+                super_users: Some("User:root".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let config = s.authorizer_config().unwrap();
+        assert!(config.allow_everyone_if_no_acl_found);
+        assert_eq!(config.super_users, ["User:root"]);
+
+        let refused = |flags: FlagOverrides| load(None, env(&[]), &flags).unwrap_err().to_string();
+        let e = refused(FlagOverrides {
+            authorizer: Some("simple".into()),
+            ..Default::default()
+        });
+        assert!(e.contains("authorizer"), "{e}");
+        let e = refused(FlagOverrides {
+            super_users: Some("admin".into()),
+            ..Default::default()
+        });
+        assert!(e.contains("super_users"), "{e}");
+        let e = refused(FlagOverrides {
+            acl_refresh_interval: Some("0s".into()),
+            ..Default::default()
+        });
+        assert!(e.contains("acl_refresh_interval"), "{e}");
     }
 
     #[test]

@@ -31,6 +31,7 @@ use uuid::Uuid;
 use super::configs::resource;
 use super::metadata::Leaders;
 use super::{acl_op, is_internal_topic, str_bytes, topic_name, uuid_of};
+use crate::authorize::{Op, Res};
 use crate::errors::{code, error_code, error_message};
 use crate::server::Broker;
 use crate::RequestContext;
@@ -70,6 +71,10 @@ pub(crate) fn describe_topic_partitions(
             .collect()
     };
     names.retain(|name| name.as_str() >= from);
+    // Topics the principal may not describe are left out (Kafka answers a named one
+    // TOPIC_AUTHORIZATION_FAILED; leaving it out tells no more).
+    let authz = broker.authz(ctx);
+    names.retain(|name| authz.shows(Op::Describe, Res::Topic, name));
     names.sort();
     names.dedup();
     if let Some((name, partition)) = &cursor {
@@ -209,6 +214,13 @@ pub(crate) fn describe_log_dirs(
     ctx: &RequestContext,
 ) -> DescribeLogDirsResponse {
     let v = ctx.api_version;
+    if !broker.authz(ctx).allows_cluster(Op::Describe) {
+        let mut response = DescribeLogDirsResponse::default();
+        if v >= 3 {
+            response.error_code = code::CLUSTER_AUTHORIZATION_FAILED;
+        }
+        return response;
+    }
     // Null asks for every partition hosted here; a list for those of it hosted here.
     let wanted: Vec<TopicPartition> = match request.topics {
         None => broker.log.served().into_iter().map(|(tp, _)| tp).collect(),
@@ -332,14 +344,16 @@ pub(crate) fn list_config_resources(
 pub(crate) fn describe_producers(
     broker: &Broker,
     request: DescribeProducersRequest,
-    _ctx: &RequestContext,
+    ctx: &RequestContext,
 ) -> DescribeProducersResponse {
+    let authz = broker.authz(ctx);
     let mut response = DescribeProducersResponse::default();
     response.topics = request
         .topics
         .into_iter()
         .map(|t| {
             let name: std::sync::Arc<str> = std::sync::Arc::from(t.name.0.as_str());
+            let allowed = authz.allows(Op::Read, Res::Topic, &name);
             let mut out = TopicResponse::default();
             out.partitions = t
                 .partition_indexes
@@ -348,6 +362,10 @@ pub(crate) fn describe_producers(
                     let tp = TopicPartition::new(std::sync::Arc::clone(&name), index);
                     let mut p = PartitionResponse::default();
                     p.partition_index = index;
+                    if !allowed {
+                        p.error_code = code::TOPIC_AUTHORIZATION_FAILED;
+                        return p;
+                    }
                     match broker.log.producers(&tp) {
                         Ok(producers) => {
                             p.error_code = code::NONE;

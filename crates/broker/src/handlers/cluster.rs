@@ -37,8 +37,10 @@ use strata_core::{BrokerId, TopicPartition};
 use strata_log::TopicInfo;
 
 use super::topic_name;
+use crate::authorize::{Op, Res};
 use crate::cluster::{parse_resource, resource_name};
 use crate::coordinator::{shard_of, OFFSETS_TOPIC};
+use crate::security::acl::CLUSTER_NAME;
 
 use super::metadata::Leaders;
 use super::{acl_op, str_bytes};
@@ -90,8 +92,12 @@ pub(crate) fn describe_cluster(
             b
         })
         .collect();
+    // Like Kafka, DescribeCluster itself needs no ACL; it only tells what the caller may do.
     if request.include_cluster_authorized_operations {
-        response.cluster_authorized_operations = acl_op::cluster_all();
+        response.cluster_authorized_operations =
+            broker
+                .authz(ctx)
+                .operations(Res::Cluster, CLUSTER_NAME, acl_op::cluster_all());
     }
     response
 }
@@ -138,9 +144,14 @@ pub(crate) fn group_coordinator(
 pub(crate) async fn alter_partition_reassignments(
     broker: &Broker,
     request: AlterPartitionReassignmentsRequest,
-    _ctx: &RequestContext,
+    ctx: &RequestContext,
 ) -> AlterPartitionReassignmentsResponse {
     let mut response = AlterPartitionReassignmentsResponse::default();
+    if !broker.authz(ctx).allows_cluster(Op::Alter) {
+        response.error_code = code::CLUSTER_AUTHORIZATION_FAILED;
+        response.error_message = message("Cluster authorization failed.");
+        return response;
+    }
     response.error_code = code::NONE;
     let view = broker.cluster.as_deref().map(|n| n.view());
     for topic in request.topics {
@@ -239,6 +250,10 @@ pub(crate) async fn elect_leaders(
     ctx: &RequestContext,
 ) -> ElectLeadersResponse {
     let mut response = ElectLeadersResponse::default();
+    if !broker.authz(ctx).allows_cluster(Op::Alter) {
+        response.error_code = code::CLUSTER_AUTHORIZATION_FAILED;
+        return response;
+    }
     response.error_code = code::NONE;
     // v0 has no election type: it is always a preferred election.
     let election = if ctx.api_version == 0 {
@@ -412,9 +427,14 @@ async fn elect(
 pub(crate) async fn list_partition_reassignments(
     broker: &Broker,
     request: ListPartitionReassignmentsRequest,
-    _ctx: &RequestContext,
+    ctx: &RequestContext,
 ) -> ListPartitionReassignmentsResponse {
     let mut response = ListPartitionReassignmentsResponse::default();
+    if !broker.authz(ctx).allows_cluster(Op::Describe) {
+        response.error_code = code::CLUSTER_AUTHORIZATION_FAILED;
+        response.error_message = message("Cluster authorization failed.");
+        return response;
+    }
     response.error_code = code::NONE;
     let Some(node) = broker.cluster.as_deref() else {
         return response;

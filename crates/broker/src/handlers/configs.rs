@@ -23,6 +23,7 @@ use strata_log::config_table::config_def;
 use strata_log::{LogConfig, TopicConfig, TopicInfo};
 
 use super::{refuse_internal, str_bytes};
+use crate::authorize::{Authz, Op, Res};
 use crate::errors::{code, error_code, message};
 use crate::server::Broker;
 use crate::BrokerSettings;
@@ -111,12 +112,40 @@ fn documentation(name: &str) -> Option<&'static str> {
     config_def(name).map(|def| def.why)
 }
 
+/// Kafka's check of a config resource: a topic's configs are the topic's, a broker's (and
+/// its loggers') the cluster's.
+fn config_authorized(
+    authz: &Authz<'_>,
+    resource_type: i8,
+    name: &str,
+    operation: Op,
+) -> Result<(), (i16, String)> {
+    let (allowed, error) = match resource_type {
+        resource::TOPIC => (
+            authz.allows(operation, Res::Topic, name),
+            code::TOPIC_AUTHORIZATION_FAILED,
+        ),
+        resource::BROKER | resource::BROKER_LOGGER => (
+            authz.allows_cluster(operation),
+            code::CLUSTER_AUTHORIZATION_FAILED,
+        ),
+        // Refused as unsupported by the caller.
+        _ => (true, code::NONE),
+    };
+    if allowed {
+        Ok(())
+    } else {
+        Err((error, "Authorization failed.".to_string()))
+    }
+}
+
 pub(crate) fn describe_configs(
     broker: &Broker,
     request: DescribeConfigsRequest,
     ctx: &RequestContext,
 ) -> DescribeConfigsResponse {
     let v = ctx.api_version;
+    let authz = broker.authz(ctx);
     let results = request
         .resources
         .into_iter()
@@ -124,7 +153,14 @@ pub(crate) fn describe_configs(
             let mut result = DescribeConfigsResult::default();
             result.resource_type = res.resource_type;
             result.resource_name = res.resource_name.clone();
+            let authorized = config_authorized(
+                &authz,
+                res.resource_type,
+                res.resource_name.as_str(),
+                Op::DescribeConfigs,
+            );
             let entries: Result<Vec<(ConfigEntry, i8)>, (i16, String)> = match res.resource_type {
+                _ if authorized.is_err() => authorized.map(|()| Vec::new()),
                 resource::TOPIC => match broker.log.topic(res.resource_name.as_str()) {
                     Some(info) => Ok(topic_entries(&info)
                         .into_iter()
@@ -365,11 +401,19 @@ fn broker_is_read_only() -> (i16, String) {
 pub(crate) async fn alter_configs(
     broker: &Broker,
     request: AlterConfigsRequest,
-    _ctx: &RequestContext,
+    ctx: &RequestContext,
 ) -> AlterConfigsResponse {
+    let authz = broker.authz(ctx);
     let mut responses = Vec::with_capacity(request.resources.len());
     for res in request.resources {
+        let authorized = config_authorized(
+            &authz,
+            res.resource_type,
+            res.resource_name.as_str(),
+            Op::AlterConfigs,
+        );
         let outcome = match res.resource_type {
+            _ if authorized.is_err() => authorized,
             resource::TOPIC => {
                 let mut overrides = BTreeMap::new();
                 let mut null = None;
@@ -431,11 +475,19 @@ fn error_fields(outcome: Result<(), (i16, String)>) -> (i16, Option<StrBytes>) {
 pub(crate) async fn incremental_alter_configs(
     broker: &Broker,
     request: IncrementalAlterConfigsRequest,
-    _ctx: &RequestContext,
+    ctx: &RequestContext,
 ) -> IncrementalAlterConfigsResponse {
+    let authz = broker.authz(ctx);
     let mut responses = Vec::with_capacity(request.resources.len());
     for res in request.resources {
+        let authorized = config_authorized(
+            &authz,
+            res.resource_type,
+            res.resource_name.as_str(),
+            Op::AlterConfigs,
+        );
         let outcome = match res.resource_type {
+            _ if authorized.is_err() => authorized,
             resource::TOPIC => match broker.log.topic(res.resource_name.as_str()) {
                 None => Err((
                     code::UNKNOWN_TOPIC_OR_PARTITION,

@@ -19,7 +19,8 @@ use strata_groups::{self as groups, assignor::Assignment, Response, TopicId};
 
 use super::groups::{client_host, expect, until_shutdown};
 use super::{str_bytes, uuid_of};
-use crate::errors::{group_code, message};
+use crate::authorize::{Op, Res};
+use crate::errors::{code, group_code, message};
 use crate::server::Broker;
 use crate::RequestContext;
 
@@ -29,6 +30,34 @@ pub(crate) async fn consumer_group_heartbeat(
     request: ConsumerGroupHeartbeatRequest,
     ctx: &RequestContext,
 ) -> ConsumerGroupHeartbeatResponse {
+    // READ on the group, DESCRIBE on every topic subscribed to by name (Kafka's checks).
+    let authz = broker.authz(ctx);
+    let refusal = if !authz.allows(Op::Read, Res::Group, request.group_id.0.as_str()) {
+        Some((
+            code::GROUP_AUTHORIZATION_FAILED,
+            "Group authorization failed.".to_string(),
+        ))
+    } else {
+        let refused: Vec<&str> = request
+            .subscribed_topic_names
+            .iter()
+            .flatten()
+            .map(|n| n.0.as_str())
+            .filter(|n| !authz.allows(Op::Describe, Res::Topic, n))
+            .collect();
+        (!refused.is_empty()).then(|| {
+            (
+                code::TOPIC_AUTHORIZATION_FAILED,
+                format!("Topic authorization failed for topics {refused:?}"),
+            )
+        })
+    };
+    if let Some((error, text)) = refusal {
+        let mut response = ConsumerGroupHeartbeatResponse::default();
+        response.error_code = error;
+        response.error_message = message(text);
+        return response;
+    }
     let owned = request.topic_partitions.map(|topics| {
         let mut owned = Assignment::new();
         for t in topics {
@@ -105,15 +134,21 @@ pub(crate) async fn consumer_group_heartbeat(
 pub(crate) async fn consumer_group_describe(
     broker: &Broker,
     request: ConsumerGroupDescribeRequest,
-    _ctx: &RequestContext,
+    ctx: &RequestContext,
 ) -> ConsumerGroupDescribeResponse {
     let mut response = ConsumerGroupDescribeResponse::default();
+    let authz = broker.authz(ctx);
     for group_id in request.group_ids {
         let id = group_id.0.to_string();
         let mut out = DescribedGroup::default();
         out.group_id = GroupId(StrBytes::from_string(id.clone()));
         // Kafka reports "unknown operations" when the client did not ask for them.
         out.authorized_operations = i32::MIN;
+        if !authz.allows(Op::Describe, Res::Group, &id) {
+            out.error_code = code::GROUP_AUTHORIZATION_FAILED;
+            response.groups.push(out);
+            continue;
+        }
         match broker.groups.consumer_describe(id).await {
             Ok(d) => {
                 out.error_code = group_code(d.error);

@@ -29,6 +29,7 @@ use strata_wire::{FetchPartitionChunks, FetchResponseChunks, FetchTopicChunks};
 use tokio::sync::watch;
 
 use super::{check_leader_epoch, leader_epoch_of, topic_id_of};
+use crate::authorize::{Authz, Op, Res};
 use crate::errors::{code, error_code, fetch_session_error_code};
 use crate::fetch_sessions::{Begin, PartitionKey, Seen, TopicKey, Wants};
 use crate::framing::{encode_fetch_response, EncodeError, ResponseFrame};
@@ -98,7 +99,12 @@ fn request_partitions(
 }
 
 /// Resolves each partition to the log's, or to the error its answer carries.
-fn resolve(broker: &Broker, v: i16, partitions: Vec<(PartitionKey, Wants)>) -> Vec<Wanted> {
+fn resolve(
+    broker: &Broker,
+    authz: &Authz<'_>,
+    v: i16,
+    partitions: Vec<(PartitionKey, Wants)>,
+) -> Vec<Wanted> {
     // Looking a topic up by id scans the catalog: once per topic, not per partition.
     let mut topics: HashMap<TopicKey, Result<Arc<TopicInfo>, i16>> = HashMap::new();
     partitions
@@ -107,10 +113,17 @@ fn resolve(broker: &Broker, v: i16, partitions: Vec<(PartitionKey, Wants)>) -> V
             let info = topics
                 .entry(key.topic.clone())
                 .or_insert_with(|| match &key.topic {
-                    TopicKey::Id(id) => broker
-                        .log
-                        .topic_by_id(topic_id_of(id))
-                        .ok_or(code::UNKNOWN_TOPIC_ID),
+                    TopicKey::Id(id) => match broker.log.topic_by_id(topic_id_of(id)) {
+                        Some(info) if !authz.allows(Op::Read, Res::Topic, &info.name) => {
+                            Err(code::TOPIC_AUTHORIZATION_FAILED)
+                        }
+                        Some(info) => Ok(info),
+                        None => Err(code::UNKNOWN_TOPIC_ID),
+                    },
+                    // Checked before the lookup: a refusal must not tell whether it exists.
+                    TopicKey::Name(name) if !authz.allows(Op::Read, Res::Topic, name) => {
+                        Err(code::TOPIC_AUTHORIZATION_FAILED)
+                    }
                     TopicKey::Name(name) => broker
                         .log
                         .topic(name.as_str())
@@ -167,7 +180,7 @@ async fn fetch(
         Begin::Full { create } => (Session::Full { create }, requested),
         Begin::Incremental { id, partitions } => (Session::Incremental(id), partitions),
     };
-    let wanted = resolve(broker, v, partitions);
+    let wanted = resolve(broker, &broker.authz(ctx), v, partitions);
 
     let max_bytes = usize::try_from(request.max_bytes).unwrap_or(0);
     let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);

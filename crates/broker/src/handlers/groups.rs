@@ -47,6 +47,7 @@ use strata_groups::{self as groups, GroupError, GroupState, Response};
 use tracing::{debug, error};
 
 use super::{acl_op, str_bytes, topic_name};
+use crate::authorize::{Op, Res};
 use crate::errors::{code, group_code, group_error_code, message};
 use crate::server::Broker;
 use crate::RequestContext;
@@ -79,6 +80,18 @@ pub(crate) fn find_coordinator(
         key_type::GROUP
     };
     let found = coordinator_for(kind);
+    let authz = broker.authz(ctx);
+    // DESCRIBE on the group: without it the coordinator's address is not given out.
+    let described = |key: &str| {
+        if authz.allows(Op::Describe, Res::Group, key) {
+            Ok(())
+        } else {
+            Err((
+                code::GROUP_AUTHORIZATION_FAILED,
+                "Group authorization failed.".to_string(),
+            ))
+        }
+    };
     let mut response = FindCoordinatorResponse::default();
     if v >= 4 {
         response.coordinators = request
@@ -88,6 +101,7 @@ pub(crate) fn find_coordinator(
                 let mut c = Coordinator::default();
                 let found = found
                     .clone()
+                    .and_then(|()| described(key.as_str()))
                     .and_then(|()| super::cluster::group_coordinator(broker, key.as_str(), ctx));
                 c.key = key;
                 match &found {
@@ -108,8 +122,9 @@ pub(crate) fn find_coordinator(
             .collect();
         return response;
     }
-    let found =
-        found.and_then(|()| super::cluster::group_coordinator(broker, request.key.as_str(), ctx));
+    let found = found
+        .and_then(|()| described(request.key.as_str()))
+        .and_then(|()| super::cluster::group_coordinator(broker, request.key.as_str(), ctx));
     match found {
         Ok((id, host, port)) => {
             response.node_id = WireBrokerId(id);
@@ -165,6 +180,26 @@ pub(crate) async fn join_group(
 ) -> JoinGroupResponse {
     let v = ctx.api_version;
     let member_id = request.member_id.to_string();
+    if !broker
+        .authz(ctx)
+        .allows(Op::Read, Res::Group, request.group_id.0.as_str())
+    {
+        let mut r = join_response(
+            groups::JoinResponse {
+                error: None,
+                generation_id: -1,
+                protocol_type: None,
+                protocol_name: None,
+                leader: String::new(),
+                skip_assignment: false,
+                member_id,
+                members: Vec::new(),
+            },
+            v,
+        );
+        r.error_code = code::GROUP_AUTHORIZATION_FAILED;
+        return r;
+    }
     let join = groups::JoinRequest {
         api_version: v,
         group_id: request.group_id.0.to_string(),
@@ -248,6 +283,14 @@ pub(crate) async fn sync_group(
     ctx: &RequestContext,
 ) -> SyncGroupResponse {
     let v = ctx.api_version;
+    if !broker
+        .authz(ctx)
+        .allows(Op::Read, Res::Group, request.group_id.0.as_str())
+    {
+        let mut r = SyncGroupResponse::default();
+        r.error_code = code::GROUP_AUTHORIZATION_FAILED;
+        return r;
+    }
     let sync = groups::SyncRequest {
         group_id: request.group_id.0.to_string(),
         generation_id: request.generation_id,
@@ -286,8 +329,16 @@ pub(crate) async fn sync_group(
 pub(crate) async fn heartbeat(
     broker: &Broker,
     request: HeartbeatRequest,
-    _ctx: &RequestContext,
+    ctx: &RequestContext,
 ) -> HeartbeatResponse {
+    if !broker
+        .authz(ctx)
+        .allows(Op::Read, Res::Group, request.group_id.0.as_str())
+    {
+        let mut r = HeartbeatResponse::default();
+        r.error_code = code::GROUP_AUTHORIZATION_FAILED;
+        return r;
+    }
     let beat = groups::HeartbeatRequest {
         group_id: request.group_id.0.to_string(),
         generation_id: request.generation_id,
@@ -314,6 +365,14 @@ pub(crate) async fn leave_group(
     ctx: &RequestContext,
 ) -> LeaveGroupResponse {
     let v = ctx.api_version;
+    if !broker
+        .authz(ctx)
+        .allows(Op::Read, Res::Group, request.group_id.0.as_str())
+    {
+        let mut r = LeaveGroupResponse::default();
+        r.error_code = code::GROUP_AUTHORIZATION_FAILED;
+        return r;
+    }
     let members = if v >= 3 {
         request
             .members
@@ -377,8 +436,20 @@ pub(crate) async fn offset_commit(
     ctx: &RequestContext,
 ) -> OffsetCommitResponse {
     let v = ctx.api_version;
+    let authz = broker.authz(ctx);
+    // READ on the group, then READ on each topic (Kafka's order).
+    let group_allowed = authz.allows(Op::Read, Res::Group, request.group_id.0.as_str());
+    let topic_refused: std::collections::HashSet<String> = request
+        .topics
+        .iter()
+        .map(|t| t.name.0.to_string())
+        .filter(|name| group_allowed && !authz.allows(Op::Read, Res::Topic, name))
+        .collect();
     let mut accepted = Vec::new();
     for topic in &request.topics {
+        if !group_allowed || topic_refused.contains(topic.name.0.as_str()) {
+            continue;
+        }
         let info = broker.log.topic(topic.name.0.as_str());
         for p in &topic.partitions {
             let Some(info) = info.as_ref().filter(|i| p.partition_index < i.partitions) else {
@@ -429,9 +500,15 @@ pub(crate) async fn offset_commit(
                     let mut out = OffsetCommitResponsePartition::default();
                     out.partition_index = p.partition_index;
                     let key = TopicPartition::new(Arc::clone(&name), p.partition_index);
-                    out.error_code = match results.get(&key) {
-                        Some(error) => group_code(*error),
-                        None => code::UNKNOWN_TOPIC_OR_PARTITION,
+                    out.error_code = if !group_allowed {
+                        code::GROUP_AUTHORIZATION_FAILED
+                    } else if topic_refused.contains(topic.name.0.as_str()) {
+                        code::TOPIC_AUTHORIZATION_FAILED
+                    } else {
+                        match results.get(&key) {
+                            Some(error) => group_code(*error),
+                            None => code::UNKNOWN_TOPIC_OR_PARTITION,
+                        }
                     };
                     out
                 })
@@ -454,8 +531,19 @@ pub(crate) async fn offset_fetch(
     let v = ctx.api_version;
     let require_stable = v >= 7 && request.require_stable;
     let mut response = OffsetFetchResponse::default();
+    let authz = &broker.authz(ctx);
+    // DESCRIBE on the group; DESCRIBE on each topic, named (TOPIC_AUTHORIZATION_FAILED) or
+    // not (left out of "every committed partition").
+    let topic_refused = |name: &TopicName| !authz.allows(Op::Describe, Res::Topic, name.0.as_str());
     if v >= 8 {
         let fetches = request.groups.into_iter().map(|group| async move {
+            if !authz.allows(Op::Describe, Res::Group, group.group_id.0.as_str()) {
+                let mut g = OffsetFetchResponseGroup::default();
+                g.group_id = group.group_id;
+                g.error_code = code::GROUP_AUTHORIZATION_FAILED;
+                return g;
+            }
+            let every = group.topics.is_none();
             // v9+ (KIP-848): the member asking, checked against consumer groups.
             let member = group
                 .member_id
@@ -475,7 +563,9 @@ pub(crate) async fn offset_fetch(
             g.error_code = group_code(error);
             g.topics = topics
                 .into_iter()
+                .filter(|(name, _)| !(every && topic_refused(name)))
                 .map(|(name, partitions)| {
+                    let refused = topic_refused(&name);
                     let mut t = OffsetFetchResponseTopics::default();
                     t.name = name;
                     t.partitions = partitions
@@ -483,6 +573,12 @@ pub(crate) async fn offset_fetch(
                         .map(|p| {
                             let mut out = OffsetFetchResponsePartitions::default();
                             out.partition_index = p.partition.partition;
+                            if refused {
+                                out.committed_offset = -1;
+                                out.committed_leader_epoch = -1;
+                                out.error_code = code::TOPIC_AUTHORIZATION_FAILED;
+                                return out;
+                            }
                             out.committed_offset = p.offset.get();
                             out.committed_leader_epoch = p.leader_epoch.unwrap_or(-1);
                             out.metadata = Some(StrBytes::from_string(p.metadata));
@@ -499,6 +595,11 @@ pub(crate) async fn offset_fetch(
         return response;
     }
 
+    if !authz.allows(Op::Describe, Res::Group, request.group_id.0.as_str()) {
+        response.error_code = code::GROUP_AUTHORIZATION_FAILED;
+        return response;
+    }
+    let every = request.topics.is_none();
     let wanted = request.topics.map(|topics| {
         topics
             .into_iter()
@@ -538,7 +639,9 @@ pub(crate) async fn offset_fetch(
     }
     response.topics = topics
         .into_iter()
+        .filter(|(name, _)| !(every && topic_refused(name)))
         .map(|(name, partitions)| {
+            let refused = topic_refused(&name);
             let mut t = OffsetFetchResponseTopic::default();
             t.name = name;
             t.partitions = partitions
@@ -546,6 +649,14 @@ pub(crate) async fn offset_fetch(
                 .map(|p| {
                     let mut out = OffsetFetchResponsePartition::default();
                     out.partition_index = p.partition.partition;
+                    if refused {
+                        out.committed_offset = -1;
+                        if v >= 5 {
+                            out.committed_leader_epoch = -1;
+                        }
+                        out.error_code = code::TOPIC_AUTHORIZATION_FAILED;
+                        return out;
+                    }
                     out.committed_offset = p.offset.get();
                     if v >= 5 {
                         out.committed_leader_epoch = p.leader_epoch.unwrap_or(-1);
@@ -615,10 +726,25 @@ async fn fetch_group(
 pub(crate) async fn offset_delete(
     broker: &Broker,
     request: OffsetDeleteRequest,
-    _ctx: &RequestContext,
+    ctx: &RequestContext,
 ) -> OffsetDeleteResponse {
+    let authz = broker.authz(ctx);
+    if !authz.allows(Op::Delete, Res::Group, request.group_id.0.as_str()) {
+        let mut response = OffsetDeleteResponse::default();
+        response.error_code = code::GROUP_AUTHORIZATION_FAILED;
+        return response;
+    }
+    let topic_refused: std::collections::HashSet<String> = request
+        .topics
+        .iter()
+        .map(|t| t.name.0.to_string())
+        .filter(|name| !authz.allows(Op::Read, Res::Topic, name))
+        .collect();
     let mut known = Vec::new();
     for topic in &request.topics {
+        if topic_refused.contains(topic.name.0.as_str()) {
+            continue;
+        }
         if let Some(info) = broker.log.topic(topic.name.0.as_str()) {
             for p in &topic.partitions {
                 if (0..info.partitions).contains(&p.partition_index) {
@@ -659,7 +785,9 @@ pub(crate) async fn offset_delete(
                 .iter()
                 .filter_map(|p| {
                     let key = TopicPartition::new(Arc::clone(&name), p.partition_index);
-                    let error_code = if !known_set.contains(&key) {
+                    let error_code = if topic_refused.contains(topic.name.0.as_str()) {
+                        code::TOPIC_AUTHORIZATION_FAILED
+                    } else if !known_set.contains(&key) {
                         code::UNKNOWN_TOPIC_OR_PARTITION
                     } else {
                         // Absent when the whole request failed (top-level error).
@@ -694,9 +822,15 @@ pub(crate) async fn describe_groups(
 ) -> DescribeGroupsResponse {
     let v = ctx.api_version;
     let with_ops = v >= 3 && request.include_authorized_operations;
+    let authz = &broker.authz(ctx);
     let described = join_all(request.groups.into_iter().map(|group_id| async move {
-        let answer = broker.groups.describe(group_id.0.to_string()).await;
         let mut g = DescribedGroup::default();
+        if !authz.allows(Op::Describe, Res::Group, group_id.0.as_str()) {
+            g.error_code = code::GROUP_AUTHORIZATION_FAILED;
+            g.group_id = group_id;
+            return g;
+        }
+        let answer = broker.groups.describe(group_id.0.to_string()).await;
         match answer {
             Ok(d) if v >= 6 && d.state == GroupState::Dead => {
                 g.error_code = code::GROUP_ID_NOT_FOUND;
@@ -725,9 +859,11 @@ pub(crate) async fn describe_groups(
                     })
                     .collect();
                 if with_ops {
-                    // No ACLs: every client may do everything to a group.
-                    g.authorized_operations =
-                        acl_op::bits(&[acl_op::READ, acl_op::DELETE, acl_op::DESCRIBE]);
+                    g.authorized_operations = authz.operations(
+                        Res::Group,
+                        group_id.0.as_str(),
+                        acl_op::bits(&[acl_op::READ, acl_op::DELETE, acl_op::DESCRIBE]),
+                    );
                 }
             }
             Err(error) => {
@@ -781,11 +917,16 @@ pub(crate) async fn list_groups(
     if !state_names.is_empty() && states.is_empty() {
         return response;
     }
+    // Every group with DESCRIBE on the cluster; otherwise only those the principal may
+    // describe, the others not mentioned.
+    let authz = broker.authz(ctx);
+    let everything = authz.allows_cluster(Op::Describe) || !authz.enabled();
     match broker.groups.list(states).await {
         Ok(listed) => {
             response.groups = listed
                 .into_iter()
                 .filter(|g| type_wanted(g.group_type))
+                .filter(|g| everything || authz.shows(Op::Describe, Res::Group, &g.group_id))
                 .map(|g| {
                     let mut out = WireListedGroup::default();
                     out.group_id = GroupId(StrBytes::from_string(g.group_id));
@@ -810,25 +951,37 @@ pub(crate) async fn list_groups(
 pub(crate) async fn delete_groups(
     broker: &Broker,
     request: DeleteGroupsRequest,
-    _ctx: &RequestContext,
+    ctx: &RequestContext,
 ) -> DeleteGroupsResponse {
-    let ids = request
+    let authz = broker.authz(ctx);
+    let (ids, refused): (Vec<String>, Vec<String>) = request
         .groups_names
         .iter()
         .map(|g| g.0.to_string())
-        .collect();
-    let deleted = broker.groups.delete_groups(ids).await;
+        .partition(|g| authz.allows(Op::Delete, Res::Group, g));
+    let deleted = if ids.is_empty() {
+        Vec::new()
+    } else {
+        broker.groups.delete_groups(ids).await.groups
+    };
     let mut response = DeleteGroupsResponse::default();
-    response.results = deleted
-        .groups
+    response.results = refused
         .into_iter()
-        .map(|(group_id, error)| {
+        .map(|g| {
+            let mut r = DeletableGroupResult::default();
+            r.group_id = GroupId(StrBytes::from_string(g));
+            r.error_code = code::GROUP_AUTHORIZATION_FAILED;
+            r
+        })
+        .collect();
+    response
+        .results
+        .extend(deleted.into_iter().map(|(group_id, error)| {
             let mut r = DeletableGroupResult::default();
             r.group_id = GroupId(StrBytes::from_string(group_id));
             r.error_code = group_code(error);
             r
-        })
-        .collect();
+        }));
     response
 }
 

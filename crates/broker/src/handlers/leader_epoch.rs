@@ -11,6 +11,7 @@ use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpoch
 use strata_core::TopicPartition;
 
 use super::{check_leader_epoch, leader_epoch_of, LEADER_EPOCH};
+use crate::authorize::{Op, Res};
 use crate::errors::{code, error_code};
 use crate::server::Broker;
 use crate::RequestContext;
@@ -18,12 +19,14 @@ use crate::RequestContext;
 pub(crate) fn offset_for_leader_epoch(
     broker: &Broker,
     request: OffsetForLeaderEpochRequest,
-    _ctx: &RequestContext,
+    ctx: &RequestContext,
 ) -> OffsetForLeaderEpochResponse {
+    let authz = broker.authz(ctx);
     let topics = request
         .topics
         .into_iter()
         .map(|topic| {
+            let allowed = authz.allows(Op::Describe, Res::Topic, topic.topic.0.as_str());
             let info = broker.log.topic(topic.topic.0.as_str());
             let partitions = topic
                 .partitions
@@ -33,6 +36,10 @@ pub(crate) fn offset_for_leader_epoch(
                     out.partition = p.partition;
                     out.leader_epoch = -1;
                     out.end_offset = -1;
+                    if !allowed {
+                        out.error_code = code::TOPIC_AUTHORIZATION_FAILED;
+                        return out;
+                    }
                     let tp = match &info {
                         Some(info) if (0..info.partitions).contains(&p.partition) => {
                             TopicPartition::new(Arc::clone(&info.name), p.partition)

@@ -15,6 +15,7 @@ use strata_core::TopicPartition;
 use strata_log::{LogError, TopicInfo};
 
 use super::{check_leader_epoch, leader_epoch_of, LEADER_EPOCH};
+use crate::authorize::{Op, Res};
 use crate::errors::{code, error_code};
 use crate::server::Broker;
 use crate::RequestContext;
@@ -31,13 +32,15 @@ pub(crate) async fn handle(
     ctx: &RequestContext,
 ) -> ListOffsetsResponse {
     let v = ctx.api_version;
+    let authz = &broker.authz(ctx);
     let topics = join_all(request.topics.into_iter().map(|topic| async move {
         let info = broker.log.topic(topic.name.0.as_str());
+        let allowed = authz.allows(Op::Describe, Res::Topic, topic.name.0.as_str());
         let partitions = join_all(
             topic
                 .partitions
                 .into_iter()
-                .map(|p| list_partition(broker, info.clone(), p, v)),
+                .map(|p| list_partition(broker, info.clone(), allowed, p, v)),
         )
         .await;
         let mut out = ListOffsetsTopicResponse::default();
@@ -54,11 +57,16 @@ pub(crate) async fn handle(
 async fn list_partition(
     broker: &Broker,
     info: Option<Arc<TopicInfo>>,
+    allowed: bool,
     partition: ListOffsetsPartition,
     v: i16,
 ) -> ListOffsetsPartitionResponse {
     let mut out = ListOffsetsPartitionResponse::default();
     out.partition_index = partition.partition_index;
+    if !allowed {
+        out.error_code = code::TOPIC_AUTHORIZATION_FAILED;
+        return out;
+    }
     let tp = match info {
         Some(info) if (0..info.partitions).contains(&partition.partition_index) => {
             TopicPartition::new(Arc::clone(&info.name), partition.partition_index)

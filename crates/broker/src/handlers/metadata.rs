@@ -16,8 +16,10 @@ use super::LEADER_EPOCH;
 use super::{
     acl_op, is_internal_topic, str_bytes, topic_id_of, topic_name, topics_or_auto_create, uuid_of,
 };
+use crate::authorize::{Authz, Op, Res};
 use crate::cluster::ClusterNode;
 use crate::errors::{code, lookup_error_code};
+use crate::security::acl::CLUSTER_NAME;
 use crate::server::Broker;
 use crate::RequestContext;
 use std::collections::BTreeMap;
@@ -35,6 +37,7 @@ pub(crate) async fn handle(
     let v = ctx.api_version;
     let node_id = broker.settings.node_id.0;
     let mut response = MetadataResponse::default();
+    let authz = broker.authz(ctx);
 
     let leaders = Leaders::of(broker);
     response.brokers = leaders
@@ -55,7 +58,8 @@ pub(crate) async fn handle(
         response.cluster_id = Some(str_bytes(&broker.settings.cluster_id));
     }
     if (8..=10).contains(&v) && request.include_cluster_authorized_operations {
-        response.cluster_authorized_operations = acl_op::cluster_all();
+        response.cluster_authorized_operations =
+            authz.operations(Res::Cluster, CLUSTER_NAME, acl_op::cluster_all());
     }
     let with_topic_ops = v >= 8 && request.include_topic_authorized_operations;
 
@@ -66,11 +70,14 @@ pub(crate) async fn handle(
         Some(topics) => Some(topics),
     };
     let Some(requested) = requested else {
+        // Every topic means every topic the principal may describe: the others are not
+        // mentioned at all, as in Kafka.
         response.topics = broker
             .log
             .topics()
             .iter()
-            .map(|info| described_topic(info, &leaders, v, with_topic_ops))
+            .filter(|info| authz.shows(Op::Describe, Res::Topic, &info.name))
+            .map(|info| described_topic(info, &leaders, v, with_topic_ops, &authz))
             .collect();
         return response;
     };
@@ -78,10 +85,28 @@ pub(crate) async fn handle(
     // Before v4 clients could not opt out: Kafka auto-creates for them when enabled.
     let allow_auto_create = v < 4 || request.allow_auto_topic_creation;
     let by_id = |wanted: &MetadataRequestTopic| v >= 10 && !wanted.topic_id.is_nil();
+    // A topic the principal may not describe, or may not create when it would be created,
+    // is TOPIC_AUTHORIZATION_FAILED, and never created.
+    let refused: std::collections::HashSet<&str> = requested
+        .iter()
+        .filter(|w| !by_id(w))
+        .map(name_of)
+        .filter(|name| {
+            !authz.allows(Op::Describe, Res::Topic, name)
+                || (allow_auto_create
+                    && broker.settings.auto_create_topics
+                    && broker.log.topic(name).is_none()
+                    && !authz.may_create_topic(name))
+        })
+        .collect();
     // Every topic of the request is resolved (and the unknown ones created) at once.
     let resolved = topics_or_auto_create(
         broker,
-        requested.iter().filter(|w| !by_id(w)).map(name_of),
+        requested
+            .iter()
+            .filter(|w| !by_id(w))
+            .map(name_of)
+            .filter(|name| !refused.contains(name)),
         allow_auto_create,
     )
     .await;
@@ -89,7 +114,14 @@ pub(crate) async fn handle(
     for wanted in &requested {
         let topic = if by_id(wanted) {
             match broker.log.topic_by_id(topic_id_of(&wanted.topic_id)) {
-                Some(info) => described_topic(&info, &leaders, v, with_topic_ops),
+                Some(info) if !authz.allows(Op::Describe, Res::Topic, &info.name) => {
+                    let mut t = MetadataResponseTopic::default();
+                    t.error_code = code::TOPIC_AUTHORIZATION_FAILED;
+                    t.topic_id = wanted.topic_id;
+                    t.name = None;
+                    t
+                }
+                Some(info) => described_topic(&info, &leaders, v, with_topic_ops, &authz),
                 None => {
                     let mut t = MetadataResponseTopic::default();
                     t.error_code = code::UNKNOWN_TOPIC_ID;
@@ -101,9 +133,10 @@ pub(crate) async fn handle(
         } else {
             let name = name_of(wanted);
             match resolved.get(name) {
-                Some(Ok(info)) => described_topic(info, &leaders, v, with_topic_ops),
+                Some(Ok(info)) => described_topic(info, &leaders, v, with_topic_ops, &authz),
                 outcome => {
                     let error = match outcome {
+                        _ if refused.contains(name) => code::TOPIC_AUTHORIZATION_FAILED,
                         Some(Err(e)) => lookup_error_code(e),
                         _ => code::UNKNOWN_TOPIC_OR_PARTITION,
                     };
@@ -129,6 +162,7 @@ fn described_topic(
     leaders: &Leaders<'_>,
     v: i16,
     with_topic_ops: bool,
+    authz: &Authz<'_>,
 ) -> MetadataResponseTopic {
     let mut topic = MetadataResponseTopic::default();
     topic.error_code = code::NONE;
@@ -140,7 +174,8 @@ fn described_topic(
         topic.topic_id = uuid_of(info.id);
     }
     if with_topic_ops {
-        topic.topic_authorized_operations = acl_op::topic_all();
+        topic.topic_authorized_operations =
+            authz.operations(Res::Topic, &info.name, acl_op::topic_all());
     }
     topic.partitions = (0..info.partitions)
         .map(|index| {

@@ -27,9 +27,11 @@ use strata_wire::batch::BatchError;
 use tracing::debug;
 
 use super::{refuse_internal, topic_id_of, topics_or_auto_create};
+use crate::authorize::{Op, Res};
 use crate::errors::{code, error_code, lookup_error_code};
 use crate::server::Broker;
 use crate::RequestContext;
+use std::collections::HashSet;
 
 /// What the connection does after a produce.
 #[derive(Debug)]
@@ -130,14 +132,41 @@ pub(crate) async fn handle(
             .map(|t| t.name.0.to_string())
             .collect()
     };
-    let resolved = topics_or_auto_create(broker, names.iter().map(String::as_str), true).await;
+    // WRITE on the topic, checked before the topic is looked up (or created), so a client
+    // cannot learn which topics exist from the error; creating also needs CREATE.
+    let authz = broker.authz(ctx);
+    let unauthorized = || PartitionError::from((code::TOPIC_AUTHORIZATION_FAILED, None));
+    let refused: HashSet<&str> = names
+        .iter()
+        .map(String::as_str)
+        .filter(|name| {
+            !authz.allows(Op::Write, Res::Topic, name)
+                || (broker.settings.auto_create_topics
+                    && broker.log.topic(name).is_none()
+                    && !authz.may_create_topic(name))
+        })
+        .collect();
+    let resolved = topics_or_auto_create(
+        broker,
+        names
+            .iter()
+            .map(String::as_str)
+            .filter(|name| !refused.contains(name)),
+        true,
+    )
+    .await;
     let mut staged = Vec::with_capacity(request.topic_data.len());
     for topic in request.topic_data {
         let info = if v >= 13 {
-            broker
-                .log
-                .topic_by_id(topic_id_of(&topic.topic_id))
-                .ok_or(PartitionError::from((code::UNKNOWN_TOPIC_ID, None)))
+            match broker.log.topic_by_id(topic_id_of(&topic.topic_id)) {
+                Some(info) if !authz.allows(Op::Write, Res::Topic, &info.name) => {
+                    Err(unauthorized())
+                }
+                Some(info) => Ok(info),
+                None => Err(PartitionError::from((code::UNKNOWN_TOPIC_ID, None))),
+            }
+        } else if refused.contains(topic.name.0.as_str()) {
+            Err(unauthorized())
         } else {
             match resolved.get(topic.name.0.as_str()) {
                 Some(Ok(info)) => Ok(Arc::clone(info)),

@@ -9,6 +9,7 @@
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use tracing::{info, warn};
 
+use crate::authorize::{Op, Res};
 use crate::errors::{code, error_code};
 use crate::server::Broker;
 use crate::RequestContext;
@@ -25,6 +26,12 @@ pub(crate) async fn init_producer_id(
         warn!(peer = %ctx.peer, client_id = ?ctx.client_id,
             "refusing InitProducerId with a transactional id: transactions are not supported");
         response.error_code = code::INVALID_REQUEST;
+        return response;
+    }
+    // Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic.
+    let authz = broker.authz(ctx);
+    if !authz.allows_cluster(Op::IdempotentWrite) && !authz.allows_any(Op::Write, Res::Topic) {
+        response.error_code = code::CLUSTER_AUTHORIZATION_FAILED;
         return response;
     }
     match broker.log.init_producer_id().await {

@@ -11,6 +11,7 @@ use strata_core::{Offset, TopicPartition};
 use tracing::info;
 
 use super::refuse_internal;
+use crate::authorize::{Op, Res};
 use crate::errors::{code, error_code};
 use crate::server::Broker;
 use crate::RequestContext;
@@ -21,9 +22,11 @@ const HIGH_WATERMARK: i64 = -1;
 pub(crate) async fn delete_records(
     broker: &Broker,
     request: DeleteRecordsRequest,
-    _ctx: &RequestContext,
+    ctx: &RequestContext,
 ) -> DeleteRecordsResponse {
+    let authz = &broker.authz(ctx);
     let topics = join_all(request.topics.into_iter().map(|topic| async move {
+        let allowed = authz.allows(Op::Delete, Res::Topic, topic.name.0.as_str());
         let info = broker.log.topic(topic.name.0.as_str());
         let partitions = join_all(topic.partitions.into_iter().map(|p| {
             let info = info.clone();
@@ -32,6 +35,11 @@ pub(crate) async fn delete_records(
                 out.partition_index = p.partition_index;
                 out.low_watermark = -1;
                 let tp = match info {
+                    // Before the lookup's answer, so a refusal does not tell what exists.
+                    _ if !allowed => {
+                        out.error_code = code::TOPIC_AUTHORIZATION_FAILED;
+                        return out;
+                    }
                     Some(info) if refuse_internal(&info.name, "delete records of").is_some() => {
                         out.error_code = code::INVALID_TOPIC_EXCEPTION;
                         return out;

@@ -31,6 +31,7 @@ use tracing::info;
 use super::configs::{config_source, topic_entries};
 use super::metadata::Leaders;
 use super::{refuse_internal, str_bytes, topic_id_of, topic_name, uuid_of};
+use crate::authorize::{Op, Res};
 use crate::errors::{code, error_code, message};
 use crate::server::Broker;
 use crate::RequestContext;
@@ -51,6 +52,7 @@ pub(crate) async fn create_topics(
 
     // Every topic is validated first, then all valid ones are created in one catalog change.
     let live: BTreeSet<i32> = Leaders::of(broker).live_ids().into_iter().collect();
+    let authz = broker.authz(ctx);
     let mut outcomes = Vec::with_capacity(request.topics.len());
     let mut specs = Vec::new();
     for topic in request.topics {
@@ -59,6 +61,11 @@ pub(crate) async fn create_topics(
             Err((
                 code::INVALID_REQUEST,
                 format!("topic {} appears more than once in the request", name.0),
+            ))
+        } else if !authz.may_create_topic(name.0.as_str()) {
+            Err((
+                code::TOPIC_AUTHORIZATION_FAILED,
+                "Authorization failed.".to_string(),
             ))
         } else {
             prepare(broker, &live, topic)
@@ -379,9 +386,20 @@ pub(crate) async fn delete_topics(
     };
     let mut responses = Vec::with_capacity(targets.len());
     let mut deleted_any = false;
+    let authz = broker.authz(ctx);
+    let unauthorized = || {
+        (
+            code::TOPIC_AUTHORIZATION_FAILED,
+            "Authorization failed.".to_string(),
+        )
+    };
     for (name, id) in targets {
         let mut result = DeletableTopicResult::default();
         let resolved = match (&name, id.is_nil()) {
+            // Checked before the lookup, so a refusal does not tell whether the topic exists.
+            (Some(name), true) if !authz.allows(Op::Delete, Res::Topic, name.0.as_str()) => {
+                Err(unauthorized())
+            }
             (Some(name), true) => broker
                 .log
                 .topic(name.0.as_str())
@@ -396,6 +414,13 @@ pub(crate) async fn delete_topics(
                 "a topic must be named by name or id".to_string(),
             )),
         };
+        let resolved = resolved.and_then(|info| {
+            if authz.allows(Op::Delete, Res::Topic, &info.name) {
+                Ok(info)
+            } else {
+                Err(unauthorized())
+            }
+        });
         let resolved = resolved.and_then(|info| match refuse_internal(&info.name, "delete") {
             Some(refusal) => Err(refusal),
             None => Ok(info),
@@ -447,8 +472,9 @@ pub(crate) async fn delete_topics(
 pub(crate) async fn create_partitions(
     broker: &Broker,
     request: CreatePartitionsRequest,
-    _ctx: &RequestContext,
+    ctx: &RequestContext,
 ) -> CreatePartitionsResponse {
+    let authz = broker.authz(ctx);
     let live: BTreeSet<i32> = Leaders::of(broker).live_ids().into_iter().collect();
     let mut seen = HashSet::new();
     let duplicates: HashSet<String> = request
@@ -475,6 +501,11 @@ pub(crate) async fn create_partitions(
             Err((
                 code::INVALID_REQUEST,
                 format!("topic {name} appears more than once in the request"),
+            ))
+        } else if !authz.allows(Op::Alter, Res::Topic, &name) {
+            Err((
+                code::TOPIC_AUTHORIZATION_FAILED,
+                "Authorization failed.".to_string(),
             ))
         } else if let Some(refusal) = refuse_internal(&name, "add partitions to") {
             Err(refusal)

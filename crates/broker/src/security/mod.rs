@@ -5,6 +5,8 @@
 //! [`Principal`], carried in every request's context, where authorization (ACLs) and quotas
 //! will find it.
 
+pub mod acl;
+pub mod acl_store;
 pub(crate) mod sasl;
 pub mod scram;
 pub mod tls;
@@ -14,6 +16,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Mutex;
 
+pub use acl_store::AclStore;
 pub use users::UserStore;
 
 /// What went wrong authenticating or managing users: the security layer's one error enum,
@@ -47,6 +50,15 @@ pub enum SecurityError {
     /// Another broker kept changing the user while we tried to; the client may retry.
     #[error("user {0} changed concurrently too many times")]
     Contended(String),
+    /// An ACL binding or filter Kafka would refuse.
+    #[error("{0}")]
+    InvalidAcl(String),
+    /// An ACL API on a broker without an authorizer (`authorizer = none`).
+    #[error("No Authorizer is configured.")]
+    AuthorizerDisabled,
+    /// The ACL objects could not be read or written (what of, and why).
+    #[error("ACL storage: {0}")]
+    AclStorage(String),
 }
 
 /// Kafka's listener security protocols.
@@ -184,10 +196,14 @@ pub(crate) fn failure_reason(error: &SecurityError) -> &'static str {
         SecurityError::BadSaslMessage(_) => "malformed",
         SecurityError::UnsupportedMechanism(_) => "unsupported_mechanism",
         SecurityError::IllegalState(_) => "illegal_state",
-        SecurityError::Storage(_) | SecurityError::Contended(_) => "storage",
+        SecurityError::Storage(_) | SecurityError::Contended(_) | SecurityError::AclStorage(_) => {
+            "storage"
+        }
         SecurityError::Unacceptable(_)
         | SecurityError::NotFound(_)
-        | SecurityError::Duplicate(_) => "other",
+        | SecurityError::Duplicate(_)
+        | SecurityError::InvalidAcl(_)
+        | SecurityError::AuthorizerDisabled => "other",
     }
 }
 

@@ -1,7 +1,8 @@
 //! The operator commands that talk the Kafka protocol to a running broker (`strata topic`,
-//! `group`, `produce`, `consume`), through [`crate::kafka_client`]. Tables for people by
+//! `group`, `acls`, `produce`, `consume`), through [`crate::kafka_client`]. Tables for people by
 //! default, `--json` for scripts (one JSON document on stdout).
 
+pub mod acls;
 pub mod data;
 pub mod group;
 pub mod topic;
