@@ -16,6 +16,7 @@ use crate::connection::Connection;
 use crate::coordinator::GroupCoordinator;
 use crate::fetch_sessions::{FetchSessionStats, FetchSessions};
 use crate::limits::Limits;
+use crate::quotas::{QuotaStore, Quotas, ThrottleStats};
 use crate::security::{AuthStats, Listener, SecurityError, UserStore};
 use crate::BrokerSettings;
 
@@ -50,6 +51,11 @@ pub struct Broker {
     /// without them refuses every SASL login and the user APIs).
     pub(crate) users: Option<Arc<UserStore>>,
     pub(crate) auth_stats: AuthStats,
+    /// Client quotas and this broker's usage of them.
+    pub(crate) quotas: Arc<Quotas>,
+    /// Where quotas are stored; None until [`Broker::with_quotas`] (such a broker enforces
+    /// none and refuses AlterClientQuotas).
+    pub(crate) quota_store: Option<Arc<QuotaStore>>,
 }
 
 fn fetch_sessions(parts: &BrokerParts) -> FetchSessions {
@@ -78,6 +84,10 @@ impl Broker {
         .await?;
         Ok(Self {
             fetch_sessions: fetch_sessions(&parts),
+            quotas: Arc::new(Quotas::new(
+                parts.settings.quota_settings(),
+                Arc::clone(&parts.clock),
+            )),
             limits: Limits::new(&parts.settings, Arc::clone(&parts.clock)),
             log: parts.log,
             clock: parts.clock,
@@ -86,6 +96,7 @@ impl Broker {
             cluster: None,
             users: None,
             auth_stats: AuthStats::default(),
+            quota_store: None,
         })
     }
 
@@ -143,6 +154,10 @@ impl Broker {
         .await?;
         Ok(Self {
             fetch_sessions: fetch_sessions(&parts),
+            quotas: Arc::new(Quotas::new(
+                parts.settings.quota_settings(),
+                Arc::clone(&parts.clock),
+            )),
             limits: Limits::new(&parts.settings, Arc::clone(&parts.clock)),
             log: parts.log,
             clock: parts.clock,
@@ -151,6 +166,7 @@ impl Broker {
             cluster: Some(node),
             users: None,
             auth_stats: AuthStats::default(),
+            quota_store: None,
         })
     }
 
@@ -163,6 +179,22 @@ impl Broker {
             self.settings.sasl_user_cache_entries,
         )));
         self
+    }
+
+    /// Enforces the client quotas kept in `store` (the cluster's storage), watching them for
+    /// changes made through any broker. Must be called within the tokio runtime.
+    pub fn with_quotas(mut self, store: Arc<dyn ObjectStore>) -> Self {
+        let quota_store = Arc::new(QuotaStore::new(store));
+        tokio::spawn(
+            Arc::clone(&quota_store).watch(Arc::downgrade(&self.quotas), Arc::clone(&self.clock)),
+        );
+        self.quota_store = Some(quota_store);
+        self
+    }
+
+    /// Throttles handed out so far, for the metrics endpoint.
+    pub fn throttle_stats(&self) -> &ThrottleStats {
+        &self.quotas.stats
     }
 
     /// The user store, or why there is none.

@@ -18,6 +18,8 @@
 //! cluster/drain/<node id>                an operator's request that a broker drain
 //! security/users/<hex of name>           a SCRAM user's salted credentials (CAS)
 //! security/salt-key                      the key of unknown users' fake SCRAM salts
+//! security/quotas/<hex of entity>        one client-quota entity's values (CAS)
+//! security/quotas-changes                rewritten after every quota change
 //! ```
 //!
 //! Stored JSON schemas carry a `schema` number ([`schema`]). Objects written before it existed
@@ -38,6 +40,7 @@ mod error;
 pub mod ids;
 pub mod partition;
 pub mod producer_ids;
+pub mod quotas;
 pub mod schema;
 pub mod streams;
 pub mod users;
@@ -54,7 +57,7 @@ pub fn key_area(key: &str) -> &'static str {
         BROKERS_PREFIX, DRAIN_PREFIX, OWNERS_CHANGES_KEY, OWNERS_PREFIX, PLACEMENT_CHANGES_KEY,
         PLACEMENT_PREFIX,
     };
-    let areas: [(&str, &'static str); 12] = [
+    let areas: [(&str, &'static str); 14] = [
         (BROKERS_PREFIX, "membership"),
         (OWNERS_PREFIX, "ownership"),
         (OWNERS_CHANGES_KEY, "ownership"),
@@ -67,6 +70,8 @@ pub fn key_area(key: &str) -> &'static str {
         (wal::PREFIX, "wal"),
         (partition::PREFIX, "partition"),
         ("cluster/", "cluster"),
+        (quotas::PREFIX, "quotas"),
+        (quotas::CHANGES_KEY, "quotas"),
     ];
     areas
         .iter()
@@ -95,6 +100,8 @@ mod key_area_tests {
             ("wal/0000abcd/00000000000000000001", "wal"),
             ("log/0000abcd/1/manifest", "partition"),
             ("cluster/", "cluster"),
+            ("security/quotas/7573657200", "quotas"),
+            ("security/quotas-changes", "quotas"),
             ("elsewhere", "other"),
         ] {
             assert_eq!(key_area(key), area, "{key}");
