@@ -100,6 +100,11 @@ impl MetricsSource {
                 .get()
                 .map(|broker| broker.auth_stats().snapshot())
                 .unwrap_or_default(),
+            throttles: self
+                .broker
+                .get()
+                .map(|broker| broker.throttle_stats().snapshot())
+                .unwrap_or_default(),
             uptime: self.clock.monotonic().saturating_sub(self.started),
         }
     }
@@ -141,6 +146,8 @@ pub struct Snapshot {
     pub fetch_sessions: Option<FetchSessionStats>,
     /// Authentication outcomes: (mechanism, result, count).
     pub authentications: Vec<(String, &'static str, u64)>,
+    /// Client-quota throttles: (kind, seconds, throttled responses).
+    pub throttles: Vec<(&'static str, f64, u64)>,
     pub uptime: Duration,
 }
 
@@ -348,6 +355,33 @@ pub fn render(snapshot: &Snapshot) -> String {
             &[("mechanism", mechanism), ("result", result)],
             count,
         );
+    }
+
+    if !snapshot.throttles.is_empty() {
+        out.family(
+            "strata_quota_throttle_seconds_total",
+            "counter",
+            "Time responses over a client quota were throttled (connection muted), by quota kind (produce, fetch, request).",
+        );
+        for (kind, seconds, _) in &snapshot.throttles {
+            out.sample(
+                "strata_quota_throttle_seconds_total",
+                &[("kind", kind)],
+                seconds,
+            );
+        }
+        out.family(
+            "strata_quota_throttled_responses_total",
+            "counter",
+            "Responses over a client quota, by quota kind.",
+        );
+        for (kind, _, responses) in &snapshot.throttles {
+            out.sample(
+                "strata_quota_throttled_responses_total",
+                &[("kind", kind)],
+                responses,
+            );
+        }
     }
 
     if let Some(sessions) = &snapshot.fetch_sessions {
@@ -563,6 +597,7 @@ mod tests {
             cluster: None,
             fetch_sessions: None,
             authentications: Vec::new(),
+            throttles: Vec::new(),
             uptime: Duration::from_millis(1500),
         }
     }
