@@ -152,28 +152,23 @@ impl QuotaStore {
         }
     }
 
+    /// One try is enough: a lost race means another writer bumped it, which tells every
+    /// poller the same thing.
     async fn bump_marker(&self) -> Result<(), QuotaError> {
         let key = object_key(quotas::CHANGES_KEY)?;
-        for _ in 0..CAS_ATTEMPTS {
-            let (next, mode) = match self.store.get(&key).await {
-                Ok((bytes, version)) => {
-                    let marker: ChangesMarker = schema::decode(key.as_str(), &bytes)?;
-                    (marker.changes.wrapping_add(1), PutMode::Update(version))
-                }
-                Err(StorageError::NotFound(_)) => (1, PutMode::Create),
-                Err(e) => return Err(storage(e)),
-            };
-            let bytes: Bytes = schema::encode(&ChangesMarker { changes: next })?;
-            match self.store.put(&key, bytes, mode).await {
-                Ok(_) => return Ok(()),
-                // Someone else bumped it: that also tells every poller to reload.
-                Err(StorageError::Precondition(_) | StorageError::AlreadyExists(_)) => {
-                    return Ok(())
-                }
-                Err(e) => return Err(storage(e)),
+        let (next, mode) = match self.store.get(&key).await {
+            Ok((bytes, version)) => {
+                let marker: ChangesMarker = schema::decode(key.as_str(), &bytes)?;
+                (marker.changes.wrapping_add(1), PutMode::Update(version))
             }
+            Err(StorageError::NotFound(_)) => (1, PutMode::Create),
+            Err(e) => return Err(storage(e)),
+        };
+        let bytes: Bytes = schema::encode(&ChangesMarker { changes: next })?;
+        match self.store.put(&key, bytes, mode).await {
+            Ok(_) | Err(StorageError::Precondition(_) | StorageError::AlreadyExists(_)) => Ok(()),
+            Err(e) => Err(storage(e)),
         }
-        Err(QuotaError::Contended)
     }
 
     /// Loads the table into `quotas` whenever the change marker moves, every
