@@ -108,6 +108,16 @@ async fn a_producer_over_its_quota_is_held_near_it_while_another_client_is_not_t
     let doc: serde_json::Value = serde_json::from_str(&described.stdout).unwrap();
     assert_eq!(doc[0]["values"]["producer_byte_rate"], QUOTA, "{doc}");
     assert_eq!(doc[0]["entity"][0]["entity_name"], "greedy", "{doc}");
+    let defaults = strata(&[
+        "quotas",
+        "describe",
+        "--client-id-default",
+        "--bootstrap-server",
+        &bootstrap,
+        "--json",
+    ]);
+    defaults.assert_success("strata quotas describe --client-id-default");
+    assert_eq!(defaults.stdout.trim(), "[]");
 
     // As fast as librdkafka goes, 64 KiB records, 32 in flight, for five seconds.
     let greedy = producer(&bootstrap, &[("client.id", "greedy"), ("linger.ms", "0")]);

@@ -71,7 +71,8 @@ async fn start_on(
     })
     .await
     .unwrap()
-    .with_users(Arc::clone(&store));
+    .with_users(Arc::clone(&store))
+    .with_quotas(Arc::clone(&store));
     let (stop, stopped) = oneshot::channel::<()>();
     let served = tokio::spawn(Arc::new(broker).serve(listener, async {
         let _ = stopped.await;
@@ -308,6 +309,7 @@ mod admin;
 mod cluster;
 mod fetch_sessions;
 mod groups;
+mod quotas;
 mod security;
 
 #[tokio::test]

@@ -111,7 +111,8 @@ async fn describe(connect: &Connect, entity: &EntityArgs, strict: bool) -> anyho
                 Some(name) => component
                     .with_match_type(0)
                     .with_match(Some(str_bytes(&name))),
-                None => component.with_match_type(1),
+                // The codec's default match string is "", which Kafka refuses with DEFAULT.
+                None => component.with_match_type(1).with_match(None),
             }
         })
         .collect();
