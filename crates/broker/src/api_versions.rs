@@ -66,6 +66,7 @@ const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
     (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
     (ApiKey::ListTransactions, 0, 2),
     (ApiKey::DescribeTransactions, 0, 0),
 ];

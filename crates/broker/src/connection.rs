@@ -105,12 +105,14 @@ impl Connection {
         let clock = Arc::clone(&self.broker.clock);
         let mut frame_started: Option<Duration> = None;
         let mut last_active = clock.monotonic();
+        // Until when the connection is not read, after a response over a client quota.
+        let mut muted_until: Option<Duration> = None;
 
         loop {
             if *self.shutdown.borrow() {
                 reading = false;
             }
-            while reading && inflight.len() < depth && charging.is_none() {
+            while reading && inflight.len() < depth && charging.is_none() && muted_until.is_none() {
                 if charge.is_none() {
                     match frame_cost(&buf, max_frame) {
                         Ok(None) => break,
@@ -218,7 +220,7 @@ impl Connection {
             // waiting for memory); a connection with nothing in progress may idle this long.
             let mut deadline = if !buf.is_empty() {
                 frame_started
-                    .filter(|_| charging.is_none())
+                    .filter(|_| charging.is_none() && muted_until.is_none())
                     .map(|started| (started.saturating_add(read_timeout), Expiry::SlowRequest))
             } else if inflight.is_empty() {
                 Some((last_active.saturating_add(idle_timeout), Expiry::Idle))
@@ -241,6 +243,17 @@ impl Connection {
                         last_active = clock.monotonic();
                     }
                     Ok(Reply::Nothing) => last_active = clock.monotonic(),
+                    Ok(Reply::Throttled { frame, mute }) => {
+                        if let Some(frame) = frame {
+                            if let Err(e) = write_frame(&mut writer, frame).await {
+                                debug!(peer = %self.peer, error = %e, "write failed; closing");
+                                break;
+                            }
+                        }
+                        last_active = clock.monotonic();
+                        let until = last_active.saturating_add(mute);
+                        muted_until = Some(muted_until.map_or(until, |m| m.max(until)));
+                    }
                     Ok(Reply::Close) => break,
                     Err(e) => {
                         error!(peer = %self.peer, error = %e, "request task failed; closing connection");
@@ -258,7 +271,15 @@ impl Connection {
                         None => reading = false,
                     }
                 }
-                read = reader.read_buf(&mut buf), if reading && inflight.len() < depth && charging.is_none() => match read {
+                _ = sleep_until_some(clock.as_ref(), muted_until.map(|at| (at, Expiry::Muted))), if muted_until.is_some() => {
+                    muted_until = None;
+                    // The client was held back by us: its request clocks restart now.
+                    last_active = clock.monotonic();
+                    if frame_started.is_some() {
+                        frame_started = Some(last_active);
+                    }
+                }
+                read = reader.read_buf(&mut buf), if reading && inflight.len() < depth && charging.is_none() && muted_until.is_none() => match read {
                     Ok(0) => {
                         if !buf.is_empty() {
                             debug!(peer = %self.peer, bytes = buf.len(), "connection closed mid-frame");
@@ -312,6 +333,8 @@ enum Expiry {
     Idle,
     /// SASL not completed within `authentication_timeout` of the connection's start.
     Unauthenticated,
+    /// A quota throttle is over: the connection may be read again.
+    Muted,
 }
 
 async fn sleep_until_some(clock: &dyn Clock, deadline: Option<(Duration, Expiry)>) {

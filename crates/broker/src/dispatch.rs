@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::*;
@@ -14,6 +15,7 @@ use crate::api_versions;
 use crate::errors::code;
 use crate::framing::{encode_response, EncodeError, ResponseFrame};
 use crate::handlers;
+use crate::quotas::QuotaKind;
 use crate::server::Broker;
 use crate::RequestContext;
 
@@ -24,6 +26,12 @@ pub(crate) enum Reply {
     Frame(ResponseFrame),
     /// No response (acks=0 produce).
     Nothing,
+    /// A response over a client quota (or none, for acks=0): write it if any, then do not
+    /// read the connection for `mute` (Kafka's channel muting).
+    Throttled {
+        frame: Option<ResponseFrame>,
+        mute: std::time::Duration,
+    },
     /// Close the connection once earlier responses are written: a request the protocol gives
     /// no way to refuse, or a failed acks=0 produce (closing is how Kafka tells such a producer
     /// to refresh its metadata).
@@ -149,7 +157,8 @@ async fn handle_request(
             return error_answer(api_key, &ctx).unwrap_or(Reply::Close);
         }
     };
-    match route(&broker, request, &ctx).await {
+    let request_bytes = frame.len();
+    match route(&broker, request, &ctx, request_bytes).await {
         Ok(reply) => reply,
         Err(e) => {
             error!(%peer, ?api_key, version = ctx.api_version, error = %e,
@@ -179,20 +188,56 @@ fn reply<R: Encodable + HeaderVersion>(
     Ok(Reply::Frame(respond(ctx, response)?))
 }
 
+/// The throttle a request of `bytes` costs its connection's `kind` quota (zero if none applies
+/// or it is within it). Kafka records a Produce's request size and a Fetch's response size,
+/// after the request is handled: the client is answered, then slowed.
+fn throttle(broker: &Broker, ctx: &RequestContext, kind: QuotaKind, bytes: usize) -> Duration {
+    let client_id = ctx.client_id.as_deref().unwrap_or("");
+    broker
+        .quotas
+        .record(kind, &ctx.principal.name, client_id, bytes as f64)
+}
+
+fn throttle_ms(throttle: Duration) -> i32 {
+    i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX)
+}
+
+fn throttled(frame: Option<ResponseFrame>, mute: Duration) -> Reply {
+    match frame {
+        _ if !mute.is_zero() => Reply::Throttled { frame, mute },
+        Some(frame) => Reply::Frame(frame),
+        None => Reply::Nothing,
+    }
+}
+
 async fn route(
     broker: &Broker,
     request: RequestKind,
     ctx: &RequestContext,
+    request_bytes: usize,
 ) -> Result<Reply, EncodeError> {
     use handlers::*;
     match request {
         RequestKind::ApiVersions(r) => reply(ctx, &crate::api_versions::handle(r, ctx)),
         RequestKind::Produce(r) => match produce::handle(broker, r, ctx).await {
-            produce::Outcome::Respond(response) => reply(ctx, &response),
-            produce::Outcome::NoResponse => Ok(Reply::Nothing),
+            produce::Outcome::Respond(mut response) => {
+                let mute = throttle(broker, ctx, QuotaKind::Produce, request_bytes);
+                response.throttle_time_ms = throttle_ms(mute);
+                Ok(throttled(Some(respond(ctx, &response)?), mute))
+            }
+            produce::Outcome::NoResponse => {
+                let mute = throttle(broker, ctx, QuotaKind::Produce, request_bytes);
+                Ok(throttled(None, mute))
+            }
             produce::Outcome::CloseConnection => Ok(Reply::Close),
         },
-        RequestKind::Fetch(r) => Ok(Reply::Frame(fetch::handle(broker, r, ctx).await?)),
+        RequestKind::Fetch(r) => {
+            let (frame, mute) = fetch::handle(broker, r, ctx, |bytes| {
+                throttle(broker, ctx, QuotaKind::Fetch, bytes)
+            })
+            .await?;
+            Ok(throttled(Some(frame), mute))
+        }
         RequestKind::ListOffsets(r) => reply(ctx, &list_offsets::handle(broker, r, ctx).await),
         RequestKind::Metadata(r) => reply(ctx, &metadata::handle(broker, r, ctx).await),
         RequestKind::CreateTopics(r) => reply(ctx, &topics::create_topics(broker, r, ctx).await),
@@ -249,7 +294,10 @@ async fn route(
             Ok(Reply::Frame(respond(ctx, &response)?))
         }
         RequestKind::DescribeClientQuotas(r) => {
-            reply(ctx, &security::describe_client_quotas(r, ctx))
+            reply(ctx, &quotas::describe_client_quotas(broker, r, ctx))
+        }
+        RequestKind::AlterClientQuotas(r) => {
+            reply(ctx, &quotas::alter_client_quotas(broker, r, ctx).await)
         }
         RequestKind::ListTransactions(r) => reply(ctx, &security::list_transactions(r, ctx)),
         RequestKind::DescribeTransactions(r) => {

@@ -13,6 +13,7 @@ use strata_storage::StorageError;
 use strata_wire::batch::BatchError;
 
 use crate::fetch_sessions::FetchSessionError;
+use crate::quotas::store::QuotaError;
 use crate::security::SecurityError;
 
 /// Kafka error codes used by the broker, with the numbers of Kafka's `Errors` enum.
@@ -166,6 +167,15 @@ pub fn security_error_code(error: &SecurityError) -> i16 {
         }
         SecurityError::InvalidAcl(_) => code::INVALID_REQUEST,
         SecurityError::AuthorizerDisabled => code::SECURITY_DISABLED,
+    }
+}
+
+/// The Kafka error code of a failed client-quota change.
+pub fn quota_error_code(error: &QuotaError) -> i16 {
+    match error {
+        QuotaError::Invalid(_) => code::INVALID_REQUEST,
+        QuotaError::Storage(_) | QuotaError::Contended => code::KAFKA_STORAGE_ERROR,
+        QuotaError::NotAuthorized => code::CLUSTER_AUTHORIZATION_FAILED,
     }
 }
 

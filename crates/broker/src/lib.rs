@@ -23,6 +23,7 @@ mod fetch_sessions;
 mod framing;
 mod handlers;
 mod limits;
+pub mod quotas;
 pub mod security;
 mod server;
 mod settings;

@@ -16,6 +16,7 @@ use crate::connection::Connection;
 use crate::coordinator::GroupCoordinator;
 use crate::fetch_sessions::{FetchSessionStats, FetchSessions};
 use crate::limits::Limits;
+use crate::quotas::{QuotaStore, Quotas, ThrottleStats};
 use crate::security::{AclStore, AuthStats, Listener, SecurityError, UserStore};
 use crate::traffic::Traffic;
 use crate::BrokerSettings;
@@ -56,6 +57,11 @@ pub struct Broker {
     /// The ACLs, when `settings.authorizer` is set ([`Broker::with_acls`]); None lets every
     /// request through, as a Kafka broker without an authorizer does.
     pub(crate) acls: Option<Arc<AclStore>>,
+    /// Client quotas and this broker's usage of them.
+    pub(crate) quotas: Arc<Quotas>,
+    /// Where quotas are stored; None until [`Broker::with_quotas`] (such a broker enforces
+    /// none and refuses AlterClientQuotas).
+    pub(crate) quota_store: Option<Arc<QuotaStore>>,
 }
 
 fn fetch_sessions(parts: &BrokerParts) -> FetchSessions {
@@ -84,6 +90,10 @@ impl Broker {
         .await?;
         Ok(Self {
             fetch_sessions: fetch_sessions(&parts),
+            quotas: Arc::new(Quotas::new(
+                parts.settings.quota_settings(),
+                Arc::clone(&parts.clock),
+            )),
             limits: Limits::new(&parts.settings, Arc::clone(&parts.clock)),
             log: parts.log,
             clock: parts.clock,
@@ -94,6 +104,7 @@ impl Broker {
             auth_stats: AuthStats::default(),
             traffic: Traffic::default(),
             acls: None,
+            quota_store: None,
         })
     }
 
@@ -151,6 +162,10 @@ impl Broker {
         .await?;
         Ok(Self {
             fetch_sessions: fetch_sessions(&parts),
+            quotas: Arc::new(Quotas::new(
+                parts.settings.quota_settings(),
+                Arc::clone(&parts.clock),
+            )),
             limits: Limits::new(&parts.settings, Arc::clone(&parts.clock)),
             log: parts.log,
             clock: parts.clock,
@@ -161,6 +176,7 @@ impl Broker {
             auth_stats: AuthStats::default(),
             traffic: Traffic::default(),
             acls: None,
+            quota_store: None,
         })
     }
 
@@ -207,6 +223,22 @@ impl Broker {
             .as_ref()
             .map(|a| a.denied_snapshot())
             .unwrap_or_default()
+    }
+
+    /// Enforces the client quotas kept in `store` (the cluster's storage), watching them for
+    /// changes made through any broker. Must be called within the tokio runtime.
+    pub fn with_quotas(mut self, store: Arc<dyn ObjectStore>) -> Self {
+        let quota_store = Arc::new(QuotaStore::new(store));
+        tokio::spawn(
+            Arc::clone(&quota_store).watch(Arc::downgrade(&self.quotas), Arc::clone(&self.clock)),
+        );
+        self.quota_store = Some(quota_store);
+        self
+    }
+
+    /// Throttles handed out so far, for the metrics endpoint.
+    pub fn throttle_stats(&self) -> &ThrottleStats {
+        &self.quotas.stats
     }
 
     /// The user store, or why there is none.

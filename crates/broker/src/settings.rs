@@ -145,6 +145,24 @@ pub struct BrokerSettings {
     /// everywhere within about this long. Each look is one small read of the change marker
     /// (`security/acls-changes`); a change costs a listing and one read per resource with ACLs.
     pub acl_refresh_interval: Duration,
+    /// Client quotas are measured over this many samples (Kafka's `quota.window.num`)...
+    pub quota_window_num: usize,
+    /// ... of this long each (Kafka's `quota.window.size.seconds`): a client's rate is its
+    /// usage over the last `quota_window_num` windows, and a throttle makes up for the excess
+    /// over that span.
+    pub quota_window_size: Duration,
+    /// The longest one response is throttled (and its connection muted), however far over
+    /// its quota a client went: a single huge request then costs its client at most this
+    /// long, and the rest of the excess is worked off on later requests.
+    pub quota_max_throttle: Duration,
+    /// Users and client ids under a quota whose usage a broker tracks at once. Client ids are
+    /// the client's choice: beyond this, buckets idle for a whole quota window are dropped,
+    /// then the least recently used one (which restarts from zero).
+    pub quota_max_tracked: usize,
+    /// How often every broker reads the quota change marker in storage: a quota changed
+    /// through any broker is enforced everywhere within about this long (one small read per
+    /// interval when nothing changes).
+    pub quota_refresh_interval: Duration,
     /// Cluster mode: None serves every partition here (a broker alone on its storage); Some
     /// makes this broker one member of a cluster sharing the storage (see [`crate::cluster`]).
     pub cluster: Option<ClusterSettings>,
@@ -194,6 +212,19 @@ impl BrokerSettings {
             slots: self.max_incremental_fetch_session_cache_slots,
             max_partitions: self.max_incremental_fetch_session_partitions,
             eviction_after: self.min_incremental_fetch_session_eviction,
+        }
+    }
+
+    /// How quotas are measured and bounded.
+    pub(crate) fn quota_settings(&self) -> crate::quotas::QuotaSettings {
+        crate::quotas::QuotaSettings {
+            window: crate::quotas::Window {
+                samples: self.quota_window_num,
+                size: self.quota_window_size,
+            },
+            max_throttle: self.quota_max_throttle,
+            max_tracked: self.quota_max_tracked,
+            refresh_interval: self.quota_refresh_interval,
         }
     }
 
@@ -265,6 +296,14 @@ impl Default for BrokerSettings {
             sasl_user_cache_entries: 10_000,
             authorizer: None,
             acl_refresh_interval: Duration::from_secs(1),
+            // Kafka's defaults.
+            quota_window_num: 11,
+            quota_window_size: Duration::from_secs(1),
+            // The rate's shortest span (window_num - 1 windows): a throttle longer than that
+            // would make up for more than the rate can have measured.
+            quota_max_throttle: Duration::from_secs(10),
+            quota_max_tracked: 10_000,
+            quota_refresh_interval: Duration::from_secs(1),
             cluster: None,
         }
     }

@@ -74,7 +74,8 @@ async fn start_on(
     .with_users(Arc::clone(&store))
     .with_acls(Arc::clone(&store))
     .await
-    .unwrap();
+    .unwrap()
+    .with_quotas(Arc::clone(&store));
     let (stop, stopped) = oneshot::channel::<()>();
     let served = tokio::spawn(Arc::new(broker).serve(listener, async {
         let _ = stopped.await;
@@ -312,6 +313,7 @@ mod admin;
 mod cluster;
 mod fetch_sessions;
 mod groups;
+mod quotas;
 mod security;
 
 #[tokio::test]

@@ -20,6 +20,8 @@
 //! security/salt-key                      the key of unknown users' fake SCRAM salts
 //! security/acls/<type>/<pattern>/<hex>   one resource's ACL bindings (CAS)
 //! security/acls-changes                  bumped after every ACL change; brokers poll it
+//! security/quotas/<hex of entity>        one client-quota entity's values (CAS)
+//! security/quotas-changes                rewritten after every quota change
 //! ```
 //!
 //! Stored JSON schemas carry a `schema` number ([`schema`]). Objects written before it existed
@@ -41,6 +43,7 @@ mod error;
 pub mod ids;
 pub mod partition;
 pub mod producer_ids;
+pub mod quotas;
 pub mod schema;
 pub mod streams;
 pub mod users;
@@ -57,7 +60,7 @@ pub fn key_area(key: &str) -> &'static str {
         BROKERS_PREFIX, DRAIN_PREFIX, OWNERS_CHANGES_KEY, OWNERS_PREFIX, PLACEMENT_CHANGES_KEY,
         PLACEMENT_PREFIX,
     };
-    let areas: [(&str, &'static str); 14] = [
+    let areas: [(&str, &'static str); 16] = [
         (acls::PREFIX, "acls"),
         (acls::CHANGES_KEY, "acls"),
         (BROKERS_PREFIX, "membership"),
@@ -72,6 +75,8 @@ pub fn key_area(key: &str) -> &'static str {
         (wal::PREFIX, "wal"),
         (partition::PREFIX, "partition"),
         ("cluster/", "cluster"),
+        (quotas::PREFIX, "quotas"),
+        (quotas::CHANGES_KEY, "quotas"),
     ];
     areas
         .iter()
@@ -102,6 +107,8 @@ mod key_area_tests {
             ("cluster/", "cluster"),
             ("security/acls/topic/literal/61", "acls"),
             ("security/acls-changes", "acls"),
+            ("security/quotas/7573657200", "quotas"),
+            ("security/quotas-changes", "quotas"),
             ("elsewhere", "other"),
         ] {
             assert_eq!(key_area(key), area, "{key}");

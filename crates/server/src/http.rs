@@ -7,6 +7,11 @@
 //! - `GET /health`: 200 `ok` while storage is healthy; 503 with the failure count and last error
 //!   once [`UNHEALTHY_AFTER_FAILURES`] storage requests in a row have failed, or as many writes
 //!   in a row (`storage unhealthy: writes failing (…; reads ok)`) even while reads succeed.
+//!
+//! With a token (`metrics_token` / `metrics_token_file`), `/metrics` needs
+//! `Authorization: Bearer <token>` (401 otherwise). `/health` never does, so orchestrators'
+//! probes keep working unchanged; without the token it says only `ok` or `storage unhealthy`,
+//! not the storage's last error (which may name buckets, hosts or paths).
 
 use std::collections::VecDeque;
 use std::io;
@@ -25,13 +30,16 @@ use crate::metrics::{MetricsSource, UNHEALTHY_AFTER_FAILURES};
 pub const MAX_REQUEST_HEAD: usize = 8 * 1024;
 
 /// Bounds on the endpoint's connections (`metrics_max_connections`, `metrics_timeout`).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct HttpLimits {
     /// Connections served at once. At the limit, the connection that has waited longest for
     /// its request head is closed to make room for the new one.
     pub max_connections: usize,
     /// A client gets this long to send its request head, and again to take the response.
     pub timeout: Duration,
+    /// The bearer token `/metrics` requires (and `/health` for its details); None serves
+    /// both to anyone who can connect.
+    pub token: Option<Arc<str>>,
 }
 
 /// A connection being served.
@@ -83,8 +91,10 @@ pub async fn serve(listener: TcpListener, source: Arc<MetricsSource>, limits: Ht
         let source = Arc::clone(&source);
         let waiting = Arc::new(AtomicBool::new(true));
         let flag = Arc::clone(&waiting);
+        let timeout = limits.timeout;
+        let token = limits.token.clone();
         let task = tokio::spawn(async move {
-            if let Err(error) = handle(stream, &source, &flag, limits.timeout).await {
+            if let Err(error) = handle(stream, &source, &flag, timeout, token.as_deref()).await {
                 debug!(%peer, %error, "metrics endpoint: connection failed");
             }
         });
@@ -97,6 +107,7 @@ async fn handle(
     source: &MetricsSource,
     waiting: &AtomicBool,
     timeout: Duration,
+    token: Option<&str>,
 ) -> io::Result<()> {
     let head = match strata_core::timeout(source.clock(), timeout, read_head(&mut stream)).await {
         Ok(head) => head?,
@@ -106,7 +117,7 @@ async fn handle(
     let response = match head {
         Head::Closed => return Ok(()),
         Head::TooLarge => Response::text(431, "request header too large\n"),
-        Head::Complete(bytes) => respond(&bytes, source),
+        Head::Complete(bytes) => respond(&bytes, source, token),
     };
     let bytes = response.to_bytes();
     let write = async {
@@ -178,16 +189,36 @@ fn head_end(bytes: &[u8]) -> Option<usize> {
 }
 
 /// The answer to a complete request head.
-fn respond(head: &[u8], source: &MetricsSource) -> Response {
+fn respond(head: &[u8], source: &MetricsSource, token: Option<&str>) -> Response {
     let Some(request) = Request::parse(head) else {
         return Response::text(400, "bad request\n");
     };
+    let authorized = token.is_none_or(|token| {
+        request
+            .bearer
+            .is_some_and(|given| same_secret(given.as_bytes(), token.as_bytes()))
+    });
     if request.method != "GET" && request.method != "HEAD" {
         let mut response = Response::text(405, "only GET and HEAD\n");
         response.allow = true;
         return response;
     }
     let mut response = match request.path {
+        "/metrics" if !authorized => {
+            let mut response = Response::text(
+                401,
+                "unauthorized: send Authorization: Bearer <metrics_token>\n",
+            );
+            response.challenge = true;
+            response
+        }
+        "/health" if !authorized => {
+            if source.health().is_healthy(UNHEALTHY_AFTER_FAILURES) {
+                Response::text(200, "ok\n")
+            } else {
+                Response::text(503, "storage unhealthy\n")
+            }
+        }
         "/metrics" => Response {
             content_type: "text/plain; version=0.0.4; charset=utf-8",
             ..Response::text(200, source.render())
@@ -237,11 +268,25 @@ struct Request<'a> {
     method: &'a str,
     /// The target without its query string.
     path: &'a str,
+    /// The token of an `Authorization: Bearer` header.
+    bearer: Option<&'a str>,
+}
+
+/// Compares a given token with the configured one in time that depends on their lengths only,
+/// so a client cannot find the token byte by byte from how long refusals take.
+fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+    let mut diff = u8::from(given.len() != expected.len());
+    for i in 0..given.len().max(expected.len()) {
+        let a = given.get(i).copied().unwrap_or(0);
+        let b = expected.get(i).copied().unwrap_or(0);
+        diff |= a ^ b;
+    }
+    std::hint::black_box(diff) == 0
 }
 
 impl<'a> Request<'a> {
-    /// Reads the request line, `METHOD SP target SP HTTP/1.x`. Headers are ignored: nothing
-    /// served here depends on them.
+    /// Reads the request line, `METHOD SP target SP HTTP/1.x`, and the bearer token of an
+    /// `Authorization` header (the only header anything here depends on).
     fn parse(head: &'a [u8]) -> Option<Self> {
         let line_end = head.iter().position(|b| *b == b'\n').unwrap_or(head.len());
         let line = std::str::from_utf8(&head[..line_end]).ok()?;
@@ -252,7 +297,25 @@ impl<'a> Request<'a> {
             return None;
         }
         let path = target.split('?').next().unwrap_or(target);
-        Some(Self { method, path })
+        let bearer = head
+            .get(line_end + 1..)
+            .unwrap_or_default()
+            .split(|b| *b == b'\n')
+            .filter_map(|line| std::str::from_utf8(line).ok())
+            .find_map(|line| {
+                let (name, value) = line.split_once(':')?;
+                if !name.trim().eq_ignore_ascii_case("authorization") {
+                    return None;
+                }
+                let value = value.trim();
+                let (scheme, token) = value.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            });
+        Some(Self {
+            method,
+            path,
+            bearer,
+        })
     }
 }
 
@@ -265,6 +328,8 @@ struct Response {
     head_only: bool,
     /// Add `Allow:` (405 answers must say what is allowed).
     allow: bool,
+    /// Add `WWW-Authenticate: Bearer` (401 answers must say how to authenticate).
+    challenge: bool,
 }
 
 impl Response {
@@ -275,6 +340,7 @@ impl Response {
             body: body.into(),
             head_only: false,
             allow: false,
+            challenge: false,
         }
     }
 
@@ -282,6 +348,7 @@ impl Response {
         let reason = match self.status {
             200 => "OK",
             400 => "Bad Request",
+            401 => "Unauthorized",
             404 => "Not Found",
             405 => "Method Not Allowed",
             431 => "Request Header Fields Too Large",
@@ -296,6 +363,9 @@ impl Response {
         );
         if self.allow {
             out.push_str("Allow: GET, HEAD\r\n");
+        }
+        if self.challenge {
+            out.push_str("WWW-Authenticate: Bearer\r\n");
         }
         out.push_str("\r\n");
         let mut bytes = out.into_bytes();
@@ -319,6 +389,7 @@ mod tests {
     const LIMITS: HttpLimits = HttpLimits {
         max_connections: 64,
         timeout: Duration::from_secs(5),
+        token: None,
     };
 
     #[test]
@@ -327,14 +398,16 @@ mod tests {
             Request::parse(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a"),
             Some(Request {
                 method: "GET",
-                path: "/metrics"
+                path: "/metrics",
+                bearer: None,
             })
         );
         assert_eq!(
             Request::parse(b"HEAD /health HTTP/1.0"),
             Some(Request {
                 method: "HEAD",
-                path: "/health"
+                path: "/health",
+                bearer: None,
             })
         );
         assert_eq!(Request::parse(b"GET /metrics"), None);
@@ -515,6 +588,7 @@ mod tests {
         let limits = HttpLimits {
             max_connections: 8,
             timeout: Duration::from_secs(3600),
+            token: None,
         };
         let server = tokio::spawn(serve(listener, source, limits));
         let idle: Vec<std::net::TcpStream> = (0..40)
@@ -534,5 +608,47 @@ mod tests {
         }
         drop(idle);
         server.abort();
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_token_guards_metrics_and_leaves_health_to_probes() {
+        let (_, _, source) = memory_source();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = HttpLimits {
+            token: Some(Arc::from("s3cret")),
+            ..LIMITS
+        };
+        let server = tokio::spawn(serve(listener, source, limits));
+        let ask = move |auth: &'static str| {
+            tokio::task::spawn_blocking(move || {
+                fetch(
+                    addr,
+                    format!("GET /metrics HTTP/1.1\r\nHost: t\r\n{auth}\r\n").as_bytes(),
+                )
+            })
+        };
+        let (status, head, _) = ask("").await.unwrap();
+        assert_eq!(status, 401);
+        assert!(head.contains("WWW-Authenticate: Bearer"), "{head}");
+        assert_eq!(ask("Authorization: Bearer wrong\r\n").await.unwrap().0, 401);
+        assert_eq!(ask("Authorization: Bearer s3cre\r\n").await.unwrap().0, 401);
+        assert_eq!(ask("Authorization: Basic s3cret\r\n").await.unwrap().0, 401);
+        let (status, _, body) = ask("authorization: bearer s3cret\r\n").await.unwrap();
+        assert_eq!(status, 200);
+        assert!(body.contains("strata_storage_requests_total"));
+        let (status, _, body) = tokio::task::spawn_blocking(move || get(addr, "/health"))
+            .await
+            .unwrap();
+        assert_eq!((status, body.as_str()), (200, "ok\n"));
+        server.abort();
+    }
+
+    #[test]
+    fn secrets_compare_equal_only_when_identical() {
+        assert!(same_secret(b"abc", b"abc"));
+        assert!(!same_secret(b"abc", b"abd"));
+        assert!(!same_secret(b"ab", b"abc"));
+        assert!(!same_secret(b"abc\0", b"abc"));
+        assert!(!same_secret(b"", b"abc"));
     }
 }

@@ -261,6 +261,8 @@ fn api_name(key: i16) -> &'static str {
             kafka_protocol::messages::ApiKey::CreatePartitions => "CreatePartitions",
             kafka_protocol::messages::ApiKey::DeleteGroups => "DeleteGroups",
             kafka_protocol::messages::ApiKey::IncrementalAlterConfigs => "IncrementalAlterConfigs",
+            kafka_protocol::messages::ApiKey::DescribeClientQuotas => "DescribeClientQuotas",
+            kafka_protocol::messages::ApiKey::AlterClientQuotas => "AlterClientQuotas",
             kafka_protocol::messages::ApiKey::ConsumerGroupDescribe => "ConsumerGroupDescribe",
             _ => "a Kafka API",
         })

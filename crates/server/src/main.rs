@@ -65,7 +65,10 @@ enum Command {
     /// sasl_enabled_mechanisms, ssl_certificate, ssl_key, authentication_timeout [default:
     /// 10s], sasl_user_cache_ttl [default: 1s], sasl_user_cache_entries [default: 10000],
     /// authorizer [default: none], super_users, allow_everyone_if_no_acl_found [default:
-    /// false], acl_refresh_interval [default: 1s], node_id,
+    /// false], acl_refresh_interval [default: 1s],
+    /// quota_window_num [default: 11], quota_window_size [default: 1s], quota_max_throttle
+    /// [default: 10s], quota_max_tracked [default: 10000], quota_refresh_interval [default:
+    /// 1s], node_id,
     /// cluster_id, storage, ephemeral_storage_ok, auto_create_topics,
     /// auto_create_topics_per_request, auto_create_topics_per_second,
     /// default_replication_factor, max_request_bytes,
@@ -78,8 +81,10 @@ enum Command {
     /// group_consumer_heartbeat_interval [default: 5s],
     /// max_incremental_fetch_session_cache_slots [default: 1000],
     /// max_incremental_fetch_session_partitions [default: 1000000],
-    /// min_incremental_fetch_session_eviction [default: 120s], metrics_listen,
-    /// metrics_max_connections, metrics_timeout, cluster, lease_period,
+    /// min_incremental_fetch_session_eviction [default: 120s], metrics_listen [a bare port
+    /// binds 127.0.0.1], metrics_token, metrics_token_file [default: none; /metrics then needs
+    /// Authorization: Bearer <token>], metrics_max_connections, metrics_timeout, cluster,
+    /// lease_period,
     /// heartbeat_interval, ownership_interval, move_watch_interval, auto_rebalance,
     /// standalone_seal_check).
     ///
@@ -124,6 +129,9 @@ enum Command {
     /// ACLs: add, remove, list (Kafka protocol: CreateAcls, DeleteAcls, DescribeAcls).
     #[command(subcommand)]
     Acls(cli::acls::AclsCommand),
+    /// Client quotas of users and client ids: describe, alter (Kafka protocol).
+    #[command(subcommand)]
+    Quotas(cli::quotas::QuotasCommand),
     /// Produce records to one partition: each --value, or each line of stdin (Kafka protocol).
     Produce(cli::data::ProduceArgs),
     /// Print records of one partition from an offset (Kafka protocol).
@@ -318,6 +326,22 @@ struct ServeArgs {
     log_level: Option<String>,
 }
 
+/// The bearer token the metrics endpoint requires, if one is configured.
+fn metrics_token(settings: &Settings) -> anyhow::Result<Option<Arc<str>>> {
+    let token = match (&settings.metrics_token, &settings.metrics_token_file) {
+        (Some(token), _) => token.trim().to_string(),
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading metrics_token_file {}", path.display()))?
+            .trim()
+            .to_string(),
+        (None, None) => return Ok(None),
+    };
+    if token.is_empty() {
+        anyhow::bail!("metrics_token_file holds an empty token");
+    }
+    Ok(Some(Arc::from(token)))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -328,6 +352,7 @@ fn main() -> ExitCode {
         Command::Topic(command) => run_admin(cli::topic::run(command)),
         Command::Group(command) => run_admin(cli::group::run(command)),
         Command::Acls(command) => run_admin(cli::acls::run(command)),
+        Command::Quotas(command) => run_admin(cli::quotas::run(command)),
         Command::Produce(args) => run_admin(cli::data::produce(args)),
         Command::Consume(args) => run_admin(cli::data::consume(args)),
         Command::Cluster(command) => run_admin(admin::cluster(command)),
@@ -495,6 +520,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             let limits = http::HttpLimits {
                 max_connections: settings.metrics_max_connections,
                 timeout: settings.metrics_timeout,
+                token: metrics_token(&settings)?,
             };
             Some(tokio::spawn(http::serve(
                 listener,
@@ -630,6 +656,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             sasl_user_cache_entries: settings.sasl_user_cache_entries,
             authorizer: settings.authorizer_config(),
             acl_refresh_interval: settings.acl_refresh_interval,
+            quota_window_num: settings.quota_window_num,
+            quota_window_size: settings.quota_window_size,
+            quota_max_throttle: settings.quota_max_throttle,
+            quota_max_tracked: settings.quota_max_tracked,
+            quota_refresh_interval: settings.quota_refresh_interval,
             ..BrokerSettings::default()
         },
         // Not the jitter seed itself: the two streams of numbers stay independent.
@@ -648,7 +679,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .with_users(Arc::clone(&storage.store))
             .with_acls(Arc::clone(&storage.store))
             .await
-            .context("reading the ACLs from storage")?,
+            .context("reading the ACLs from storage")?
+            .with_quotas(Arc::clone(&storage.store)),
     );
     metrics.attach_broker(Arc::clone(&broker));
     if let Some(node) = broker.cluster() {

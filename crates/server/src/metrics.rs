@@ -109,6 +109,11 @@ impl MetricsSource {
                 .get()
                 .map(|broker| broker.authorization_denied())
                 .unwrap_or_default(),
+            throttles: self
+                .broker
+                .get()
+                .map(|broker| broker.throttle_stats().snapshot())
+                .unwrap_or_default(),
             uptime: self.clock.monotonic().saturating_sub(self.started),
         }
     }
@@ -154,6 +159,8 @@ pub struct Snapshot {
     pub traffic: Option<TrafficSnapshot>,
     /// Checks the ACL authorizer refused, by (resource type, operation).
     pub authorization_denied: Vec<(&'static str, &'static str, u64)>,
+    /// Client-quota throttles: (kind, seconds, throttled responses).
+    pub throttles: Vec<(&'static str, f64, u64)>,
     pub uptime: Duration,
 }
 
@@ -487,6 +494,33 @@ pub fn render(snapshot: &Snapshot) -> String {
         );
     }
 
+    if !snapshot.throttles.is_empty() {
+        out.family(
+            "strata_quota_throttle_seconds_total",
+            "counter",
+            "Time responses over a client quota were throttled (connection muted), by quota kind (produce, fetch, request).",
+        );
+        for (kind, seconds, _) in &snapshot.throttles {
+            out.sample(
+                "strata_quota_throttle_seconds_total",
+                &[("kind", kind)],
+                seconds,
+            );
+        }
+        out.family(
+            "strata_quota_throttled_responses_total",
+            "counter",
+            "Responses over a client quota, by quota kind.",
+        );
+        for (kind, _, responses) in &snapshot.throttles {
+            out.sample(
+                "strata_quota_throttled_responses_total",
+                &[("kind", kind)],
+                responses,
+            );
+        }
+    }
+
     if let Some(sessions) = &snapshot.fetch_sessions {
         out.family(
             "strata_fetch_sessions",
@@ -702,6 +736,7 @@ mod tests {
             authentications: Vec::new(),
             traffic: None,
             authorization_denied: vec![("TOPIC", "WRITE", 3)],
+            throttles: Vec::new(),
             uptime: Duration::from_millis(1500),
         }
     }

@@ -11,6 +11,20 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 use strata_log::LogConfig;
 
+/// `metrics_listen`: an address, or a bare port (`9100`, `:9100`) for loopback only.
+fn loopback_unless_told<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    let Some(text) = Option::<String>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let port = text.strip_prefix(':').unwrap_or(&text);
+    if let Ok(port) = port.parse::<u16>() {
+        return Ok(Some(SocketAddr::from(([127, 0, 0, 1], port))));
+    }
+    text.parse()
+        .map(Some)
+        .map_err(|_| de::Error::custom(format!("{text:?} is not host:port or a port")))
+}
+
 /// Everything `strata serve` can be configured with. Field docs are the reference: `strata.toml`
 /// uses these names, environment variables are `STRATA_` + the upper-cased name (`STRATA_LOG_` +
 /// name for the `[log]` section).
@@ -67,6 +81,21 @@ pub struct Settings {
     /// enforced everywhere within about this long; each look is one small storage read.
     #[serde(with = "humantime_serde")]
     pub acl_refresh_interval: Duration,
+    /// Client quotas are measured over this many samples (Kafka's `quota.window.num`)...
+    pub quota_window_num: usize,
+    /// ...of this long each (Kafka's `quota.window.size.seconds`).
+    #[serde(with = "humantime_serde")]
+    pub quota_window_size: Duration,
+    /// The longest one response over a quota is throttled (its connection muted).
+    #[serde(with = "humantime_serde")]
+    pub quota_max_throttle: Duration,
+    /// Users and client ids under a quota whose usage a broker tracks at once (client ids
+    /// are the client's choice); beyond it the least recently used bucket starts over.
+    pub quota_max_tracked: usize,
+    /// How often each broker reads the quota change marker: a quota altered anywhere is
+    /// enforced everywhere within about this long.
+    #[serde(with = "humantime_serde")]
+    pub quota_refresh_interval: Duration,
     /// This broker's id, as clients see it. Unset in cluster mode: the cluster allocates one
     /// (from 1001 up, a crashed predecessor's on this machine first), so set ids must stay at
     /// or below 1000. Unset without a cluster: 0.
@@ -172,8 +201,18 @@ pub struct Settings {
     /// Address of the HTTP endpoint serving `GET /metrics` (Prometheus text format) and
     /// `GET /health` (200 while storage answers, 503 after 3 failed requests in a row). Unset
     /// (the default) serves neither. Port 0 picks a free port (reported in the log as
-    /// `metrics on <address>`).
+    /// `metrics on <address>`). A bare port (`9100` or `:9100`) binds loopback only
+    /// (127.0.0.1): serving other hosts takes an explicit address such as `0.0.0.0:9100`.
+    #[serde(deserialize_with = "loopback_unless_told")]
     pub metrics_listen: Option<SocketAddr>,
+    /// A bearer token `GET /metrics` must present (`Authorization: Bearer <token>`; 401
+    /// without). `/health` stays open to orchestrators' probes but, without the token, tells
+    /// only `ok` or `storage unhealthy`. Unset (the default): no token. Prefer
+    /// `metrics_token_file`, which keeps the token out of the configuration file.
+    #[serde(skip_serializing)]
+    pub metrics_token: Option<String>,
+    /// A file holding `metrics_token` (surrounding whitespace ignored), read at start-up.
+    pub metrics_token_file: Option<std::path::PathBuf>,
     /// Connections the HTTP endpoint serves at once. At the limit, the connection that has
     /// waited longest for its request is closed to make room, so idle clients cannot keep a
     /// health check waiting.
@@ -286,6 +325,11 @@ impl Default for Settings {
             super_users: String::new(),
             allow_everyone_if_no_acl_found: false,
             acl_refresh_interval: broker.acl_refresh_interval,
+            quota_window_num: broker.quota_window_num,
+            quota_window_size: broker.quota_window_size,
+            quota_max_throttle: broker.quota_max_throttle,
+            quota_max_tracked: broker.quota_max_tracked,
+            quota_refresh_interval: broker.quota_refresh_interval,
             node_id: None,
             cluster_id: broker.cluster_id,
             storage: "./strata-data".to_string(),
@@ -317,6 +361,8 @@ impl Default for Settings {
                 .max_incremental_fetch_session_partitions,
             min_incremental_fetch_session_eviction: broker.min_incremental_fetch_session_eviction,
             metrics_listen: None,
+            metrics_token: None,
+            metrics_token_file: None,
             metrics_max_connections: 64,
             metrics_timeout: Duration::from_secs(5),
             // On by default so brokers pointed at one storage form a cluster instead of fencing
@@ -620,6 +666,31 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         &["acl_refresh_interval"],
         Kind::Text,
     ),
+    (
+        "STRATA_QUOTA_WINDOW_NUM",
+        &["quota_window_num"],
+        Kind::Integer,
+    ),
+    (
+        "STRATA_QUOTA_WINDOW_SIZE",
+        &["quota_window_size"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_QUOTA_MAX_THROTTLE",
+        &["quota_max_throttle"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_QUOTA_MAX_TRACKED",
+        &["quota_max_tracked"],
+        Kind::Integer,
+    ),
+    (
+        "STRATA_QUOTA_REFRESH_INTERVAL",
+        &["quota_refresh_interval"],
+        Kind::Text,
+    ),
     ("STRATA_NODE_ID", &["node_id"], Kind::Integer),
     ("STRATA_CLUSTER_ID", &["cluster_id"], Kind::Text),
     ("STRATA_STORAGE", &["storage"], Kind::Text),
@@ -737,6 +808,12 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         Kind::Text,
     ),
     ("STRATA_METRICS_LISTEN", &["metrics_listen"], Kind::Text),
+    ("STRATA_METRICS_TOKEN", &["metrics_token"], Kind::Text),
+    (
+        "STRATA_METRICS_TOKEN_FILE",
+        &["metrics_token_file"],
+        Kind::Text,
+    ),
     (
         "STRATA_METRICS_MAX_CONNECTIONS",
         &["metrics_max_connections"],
@@ -1334,6 +1411,19 @@ impl Settings {
         if self.metrics_timeout.is_zero() {
             return bad("metrics_timeout", "must be more than 0s");
         }
+        if self.metrics_token.is_some() && self.metrics_token_file.is_some() {
+            return bad(
+                "metrics_token",
+                "give metrics_token or metrics_token_file, not both",
+            );
+        }
+        if self
+            .metrics_token
+            .as_deref()
+            .is_some_and(|t| t.trim().is_empty())
+        {
+            return bad("metrics_token", "must not be empty");
+        }
         if self.max_request_partition_size_limit == 0 {
             return bad("max_request_partition_size_limit", "must be at least 1");
         }
@@ -1521,6 +1611,18 @@ impl Settings {
         }
         if self.acl_refresh_interval.is_zero() {
             return bad("acl_refresh_interval", "must be more than 0".into());
+        }
+        if self.quota_window_num < 2 {
+            return bad("quota_window_num", "must be at least 2".into());
+        }
+        if self.quota_window_size.is_zero() {
+            return bad("quota_window_size", "must be more than 0".into());
+        }
+        if self.quota_max_tracked == 0 {
+            return bad("quota_max_tracked", "must be at least 1".into());
+        }
+        if self.quota_refresh_interval.is_zero() {
+            return bad("quota_refresh_interval", "must be more than 0".into());
         }
         Ok(())
     }
@@ -2086,6 +2188,11 @@ mod tests {
         assert_eq!(s.authentication_timeout, Duration::from_secs(10));
         assert_eq!(s.sasl_user_cache_ttl, Duration::from_secs(1));
         assert_eq!(s.sasl_user_cache_entries, 10_000);
+        assert_eq!(s.quota_window_num, 11);
+        assert_eq!(s.quota_window_size, Duration::from_secs(1));
+        assert_eq!(s.quota_max_throttle, Duration::from_secs(10));
+        assert_eq!(s.quota_max_tracked, 10_000);
+        assert_eq!(s.quota_refresh_interval, Duration::from_secs(1));
 
         let f = file(
             "listeners = \"PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0\"\n\
@@ -2196,6 +2303,15 @@ mod tests {
         let f = file("metrics_listen = \"127.0.0.1:9100\"\n");
         let (s, _) = load(Some(f.path()), env(&[]), &FlagOverrides::default()).unwrap();
         assert_eq!(s.metrics_listen, Some("127.0.0.1:9100".parse().unwrap()));
+        for bare in ["9100", ":9100"] {
+            let f = file(&format!("metrics_listen = \"{bare}\"\n"));
+            let (s, _) = load(Some(f.path()), env(&[]), &FlagOverrides::default()).unwrap();
+            assert_eq!(
+                s.metrics_listen,
+                Some("127.0.0.1:9100".parse().unwrap()),
+                "{bare}"
+            );
+        }
         let (s, _) = load(
             Some(f.path()),
             env(&[("STRATA_METRICS_LISTEN", "0.0.0.0:9101")]),

@@ -36,13 +36,28 @@ use crate::framing::{encode_fetch_response, EncodeError, ResponseFrame};
 use crate::server::Broker;
 use crate::RequestContext;
 
+/// Answers a Fetch; `throttle` is told the size of the records it returns and says how long
+/// the client must be held back for its quota, which the answer carries as `throttle_time_ms`.
 pub(crate) async fn handle(
     broker: &Broker,
     request: FetchRequest,
     ctx: &RequestContext,
-) -> Result<ResponseFrame, EncodeError> {
-    let response = fetch(broker, request, ctx).await;
-    encode_fetch_response(ctx.correlation_id, &response, ctx.api_version)
+    throttle: impl FnOnce(usize) -> std::time::Duration,
+) -> Result<(ResponseFrame, std::time::Duration), EncodeError> {
+    let mut response = fetch(broker, request, ctx).await;
+    let bytes: usize = response
+        .topics
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .flat_map(|p| p.records.iter().flatten())
+        .map(Bytes::len)
+        .sum();
+    let mute = throttle(bytes);
+    response.fields.throttle_time_ms = i32::try_from(mute.as_millis()).unwrap_or(i32::MAX);
+    Ok((
+        encode_fetch_response(ctx.correlation_id, &response, ctx.api_version)?,
+        mute,
+    ))
 }
 
 /// One partition to read, resolved.
@@ -502,7 +517,11 @@ mod tests {
             let mut request = FetchRequest::default();
             request.max_bytes = 1 << 20;
             request.topics = vec![topic];
-            let frame = handle(&broker, request, &ctx(version)).await.unwrap();
+            let (frame, _) = handle(&broker, request, &ctx(version), |_| {
+                std::time::Duration::ZERO
+            })
+            .await
+            .unwrap();
             for batch in stored.iter().filter(|batch| batch.len() >= 512) {
                 assert!(
                     frame

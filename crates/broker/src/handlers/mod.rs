@@ -13,6 +13,7 @@ pub(crate) mod list_offsets;
 pub(crate) mod metadata;
 pub(crate) mod produce;
 pub(crate) mod producer;
+pub(crate) mod quotas;
 pub(crate) mod records;
 pub(crate) mod security;
 pub(crate) mod topics;

@@ -5,7 +5,6 @@
 //! broker without them answers, so tools fail (or show nothing) immediately instead of
 //! waiting for a timeout:
 //!
-//! - DescribeClientQuotas (v0–v1): there are no quotas: no entries.
 //! - ListTransactions (v0–v2), DescribeTransactions (v0): transactions are not implemented, so
 //!   there are none to list, and a named one is TRANSACTIONAL_ID_NOT_FOUND.
 
@@ -28,10 +27,9 @@ use kafka_protocol::messages::describe_user_scram_credentials_response::{
 use kafka_protocol::messages::{
     AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, CreateAclsRequest,
     CreateAclsResponse, DeleteAclsRequest, DeleteAclsResponse, DescribeAclsRequest,
-    DescribeAclsResponse, DescribeClientQuotasRequest, DescribeClientQuotasResponse,
-    DescribeTransactionsRequest, DescribeTransactionsResponse, DescribeUserScramCredentialsRequest,
-    DescribeUserScramCredentialsResponse, ListTransactionsRequest, ListTransactionsResponse,
-    ProducerId,
+    DescribeAclsResponse, DescribeTransactionsRequest, DescribeTransactionsResponse,
+    DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse,
+    ListTransactionsRequest, ListTransactionsResponse, ProducerId,
 };
 use kafka_protocol::protocol::StrBytes;
 use strata_layout::users::StoredUser;
@@ -561,16 +559,6 @@ pub(crate) async fn alter_user_scram_credentials(
         r.user = user;
         response.results.push(r);
     }
-    response
-}
-
-pub(crate) fn describe_client_quotas(
-    _request: DescribeClientQuotasRequest,
-    _ctx: &RequestContext,
-) -> DescribeClientQuotasResponse {
-    let mut response = DescribeClientQuotasResponse::default();
-    response.error_code = code::NONE;
-    response.entries = Some(Vec::new());
     response
 }
 

@@ -207,6 +207,26 @@ async fn bad_bindings_are_refused_one_by_one_and_users_need_cluster_rights() {
         .call(ApiKey::AlterUserScramCredentials, 0, &alter)
         .await;
     assert_eq!(altered.results[0].error_code, CLUSTER_AUTHORIZATION_FAILED);
+    // Client quotas too, as Kafka: DESCRIBE_CONFIGS / ALTER_CONFIGS on the cluster.
+    let quotas: DescribeClientQuotasResponse = client
+        .call(
+            ApiKey::DescribeClientQuotas,
+            1,
+            &DescribeClientQuotasRequest::default(),
+        )
+        .await;
+    assert_eq!(quotas.error_code, CLUSTER_AUTHORIZATION_FAILED);
+    let lifted: AlterClientQuotasResponse = client
+        .call(
+            ApiKey::AlterClientQuotas,
+            1,
+            &super::quotas::alter(
+                &[("client-id", Some("greedy"))],
+                &[("producer_byte_rate", 1e9, false)],
+            ),
+        )
+        .await;
+    assert_eq!(lifted.entries[0].error_code, CLUSTER_AUTHORIZATION_FAILED);
     broker.shutdown().await;
 }
 

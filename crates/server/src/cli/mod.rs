@@ -1,10 +1,11 @@
 //! The operator commands that talk the Kafka protocol to a running broker (`strata topic`,
-//! `group`, `acls`, `produce`, `consume`), through [`crate::kafka_client`]. Tables for people by
+//! `group`, `acls`, `quotas`, `produce`, `consume`), through [`crate::kafka_client`]. Tables for people by
 //! default, `--json` for scripts (one JSON document on stdout).
 
 pub mod acls;
 pub mod data;
 pub mod group;
+pub mod quotas;
 pub mod topic;
 
 use std::io::Write;
