@@ -595,10 +595,7 @@ async fn a_deposed_owner_does_not_replace_its_orphan_segment() {
     let orphan = ObjectKey::new(crate::manifest::segment_key(
         topic,
         0,
-        crate::index::SegmentRef {
-            base_offset: 0,
-            stream: a.stream(),
-        },
+        crate::index::SegmentRef::compacted(0, a.stream()),
     ))
     .unwrap();
     let (orphan_bytes, _) = backend.get(&orphan).await.unwrap();
