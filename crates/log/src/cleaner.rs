@@ -362,6 +362,7 @@ async fn clean_pass(
     if dirty.is_empty() {
         return Ok(false);
     }
+    tracing::info!(partition = %part.tp, cleaned_to = manifest.cleaned_to, dirty_segments = dirty.len(), "cleaning pass started");
     let mut throttle = Throttle::new(shared);
     let threads = shared.config.cleaner_threads.max(1);
     let mut map = OffsetMap::with_memory(shared.config.cleaner_dedupe_buffer_bytes / threads);
