@@ -16,7 +16,7 @@ use super::{as_gzip, config, gzip, open_managed, put_varint, tp, DURABLE};
 use crate::{LogConfig, LogError, LogManager};
 
 /// An uncompressed batch of (key, value) records (None value: a tombstone), timestamps `ts`.
-fn keyed(
+pub(crate) fn keyed(
     records: &[(Option<&str>, Option<&str>)],
     ts: i64,
     producer: Option<(i64, i16, i32)>,
