@@ -258,6 +258,8 @@ fn batch_error_code(error: &BatchError) -> i16 {
         BatchError::DecompressedTooLarge { .. } => code::MESSAGE_TOO_LARGE,
         BatchError::InvalidRecordCount { .. }
         | BatchError::InvalidRecord { .. }
+        // Kafka 4: InvalidRecordException from LogValidator.validateKey.
+        | BatchError::KeylessRecordOnCompactedTopic { .. }
         | BatchError::UnknownCompression(_)
         | BatchError::ControlBatchFromClient
         | BatchError::InvalidSequence { .. } => code::INVALID_RECORD,

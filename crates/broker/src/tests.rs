@@ -963,13 +963,27 @@ async fn topic_configs_come_from_the_table_accepted_refused_and_described() {
             ],
         ),
         with("zstd", &[("compression.type", "zstd")]),
-        with("compacted", &[("cleanup.policy", "compact")]),
+        with("shredded", &[("cleanup.policy", "shred")]),
         with("tiered", &[("remote.storage.enable", "true")]),
         with("typo", &[("min.insync.replica", "2")]),
+        with(
+            "compacted",
+            &[
+                ("cleanup.policy", "compact,delete"),
+                ("min.cleanable.dirty.ratio", "0.1"),
+            ],
+        ),
+        with(
+            "lag-conflict",
+            &[
+                ("min.compaction.lag.ms", "10"),
+                ("max.compaction.lag.ms", "5"),
+            ],
+        ),
     ];
     let response: CreateTopicsResponse = client.call(ApiKey::CreateTopics, 7, &request).await;
     let codes: Vec<i16> = response.topics.iter().map(|t| t.error_code).collect();
-    assert_eq!(codes, vec![0, 40, 40, 40, 40]);
+    assert_eq!(codes, vec![0, 40, 40, 40, 40, 0, 40]);
     let text = |i: usize| {
         response.topics[i]
             .error_message
@@ -979,6 +993,7 @@ async fn topic_configs_come_from_the_table_accepted_refused_and_described() {
     };
     assert!(text(1).contains("does not recompress"), "{}", text(1));
     assert!(text(2).contains("compact"), "{}", text(2));
+    assert!(text(6).contains("min.compaction.lag.ms"), "{}", text(6));
     assert!(text(4).contains("unknown"), "{}", text(4));
 
     let mut resource =
@@ -1002,6 +1017,15 @@ async fn topic_configs_come_from_the_table_accepted_refused_and_described() {
             min_isr.config_type
         ),
         (Some("2"), 1, 3)
+    );
+    let ratio = get("min.cleanable.dirty.ratio");
+    assert_eq!(
+        (
+            ratio.value.as_ref().map(|v| v.as_str()),
+            ratio.config_source,
+            ratio.config_type
+        ),
+        (Some("0.5"), 5, 6)
     );
     let segment_ms = get("segment.ms");
     assert_eq!(

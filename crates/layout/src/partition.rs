@@ -30,6 +30,40 @@ pub fn segment_key(topic: TopicId, partition: i32, base_offset: i64, stream: u32
     format!("{PREFIX}{topic}/{partition}/seg/{base_offset:020}-{stream:08x}")
 }
 
+/// A segment written by the log cleaner (key compaction): also named by the claim number of
+/// the owner that wrote it and a generation unique within that owner's process, so a cleaned
+/// segment never collides with the segment it replaces, with a later cleaning of the same
+/// range, or with another owner's. The claim lets a garbage collector tell a successor's
+/// segments (a larger claim: never touched) from its own and its predecessors'.
+pub fn cleaned_segment_key(
+    topic: TopicId,
+    partition: i32,
+    base_offset: i64,
+    stream: u32,
+    claim: u64,
+    generation: u32,
+) -> String {
+    format!(
+        "{PREFIX}{topic}/{partition}/seg/{base_offset:020}-{stream:08x}-{claim:016x}-{generation:08x}"
+    )
+}
+
+/// The base offset, stream, claim and generation of a listed cleaned-segment key; None for
+/// anything else (including segments written by tail compaction).
+pub fn parse_cleaned_segment_key(key: &str) -> Option<(i64, u32, u64, u32)> {
+    let rest = key.strip_prefix(PREFIX)?;
+    let (_, name) = rest.rsplit_once("/seg/")?;
+    let mut parts = name.split('-');
+    let base = parts.next()?.parse().ok()?;
+    let stream = u32::from_str_radix(parts.next()?, 16).ok()?;
+    let claim = u64::from_str_radix(parts.next()?, 16).ok()?;
+    let generation = u32::from_str_radix(parts.next()?, 16).ok()?;
+    parts
+        .next()
+        .is_none()
+        .then_some((base, stream, claim, generation))
+}
+
 /// The base offset and stream of a listed segment key; None for anything else.
 pub fn parse_segment_key(key: &str) -> Option<(i64, u32)> {
     let rest = key.strip_prefix(PREFIX)?;
@@ -61,5 +95,15 @@ mod tests {
         assert!(seg.starts_with(&topic_prefix(t)));
         assert_eq!(parse_segment_key(&seg), Some((100, 0x2a)));
         assert_eq!(parse_segment_key(&manifest_key(t, 3)), None);
+        let cleaned = cleaned_segment_key(t, 3, 100, 0x2a, 7, 9);
+        assert_eq!(
+            cleaned,
+            format!("log/{hex}/3/seg/00000000000000000100-0000002a-0000000000000007-00000009")
+        );
+        assert!(cleaned.starts_with(&segment_prefix(t, 3)));
+        assert_eq!(parse_cleaned_segment_key(&cleaned), Some((100, 0x2a, 7, 9)));
+        // Each parser reads only its own kind, so old code never mistakes a cleaned segment.
+        assert_eq!(parse_segment_key(&cleaned), None);
+        assert_eq!(parse_cleaned_segment_key(&seg), None);
     }
 }

@@ -149,13 +149,16 @@ impl LogManager {
         }
         if !compressed.is_empty() {
             let views = compressed.iter().map(|i| batches[*i].clone()).collect();
-            let limit = shared.config.max_decompressed_batch_bytes.max(max) as u64;
+            let limit = limit_for(shared, max);
             let checks = check_compressed(&shared.decompressions, views, limit).await?;
             for (i, check) in compressed.iter().zip(checks) {
                 if let RecordsCheck::Verified { max_timestamp } = check {
                     max_timestamps[*i] = max_timestamp;
                 }
             }
+        }
+        if topic.config.cleanup_policy.compact {
+            check_keys(&shared.decompressions, &batches, limit_for(shared, max)).await?;
         }
         shared.queue.check_accepting()?;
 
@@ -289,6 +292,51 @@ impl LogManager {
 /// take milliseconds of CPU, which must not stall the connection tasks sharing the runtime's
 /// workers (the CRC and the uncompressed walk stay inline: they read each byte once, at memory
 /// speed). `slots` bounds how many run at once.
+/// How far one batch may inflate when decompressed on append.
+fn limit_for(shared: &Shared, max_message_bytes: usize) -> u64 {
+    shared
+        .config
+        .max_decompressed_batch_bytes
+        .max(max_message_bytes) as u64
+}
+
+/// A compacted topic refuses a batch holding a record without a key, as Kafka's
+/// `LogValidator.validateKey` does, before anything is appended. Compressed batches are
+/// decompressed again for it (on the blocking pool, in a decompression slot): the validation
+/// walk above skips keys and keeps nothing, and only compacted topics pay for the second pass.
+async fn check_keys(slots: &Arc<Semaphore>, batches: &[BatchView], limit: u64) -> LogResult<()> {
+    let first_keyless = move |b: &BatchView| -> LogResult<()> {
+        match strata_wire::clean::first_keyless_record(b, limit)? {
+            Some(index) => Err(LogError::CorruptMessage(
+                wire_batch::BatchError::KeylessRecordOnCompactedTopic { index },
+            )),
+            None => Ok(()),
+        }
+    };
+    let (plain, compressed): (Vec<&BatchView>, Vec<&BatchView>) = batches
+        .iter()
+        .partition(|b| b.compression() == strata_wire::Compression::None);
+    for b in plain {
+        first_keyless(b)?;
+    }
+    if compressed.is_empty() {
+        return Ok(());
+    }
+    let owned: Vec<BatchView> = compressed.into_iter().cloned().collect();
+    let _slot = slots
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|_| LogError::ShuttingDown)?;
+    tokio::task::spawn_blocking(move || owned.iter().try_for_each(first_keyless))
+        .await
+        .map_err(|e| {
+            LogError::CorruptMessage(wire_batch::BatchError::InvalidRecords(format!(
+                "decompression failed: {e}"
+            )))
+        })?
+}
+
 async fn check_compressed(
     slots: &Arc<Semaphore>,
     batches: Vec<BatchView>,

@@ -55,6 +55,15 @@ pub struct LogConfig {
     /// after a few seconds at 2k records/s); one at a time, on a local disk where each delete
     /// syncs a directory, that took seconds.
     pub wal_delete_concurrency: usize,
+    /// Memory of the cleaner's key → latest offset map, per broker (split between
+    /// `cleaner_threads`): 24 bytes a distinct key, filled to 90%. More dirty keys than fit
+    /// make a pass cover fewer offsets (the next pass continues), never more memory.
+    pub cleaner_dedupe_buffer_bytes: usize,
+    /// The cleaner's reads and writes of segments, per broker, in bytes a second (u64::MAX:
+    /// unthrottled), so cleaning does not starve produce and fetch of storage bandwidth.
+    pub cleaner_io_max_bytes_per_second: u64,
+    /// Cleaning passes running at once, each over one partition; 0 turns the cleaner off.
+    pub cleaner_threads: usize,
 }
 
 impl Default for LogConfig {
@@ -75,6 +84,9 @@ impl Default for LogConfig {
             handover_timeout: Duration::from_secs(30),
             shutdown_timeout: Duration::from_secs(30),
             wal_delete_concurrency: 16,
+            cleaner_dedupe_buffer_bytes: 64 << 20,
+            cleaner_io_max_bytes_per_second: u64::MAX,
+            cleaner_threads: 1,
         }
     }
 }
@@ -92,8 +104,48 @@ pub enum TimestampType {
     LogAppendTime,
 }
 
-/// The topic-level configs Strata honours, with Kafka's names and defaults.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// `cleanup.policy`: what happens to old records. Kafka's list of `delete` and `compact`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CleanupPolicy {
+    /// Whole segments older than `retention.ms` or beyond `retention.bytes` are dropped.
+    pub delete: bool,
+    /// The cleaner keeps only the latest record of each key (key compaction).
+    pub compact: bool,
+}
+
+impl Default for CleanupPolicy {
+    fn default() -> Self {
+        Self {
+            delete: true,
+            compact: false,
+        }
+    }
+}
+
+impl CleanupPolicy {
+    /// Kafka's spelling: `delete`, `compact` or `compact,delete`.
+    pub fn describe(self) -> String {
+        match (self.compact, self.delete) {
+            (true, true) => "compact,delete".to_string(),
+            (true, false) => "compact".to_string(),
+            _ => "delete".to_string(),
+        }
+    }
+}
+
+fn default_delete_retention_ms() -> i64 {
+    86_400_000
+}
+fn default_max_compaction_lag_ms() -> i64 {
+    i64::MAX
+}
+fn default_min_cleanable_dirty_ratio() -> f64 {
+    0.5
+}
+
+/// The topic-level configs Strata honours, with Kafka's names and defaults. Stored in the
+/// catalog: fields added later carry serde defaults, so older catalogs load unchanged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TopicConfig {
     /// `retention.ms`; -1 keeps data forever.
     pub retention_ms: i64,
@@ -103,7 +155,28 @@ pub struct TopicConfig {
     pub max_message_bytes: i32,
     /// `message.timestamp.type`.
     pub timestamp_type: TimestampType,
+    /// `cleanup.policy`.
+    #[serde(default)]
+    pub cleanup_policy: CleanupPolicy,
+    /// `delete.retention.ms`: how long a tombstone survives after the cleaner first passed
+    /// the segment holding it (so a consumer that is behind still sees the delete).
+    #[serde(default = "default_delete_retention_ms")]
+    pub delete_retention_ms: i64,
+    /// `min.compaction.lag.ms`: records younger than this are never cleaned.
+    #[serde(default)]
+    pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms`: dirty records older than this make the partition cleanable
+    /// whatever its dirty ratio.
+    #[serde(default = "default_max_compaction_lag_ms")]
+    pub max_compaction_lag_ms: i64,
+    /// `min.cleanable.dirty.ratio`: cleaned when at least this share of the segments' bytes
+    /// was never cleaned.
+    #[serde(default = "default_min_cleanable_dirty_ratio")]
+    pub min_cleanable_dirty_ratio: f64,
 }
+
+// The ratio is validated to lie in [0, 1], never NaN, so equality is total.
+impl Eq for TopicConfig {}
 
 impl Default for TopicConfig {
     fn default() -> Self {
@@ -112,6 +185,11 @@ impl Default for TopicConfig {
             retention_bytes: -1,
             max_message_bytes: 1_048_588,
             timestamp_type: TimestampType::CreateTime,
+            cleanup_policy: CleanupPolicy::default(),
+            delete_retention_ms: default_delete_retention_ms(),
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: default_max_compaction_lag_ms(),
+            min_cleanable_dirty_ratio: default_min_cleanable_dirty_ratio(),
         }
     }
 }
@@ -131,6 +209,13 @@ impl TopicConfig {
         let mut config = TopicConfig::default();
         for (name, value) in overrides {
             config.apply(name, value)?;
+        }
+        // Kafka's LogConfig.validateValues.
+        if config.min_compaction_lag_ms > config.max_compaction_lag_ms {
+            return Err(LogError::InvalidConfig(format!(
+                "conflict topic config setting min.compaction.lag.ms ({}) > max.compaction.lag.ms ({})",
+                config.min_compaction_lag_ms, config.max_compaction_lag_ms
+            )));
         }
         Ok(config)
     }
@@ -172,6 +257,36 @@ impl TopicConfig {
                     _ => return Err(bad("must be CreateTime or LogAppendTime")),
                 }
             }
+            "cleanup.policy" => {
+                let mut policy = CleanupPolicy {
+                    delete: false,
+                    compact: false,
+                };
+                for item in value.split(',') {
+                    match item.trim() {
+                        "delete" => policy.delete = true,
+                        "compact" => policy.compact = true,
+                        _ => return Err(bad("each item must be compact or delete")),
+                    }
+                }
+                self.cleanup_policy = policy;
+            }
+            "delete.retention.ms" => {
+                self.delete_retention_ms =
+                    value.trim().parse().map_err(|_| bad("not an integer"))?;
+            }
+            "min.compaction.lag.ms" => {
+                self.min_compaction_lag_ms =
+                    value.trim().parse().map_err(|_| bad("not an integer"))?;
+            }
+            "max.compaction.lag.ms" => {
+                self.max_compaction_lag_ms =
+                    value.trim().parse().map_err(|_| bad("not an integer"))?;
+            }
+            "min.cleanable.dirty.ratio" => {
+                self.min_cleanable_dirty_ratio =
+                    value.trim().parse().map_err(|_| bad("not a number"))?;
+            }
             // Checked above, and either with no effect or only accepted at the value Strata
             // behaves as.
             _ => {}
@@ -189,6 +304,7 @@ impl TopicConfig {
                     "retention.ms" => self.retention_ms.to_string(),
                     "retention.bytes" => self.retention_bytes.to_string(),
                     "max.message.bytes" => self.max_message_bytes.to_string(),
+                    "cleanup.policy" => self.cleanup_policy.describe(),
                     "message.timestamp.type" => match self.timestamp_type {
                         TimestampType::CreateTime => "CreateTime".to_string(),
                         TimestampType::LogAppendTime => "LogAppendTime".to_string(),
@@ -239,6 +355,93 @@ mod tests {
     use super::*;
 
     #[test]
+    fn cleanup_policies_and_compaction_settings_parse_as_kafka_validates_them() {
+        let with = |pairs: &[(&str, &str)]| {
+            TopicConfig::from_overrides(
+                &pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        };
+        let policy = |v: &str| with(&[("cleanup.policy", v)]).unwrap().cleanup_policy;
+        assert_eq!(
+            policy("compact"),
+            CleanupPolicy {
+                delete: false,
+                compact: true
+            }
+        );
+        assert_eq!(
+            policy("delete"),
+            CleanupPolicy {
+                delete: true,
+                compact: false
+            }
+        );
+        assert_eq!(
+            policy("compact, delete"),
+            CleanupPolicy {
+                delete: true,
+                compact: true
+            }
+        );
+        assert_eq!(policy("delete,compact").describe(), "compact,delete");
+        let c = with(&[
+            ("delete.retention.ms", "5"),
+            ("min.compaction.lag.ms", "6"),
+            ("max.compaction.lag.ms", "7"),
+            ("min.cleanable.dirty.ratio", "0.25"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (
+                c.delete_retention_ms,
+                c.min_compaction_lag_ms,
+                c.max_compaction_lag_ms
+            ),
+            (5, 6, 7)
+        );
+        assert_eq!(c.min_cleanable_dirty_ratio, 0.25);
+        assert!(with(&[("delete.retention.ms", "-1")]).is_err());
+        assert!(with(&[("min.compaction.lag.ms", "-1")]).is_err());
+        assert!(with(&[("max.compaction.lag.ms", "0")]).is_err());
+        assert!(with(&[("min.cleanable.dirty.ratio", "1.5")]).is_err());
+        assert!(with(&[("min.cleanable.dirty.ratio", "NaN")]).is_err());
+        assert!(with(&[
+            ("min.compaction.lag.ms", "10"),
+            ("max.compaction.lag.ms", "5")
+        ])
+        .is_err());
+        let d = TopicConfig::default();
+        assert_eq!(
+            d.cleanup_policy,
+            CleanupPolicy {
+                delete: true,
+                compact: false
+            }
+        );
+        assert_eq!(
+            (
+                d.delete_retention_ms,
+                d.min_compaction_lag_ms,
+                d.max_compaction_lag_ms
+            ),
+            (86_400_000, 0, i64::MAX)
+        );
+    }
+
+    #[test]
+    fn catalogs_written_before_compaction_load_with_kafka_defaults() {
+        let old = r#"{"retention_ms":1000,"retention_bytes":-1,"max_message_bytes":1048588,"timestamp_type":"CreateTime"}"#;
+        let c: TopicConfig = serde_json::from_str(old).unwrap();
+        assert_eq!(c.retention_ms, 1000);
+        assert_eq!(c.cleanup_policy, CleanupPolicy::default());
+        assert_eq!(c.min_cleanable_dirty_ratio, 0.5);
+        assert_eq!(c.max_compaction_lag_ms, i64::MAX);
+    }
+
+    #[test]
     fn rejects_unknown_names_and_bad_values() {
         let one = |k: &str, v: &str| {
             TopicConfig::from_overrides(&BTreeMap::from([(k.to_string(), v.to_string())]))
@@ -246,7 +449,8 @@ mod tests {
         assert!(one("retention.ms", "1000").is_ok());
         assert!(one("retention.ms", "-2").is_err());
         assert!(one("retention.ms", "soon").is_err());
-        assert!(one("cleanup.policy", "compact").is_err());
+        assert!(one("cleanup.policy", "compact,shred").is_err());
+        assert!(one("cleanup.policy", "").is_err());
         assert!(one("segment.bytes.typo", "1").is_err());
         assert!(one("compression.type", "zstd").is_err());
         assert!(one("min.insync.replicas", "2").is_ok());

@@ -7,7 +7,7 @@
 //! replicas (`segment.bytes`, `min.insync.replicas`, ...). Refusing them would break those
 //! tools for no benefit, so they are accepted (their values still validated as Kafka
 //! validates them) and described, with no effect. A config whose Kafka meaning Strata cannot
-//! deliver — recompression, key compaction, tiered storage — is refused for any value but
+//! deliver — recompression, tiered storage — is refused for any value but
 //! the one Strata behaves as, so nobody believes they got what they asked for.
 
 /// What Strata does with a config.
@@ -103,6 +103,18 @@ fn one_of(value: &str, allowed: &[&str], why: &str) -> Result<(), String> {
     }
 }
 
+/// Kafka's `cleanup.policy` list: `compact` and/or `delete`.
+fn cleanup_policy(value: &str) -> Result<(), String> {
+    if value
+        .split(',')
+        .all(|item| matches!(item.trim(), "compact" | "delete"))
+    {
+        Ok(())
+    } else {
+        Err("must be a list of compact and delete".to_string())
+    }
+}
+
 /// A throttled-replicas list: empty, `*`, or `partition:broker` pairs, as Kafka checks it.
 fn throttled_replicas(value: &str) -> Result<(), String> {
     let v = value.trim();
@@ -129,9 +141,9 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
         name: "cleanup.policy",
         default: "delete",
         kind: Kind::List,
-        support: Support::Refused,
-        why: "only `delete` (retention by time and size); key compaction (`compact`) is not implemented and is refused rather than faked",
-        check: |v| one_of(v, &["delete"], "only cleanup.policy=delete is supported: Strata does not compact logs by key"),
+        support: Support::Honoured,
+        why: "`delete`: retention by time and size; `compact`: the cleaner keeps the latest record per key (no retention deletion); `compact,delete`: both",
+        check: cleanup_policy,
     },
     ConfigDef {
         name: "compression.type",
@@ -140,6 +152,14 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
         support: Support::Refused,
         why: "only `producer`: batches are stored as the producer compressed them; Kafka recompresses to any other value, Strata cannot",
         check: |v| one_of(v, &["producer"], "only compression.type=producer is supported: Strata stores batches as the producer compressed them and does not recompress"),
+    },
+    ConfigDef {
+        name: "delete.retention.ms",
+        default: "86400000",
+        kind: Kind::Long,
+        support: Support::Honoured,
+        why: "compacted topics: how long a tombstone (null value) is kept after the cleaner first passed its segment",
+        check: |v| long(v, 0),
     },
     ConfigDef {
         name: "file.delete.delay.ms",
@@ -206,6 +226,14 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
         check: |v| long(v, -2),
     },
     ConfigDef {
+        name: "max.compaction.lag.ms",
+        default: "9223372036854775807",
+        kind: Kind::Long,
+        support: Support::Honoured,
+        why: "compacted topics: segments with records older than this are cleaned whatever the dirty ratio",
+        check: |v| long(v, 1),
+    },
+    ConfigDef {
         name: "max.message.bytes",
         default: "1048588",
         kind: Kind::Int,
@@ -228,6 +256,25 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
         support: Support::Honoured,
         why: "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches at append",
         check: |v| one_of(v, &["CreateTime", "LogAppendTime"], "must be CreateTime or LogAppendTime"),
+    },
+    ConfigDef {
+        name: "min.cleanable.dirty.ratio",
+        default: "0.5",
+        kind: Kind::Double,
+        support: Support::Honoured,
+        why: "compacted topics: cleaned once this share of the segments' bytes was never cleaned",
+        check: |v| match v.trim().parse::<f64>() {
+            Ok(r) if (0.0..=1.0).contains(&r) => Ok(()),
+            _ => Err("must be a number between 0 and 1".to_string()),
+        },
+    },
+    ConfigDef {
+        name: "min.compaction.lag.ms",
+        default: "0",
+        kind: Kind::Long,
+        support: Support::Honoured,
+        why: "compacted topics: records younger than this are never cleaned",
+        check: |v| long(v, 0),
     },
     ConfigDef {
         name: "min.insync.replicas",
@@ -362,8 +409,10 @@ mod tests {
     fn refused_rows_refuse_what_strata_cannot_do() {
         let check = |name: &str, value: &str| (config_def(name).unwrap().check)(value);
         assert!(check("compression.type", "zstd").is_err());
-        assert!(check("cleanup.policy", "compact").is_err());
-        assert!(check("cleanup.policy", "compact,delete").is_err());
+        assert!(check("cleanup.policy", "compact").is_ok());
+        assert!(check("cleanup.policy", "compact,delete").is_ok());
+        assert!(check("cleanup.policy", "shred").is_err());
+        assert!(check("min.cleanable.dirty.ratio", "1.01").is_err());
         assert!(check("remote.storage.enable", "true").is_err());
         assert!(check("remote.storage.enable", "false").is_ok());
         assert!(check("min.insync.replicas", "0").is_err());

@@ -22,9 +22,14 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use crate::{LogError, LogResult};
 
 pub const ENTRY_SIZE: usize = 40;
+/// Entries of chunks that point into cleaned segments: the 40 bytes plus the segment's claim
+/// (u64) and generation (u32). Only such chunks use it (magic `SXI2`), so a partition never
+/// cleaned keeps the format older builds read.
+pub const ENTRY_SIZE_V2: usize = 52;
 /// Size of the chunk header (magic, writer stream, epoch).
 pub const HEADER_SIZE: usize = 16;
 const MAGIC: &[u8; 4] = b"SXI1";
+const MAGIC_V2: &[u8; 4] = b"SXI2";
 
 /// Who last wrote a chunk: the fence a later writer checks before replacing it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -54,6 +59,33 @@ pub struct IndexEntry {
 pub struct SegmentRef {
     pub base_offset: i64,
     pub stream: u32,
+    /// Cleaned segments only (`generation` > 0): the writer's claim number.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub claim: u64,
+    /// 0 for a segment written by tail compaction; otherwise a cleaned segment, numbered
+    /// uniquely within its writer's process.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub generation: u32,
+}
+
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
+}
+
+fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
+}
+
+impl SegmentRef {
+    /// A segment written by tail compaction.
+    pub fn compacted(base_offset: i64, stream: u32) -> Self {
+        Self {
+            base_offset,
+            stream,
+            claim: 0,
+            generation: 0,
+        }
+    }
 }
 
 impl IndexEntry {
@@ -72,20 +104,22 @@ impl IndexEntry {
     }
 
     pub fn decode(mut b: &[u8]) -> Self {
-        IndexEntry {
+        let mut entry = IndexEntry {
             base_offset: b.get_i64(),
             last_offset_delta: b.get_u32(),
             length: b.get_u32(),
             position: b.get_u32(),
             segment: {
                 let stream = b.get_u32();
-                SegmentRef {
-                    base_offset: b.get_i64(),
-                    stream,
-                }
+                SegmentRef::compacted(b.get_i64(), stream)
             },
             max_timestamp: b.get_i64(),
+        };
+        if b.len() >= ENTRY_SIZE_V2 - ENTRY_SIZE {
+            entry.segment.claim = b.get_u64();
+            entry.segment.generation = b.get_u32();
         }
+        entry
     }
 }
 
@@ -95,34 +129,45 @@ pub fn chunk_of(offset: i64, span: i64) -> i64 {
 }
 
 pub fn encode_chunk(stamp: ChunkStamp, entries: &[IndexEntry]) -> Bytes {
-    let mut buf = BytesMut::with_capacity(HEADER_SIZE + entries.len() * ENTRY_SIZE);
-    buf.put_slice(MAGIC);
+    let v2 = entries.iter().any(|e| e.segment.generation != 0);
+    let size = if v2 { ENTRY_SIZE_V2 } else { ENTRY_SIZE };
+    let mut buf = BytesMut::with_capacity(HEADER_SIZE + entries.len() * size);
+    buf.put_slice(if v2 { MAGIC_V2 } else { MAGIC });
     buf.put_u32(stamp.stream);
     buf.put_u64(stamp.claim);
     for e in entries {
         e.encode(&mut buf);
+        if v2 {
+            buf.put_u64(e.segment.claim);
+            buf.put_u32(e.segment.generation);
+        }
     }
     buf.freeze()
 }
 
 pub fn decode_chunk(bytes: &[u8]) -> LogResult<(ChunkStamp, Vec<IndexEntry>)> {
-    let (stamp, body) = if bytes.len() % ENTRY_SIZE == HEADER_SIZE && bytes.starts_with(MAGIC) {
+    let stamped = |size: usize| {
         let mut header = &bytes[MAGIC.len()..HEADER_SIZE];
         let stream = header.get_u32();
         let claim = header.get_u64();
-        (ChunkStamp { claim, stream }, &bytes[HEADER_SIZE..])
+        (ChunkStamp { claim, stream }, &bytes[HEADER_SIZE..], size)
+    };
+    let (stamp, body, size) = if bytes.len() >= HEADER_SIZE
+        && (bytes.len() - HEADER_SIZE).is_multiple_of(ENTRY_SIZE_V2)
+        && bytes.starts_with(MAGIC_V2)
+    {
+        stamped(ENTRY_SIZE_V2)
+    } else if bytes.len() % ENTRY_SIZE == HEADER_SIZE && bytes.starts_with(MAGIC) {
+        stamped(ENTRY_SIZE)
     } else if bytes.len().is_multiple_of(ENTRY_SIZE) {
-        (ChunkStamp::default(), bytes)
+        (ChunkStamp::default(), bytes, ENTRY_SIZE)
     } else {
         return Err(LogError::CorruptStorage(format!(
             "index chunk of {} bytes is neither a stamped chunk nor a multiple of {ENTRY_SIZE}",
             bytes.len()
         )));
     };
-    let entries: Vec<IndexEntry> = body
-        .chunks_exact(ENTRY_SIZE)
-        .map(IndexEntry::decode)
-        .collect();
+    let entries: Vec<IndexEntry> = body.chunks_exact(size).map(IndexEntry::decode).collect();
     if entries
         .windows(2)
         .any(|w| w[1].base_offset <= w[0].last_offset())
@@ -158,10 +203,7 @@ mod tests {
             last_offset_delta: count - 1,
             length: 100,
             position: 0,
-            segment: SegmentRef {
-                base_offset: 0,
-                stream: 1,
-            },
+            segment: SegmentRef::compacted(0, 1),
             max_timestamp: base * 10,
         }
     }
@@ -176,6 +218,33 @@ mod tests {
         let bytes = encode_chunk(stamp, &entries);
         assert_eq!(bytes.len(), HEADER_SIZE + 3 * ENTRY_SIZE);
         assert_eq!(decode_chunk(&bytes).unwrap(), (stamp, entries));
+    }
+
+    #[test]
+    fn chunks_pointing_into_cleaned_segments_round_trip_and_others_keep_the_old_format() {
+        let mut cleaned = entry(3, 1);
+        cleaned.segment.claim = 5;
+        cleaned.segment.generation = 2;
+        let entries = vec![entry(0, 3), cleaned, entry(7, 1)];
+        let stamp = ChunkStamp {
+            claim: 5,
+            stream: 1,
+        };
+        let bytes = encode_chunk(stamp, &entries);
+        assert_eq!(bytes.len(), HEADER_SIZE + 3 * ENTRY_SIZE_V2);
+        assert_eq!(decode_chunk(&bytes).unwrap(), (stamp, entries));
+        let plain = encode_chunk(stamp, &[entry(0, 3)]);
+        assert_eq!(&plain[..4], MAGIC);
+        assert_eq!(plain.len(), HEADER_SIZE + ENTRY_SIZE);
+    }
+
+    #[test]
+    fn a_hole_left_by_cleaning_finds_the_next_batch() {
+        // Offsets 3..=6 were cleaned away (and 8..=9 inside the last batch's span).
+        let entries = vec![entry(0, 3), entry(7, 4)];
+        assert_eq!(find_at_or_after(&entries, 4), Some(1));
+        assert_eq!(find_at_or_after(&entries, 9), Some(1));
+        assert_eq!(find_at_or_after(&entries, 11), None);
     }
 
     #[test]

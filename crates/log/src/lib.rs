@@ -14,6 +14,7 @@
 mod append;
 mod cache;
 pub mod catalog;
+pub mod cleaner;
 pub mod config;
 pub mod config_table;
 mod error;
@@ -35,7 +36,10 @@ mod tests;
 
 pub use append::{Acks, AppendOutcome, AppendTicket};
 pub use catalog::{TopicId, TopicInfo};
-pub use config::{default_concurrent_decompressions, LogConfig, TimestampType, TopicConfig};
+pub use cleaner::CleanerSnapshot;
+pub use config::{
+    default_concurrent_decompressions, CleanupPolicy, LogConfig, TimestampType, TopicConfig,
+};
 pub use error::{LogError, LogResult};
 pub use manager::LogManager;
 pub use producer::ProducerSummary;

@@ -21,7 +21,7 @@ use crate::manifest::read_manifest;
 use crate::manifest::{self, Manifest, SegmentMeta};
 use crate::partition::{LoadedChunk, Partition, Serving, TailEntry};
 use crate::read::{index_entry_for, load_chunk, load_chunk_from_storage, read_range};
-use crate::shared::{concat, release_wal, Shared};
+use crate::shared::{concat, lock_mutex, release_wal, Shared};
 use crate::wal;
 use crate::{LogError, LogResult};
 
@@ -75,7 +75,12 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
 /// manifest, so nothing more can be acknowledged here. The partition stops serving at once and
 /// the broker is told it is fenced (it exits and restarts as a new incarnation), instead of
 /// answering as leader until a produce runs into the seal.
-async fn on_failure(shared: &Shared, part: &Arc<Partition>, what: &str, error: &LogError) {
+pub(crate) async fn on_failure(
+    shared: &Shared,
+    part: &Arc<Partition>,
+    what: &str,
+    error: &LogError,
+) {
     let deposed = match error {
         LogError::Fenced => matches!(resync_manifest(shared, part).await, Err(LogError::Fenced)),
         _ => false,
@@ -208,10 +213,7 @@ async fn compact_pass(
         .buffered(COMPACTION_READS)
         .try_collect()
         .await?;
-    let segment = SegmentRef {
-        base_offset: entries[0].base_offset,
-        stream: shared.stream,
-    };
+    let segment = SegmentRef::compacted(entries[0].base_offset, shared.stream);
     let mut position = 0u32;
     let mut new_entries = Vec::with_capacity(entries.len());
     for (e, b) in entries.iter().zip(&parts) {
@@ -302,6 +304,7 @@ async fn compact_pass(
         last_offset: last.last_offset,
         size,
         max_timestamp: entries.iter().map(|e| e.max_timestamp).max().unwrap_or(-1),
+        cleaned_at: None,
     });
     for e in &entries {
         if e.producer_id >= 0 {
@@ -401,6 +404,27 @@ async fn write_chunk(
     fresh: &[IndexEntry],
     stamp: ChunkStamp,
 ) -> LogResult<LoadedChunk> {
+    write_chunk_with(shared, part, k, stamp, |current| {
+        let mut merged: Vec<IndexEntry> = current
+            .iter()
+            .filter(|e| e.last_offset() < from)
+            .copied()
+            .collect();
+        merged.extend_from_slice(fresh);
+        merged
+    })
+    .await
+}
+
+/// Replaces index chunk `k` by `merge` of its current entries, stamped with our claim: the
+/// fence and compare-and-swap of [`write_chunk`], for compaction and the cleaner alike.
+pub(crate) async fn write_chunk_with(
+    shared: &Shared,
+    part: &Partition,
+    k: i64,
+    stamp: ChunkStamp,
+    merge: impl Fn(&[IndexEntry]) -> Vec<IndexEntry>,
+) -> LogResult<LoadedChunk> {
     let key = ObjectKey::new(manifest::chunk_key(part.topic_id, part.tp.partition, k))?;
     let mut current = load_chunk(shared, part, k).await?;
     for _ in 0..CHUNK_WRITE_ATTEMPTS {
@@ -414,13 +438,7 @@ async fn write_chunk(
             );
             return Err(LogError::Fenced);
         }
-        let mut merged: Vec<IndexEntry> = current
-            .entries
-            .iter()
-            .filter(|e| e.last_offset() < from)
-            .copied()
-            .collect();
-        merged.extend_from_slice(fresh);
+        let merged = merge(&current.entries);
         let mode = match current.version.clone() {
             Some(v) => PutMode::Update(v),
             None => PutMode::Create,
@@ -451,7 +469,7 @@ async fn write_chunk(
 /// Re-reads the partition's manifest after our view of it turned out stale. If it is still
 /// ours (same claim and stream: an update of ours landed although it reported a failure), our
 /// state adopts it and `true` is returned; if a successor wrote it, we are deposed: `Fenced`.
-async fn resync_manifest(shared: &Shared, part: &Partition) -> LogResult<bool> {
+pub(crate) async fn resync_manifest(shared: &Shared, part: &Partition) -> LogResult<bool> {
     let (stored, version) = read_manifest(shared, part.topic_id, part.tp.partition).await?;
     let passed = {
         let mut st = part.lock();
@@ -519,7 +537,7 @@ async fn put_versioned(
     }
 }
 
-async fn put_manifest(
+pub(crate) async fn put_manifest(
     shared: &Shared,
     part: &Partition,
     manifest: &Manifest,
@@ -555,6 +573,8 @@ async fn enforce_retention(shared: &Shared, part: &Arc<Partition>) -> LogResult<
     };
     let now = shared.clock.wall_millis();
     let _serial = part.maintenance.lock().await;
+    // A pass recorded by a crashed or deposed cleaner is finished before segments may go.
+    crate::cleaner::finish_pending(shared, part, None).await?;
     let (manifest, tail_bytes) = {
         let st = part.lock();
         (st.manifest.clone(), st.tail_bytes as i64)
@@ -564,13 +584,15 @@ async fn enforce_retention(shared: &Shared, part: &Arc<Partition>) -> LogResult<
         .iter()
         .take_while(|s| s.last_offset < manifest.log_start)
         .count();
-    if topic.config.retention_ms >= 0 {
+    // `compact` alone: the cleaner decides what goes, never age or size.
+    let deletes = topic.config.cleanup_policy.delete;
+    if deletes && topic.config.retention_ms >= 0 {
         let cutoff = now - topic.config.retention_ms;
         while drop < segs.len() && segs[drop].max_timestamp < cutoff {
             drop += 1;
         }
     }
-    if topic.config.retention_bytes >= 0 {
+    if deletes && topic.config.retention_bytes >= 0 {
         let mut total: i64 = segs[drop..].iter().map(|s| s.size as i64).sum::<i64>() + tail_bytes;
         while drop < segs.len() && total > topic.config.retention_bytes {
             total -= segs[drop].size as i64;
@@ -592,6 +614,7 @@ pub(crate) async fn delete_records(
     before: Option<i64>,
 ) -> LogResult<strata_core::Offset> {
     let _serial = part.maintenance.lock().await;
+    crate::cleaner::finish_pending(shared, part, None).await?;
     let (manifest, hw, log_start) = {
         let st = part.lock();
         (st.manifest.clone(), st.high_watermark, st.log_start)
@@ -656,7 +679,7 @@ async fn truncate_front(
     Ok(())
 }
 
-async fn delete_quietly(shared: &Shared, key: &str) {
+pub(crate) async fn delete_quietly(shared: &Shared, key: &str) {
     let Ok(k) = ObjectKey::new(key) else { return };
     if let Err(e) = shared.store.delete(&k).await {
         tracing::warn!(%key, error = %e, "delete failed; the object stays as garbage");
@@ -740,37 +763,66 @@ pub(crate) async fn collect_garbage(shared: &Shared) -> LogResult<usize> {
         }
     }
     for part in shared.partitions_snapshot() {
-        let manifest = part.lock().manifest.clone();
-        let prefix = strata_layout::partition::segment_prefix(part.topic_id, part.tp.partition);
-        for meta in shared.store.list(&prefix).await? {
-            let Some((base, stream)) = parse_segment_key(meta.key.as_str()) else {
-                continue;
-            };
-            let listed = manifest.segments.iter().any(|s| {
-                s.segment
-                    == SegmentRef {
-                        base_offset: base,
-                        stream,
-                    }
-            });
-            if !listed && base < manifest.checkpoint && base < part.lock().manifest.checkpoint {
-                // Re-checked against the live manifest: a compaction may have just landed.
-                let still_unlisted = !part.lock().manifest.segments.iter().any(|s| {
-                    s.segment
-                        == SegmentRef {
-                            base_offset: base,
-                            stream,
-                        }
-                });
-                if still_unlisted {
-                    delete_quietly(shared, meta.key.as_str()).await;
-                    deleted += 1;
-                }
-            }
-        }
+        deleted += collect_segments(shared, &part).await?;
     }
     if deleted > 0 {
         tracing::info!(deleted, "garbage collected");
+    }
+    Ok(deleted)
+}
+
+/// The segment half of the collector, for one partition served here.
+///
+/// - Segments of tail compaction (`seg/<base>-<stream>`): those the manifest does not list and
+///   that lie wholly below its checkpoint (left by a compaction whose manifest update never
+///   landed).
+/// - Cleaned segments (`seg/<base>-<stream>-<claim>-<gen>`): those written under a claim no
+///   later than ours that the *stored* manifest, read under the maintenance lock and found
+///   still ours, neither lists nor names in a recorded pass, and that no pass of ours is
+///   writing. A deposed owner finds the stored manifest is not its own and deletes nothing;
+///   a successor's segments carry a larger claim and are never judged here.
+async fn collect_segments(shared: &Shared, part: &Arc<Partition>) -> LogResult<usize> {
+    let mut deleted = 0usize;
+    let prefix = strata_layout::partition::segment_prefix(part.topic_id, part.tp.partition);
+    let listed = shared.store.list(&prefix).await?;
+    let mut cleaned = Vec::new();
+    for meta in &listed {
+        let key = meta.key.as_str();
+        if let Some(parsed) = strata_layout::partition::parse_cleaned_segment_key(key) {
+            cleaned.push((key.to_string(), parsed));
+            continue;
+        }
+        let Some((base, stream)) = parse_segment_key(key) else {
+            continue;
+        };
+        let segment = SegmentRef::compacted(base, stream);
+        // Checked against the live manifest, which a compaction may have just moved.
+        let unlisted_below = {
+            let st = part.lock();
+            !st.manifest.segments.iter().any(|s| s.segment == segment)
+                && base < st.manifest.checkpoint
+        };
+        if unlisted_below {
+            delete_quietly(shared, key).await;
+            deleted += 1;
+        }
+    }
+    if cleaned.is_empty() {
+        return Ok(deleted);
+    }
+    let _serial = part.maintenance.lock().await;
+    let (stored, version) = read_manifest(shared, part.topic_id, part.tp.partition).await?;
+    let ours = {
+        let st = part.lock();
+        version == st.manifest_version && stored.claim == st.manifest.claim
+    };
+    if !ours {
+        return Ok(deleted);
+    }
+    let inflight = lock_mutex(&shared.cleaner_inflight).clone();
+    for key in crate::cleaner::unreferenced_cleaned(&stored, &cleaned, &inflight) {
+        delete_quietly(shared, &key).await;
+        deleted += 1;
     }
     Ok(deleted)
 }

@@ -68,6 +68,7 @@ impl LogManager {
             .iter()
             .map(|(name, info)| (name.clone(), Arc::new(info.clone())))
             .collect::<BTreeMap<_, _>>();
+        let config_cleaner_threads = config.cleaner_threads;
         let shared = Arc::new(Shared {
             store: store.clone(),
             clock: clock.clone(),
@@ -87,6 +88,11 @@ impl LogManager {
             wal_newest: Mutex::new((0, None)),
             producer_ids: tokio::sync::Mutex::new(ProducerIdBlock::default()),
             catalog_lock: tokio::sync::Mutex::new(()),
+            cleaner_slots: Semaphore::new(config_cleaner_threads.max(1)),
+            cleaning_now: Mutex::new(Default::default()),
+            cleaner_inflight: Mutex::new(Default::default()),
+            cleaner_generation: std::sync::atomic::AtomicU32::new(1),
+            cleaner_stats: Default::default(),
         });
 
         if mode == Ownership::All {
@@ -143,10 +149,16 @@ impl LogManager {
             }),
         };
         let writer_task = tokio::spawn(writer::run(ctx));
-        let tasks = vec![tokio::spawn(crate::maintenance::run(
+        let mut tasks = vec![tokio::spawn(crate::maintenance::run(
             shared.clone(),
-            stop_rx,
+            stop_rx.clone(),
         ))];
+        for _ in 0..shared.config.cleaner_threads {
+            tasks.push(tokio::spawn(crate::cleaner::run(
+                shared.clone(),
+                stop_rx.clone(),
+            )));
+        }
         Ok(Arc::new(Self {
             shared,
             give_up,
@@ -155,6 +167,44 @@ impl LogManager {
             tasks: Mutex::new(tasks),
             broker,
         }))
+    }
+
+    /// The log cleaner's counters since start (`/metrics`).
+    pub fn cleaner_stats(&self) -> crate::cleaner::CleanerSnapshot {
+        self.shared.cleaner_stats.snapshot()
+    }
+
+    /// Each served partition of a compacted topic with its dirty ratio (bytes of segments the
+    /// cleaner has not passed, over all segment bytes).
+    pub fn dirty_ratios(&self) -> Vec<(strata_core::TopicPartition, f64)> {
+        let now = self.shared.clock.wall_millis();
+        let mut out = Vec::new();
+        for part in self.shared.partitions_snapshot() {
+            let Some(topic) = self.shared.topic(&part.tp.topic) else {
+                continue;
+            };
+            if !topic.config.cleanup_policy.compact {
+                continue;
+            }
+            let ratio = crate::cleaner::dirtiness(&part.lock().manifest, &topic.config, now).ratio;
+            out.push((part.tp.clone(), ratio));
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Runs one cleaning pass over `tp` now, due or not. Returns whether a pass ran.
+    #[cfg(test)]
+    pub(crate) async fn clean_now(
+        &self,
+        tp: &strata_core::TopicPartition,
+    ) -> crate::LogResult<bool> {
+        let part = self.partition(tp)?;
+        let result = crate::cleaner::clean_once(&self.shared, &part).await;
+        if let Err(e) = &result {
+            crate::maintenance::on_failure(&self.shared, &part, "cleaning", e).await;
+        }
+        result
     }
 
     pub fn config(&self) -> &LogConfig {

@@ -42,6 +42,28 @@ pub struct Manifest {
     /// `writer_stream`; emptied by the compaction that passes their batches.
     #[serde(default)]
     pub inherited_streams: Vec<u32>,
+    /// The log cleaner's checkpoint (Kafka's "cleaner checkpoint"): segments below it were
+    /// cleaned by key at least once; the bytes from it on are dirty. A new owner continues
+    /// from here.
+    #[serde(default)]
+    pub cleaned_to: i64,
+    /// A cleaning pass recorded but not yet swapped in (see `cleaner`): its new segments exist
+    /// and are protected from garbage collection; whoever owns the partition next finishes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleaning: Option<CleaningIntent>,
+}
+
+/// A cleaning pass between its two manifest updates: the new segments are written, the index
+/// chunks are being pointed at them. Finishing it (any owner may, any number of times)
+/// rewrites the chunks of the replaced range and then swaps the segment lists.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CleaningIntent {
+    /// Segments being replaced, in offset order (still listed in `segments`).
+    pub replaced: Vec<SegmentRef>,
+    /// Their replacements, in offset order (fewer when a segment lost every batch).
+    pub replacements: Vec<SegmentMeta>,
+    /// The cleaner checkpoint once the swap lands.
+    pub cleaned_to: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,13 +72,28 @@ pub struct SegmentMeta {
     pub last_offset: i64,
     pub size: u64,
     pub max_timestamp: i64,
+    /// Wall-clock time (ms) the cleaner first passed this data: tombstones in it are kept
+    /// `delete.retention.ms` from then. None: never cleaned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleaned_at: Option<i64>,
 }
 
 // The keys are the layout's; the manifest's JSON is ours (nobody else reads it).
 pub use strata_layout::partition::{chunk_key, manifest_key, topic_prefix};
 
 pub fn segment_key(topic: TopicId, partition: i32, segment: SegmentRef) -> String {
-    strata_layout::partition::segment_key(topic, partition, segment.base_offset, segment.stream)
+    if segment.generation == 0 {
+        strata_layout::partition::segment_key(topic, partition, segment.base_offset, segment.stream)
+    } else {
+        strata_layout::partition::cleaned_segment_key(
+            topic,
+            partition,
+            segment.base_offset,
+            segment.stream,
+            segment.claim,
+            segment.generation,
+        )
+    }
 }
 
 pub(crate) async fn read_manifest(

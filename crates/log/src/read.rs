@@ -119,7 +119,15 @@ pub(crate) async fn read(
     let batches = match plan {
         Plan::Done(b) => b,
         Plan::Tail(entries) => read_tail(shared, &entries).await?,
-        Plan::Index => read_indexed(shared, part, offset, &mut budget).await?,
+        Plan::Index => match read_indexed(shared, part, offset, &mut budget).await? {
+            Some(batches) => batches,
+            None => {
+                // The cleaner removed every batch from `offset` to the checkpoint: the next
+                // surviving one is in the tail (or nothing is, yet).
+                let checkpoint = part.lock().checkpoint();
+                return Box::pin(read(shared, part, checkpoint, max_bytes, min_one)).await;
+            }
+        },
     };
     Ok(ReadOutcome {
         batches,
@@ -161,13 +169,45 @@ async fn read_tail(shared: &Shared, entries: &[TailEntry]) -> LogResult<Vec<Byte
     Ok(out)
 }
 
-/// Finds `offset` through the index and reads a run of batches of one segment.
+/// Finds `offset` through the index and reads a run of batches of one segment. None when no
+/// indexed batch below the checkpoint reaches `offset` (the cleaner removed them all).
+///
+/// Offsets are not dense below the checkpoint of a compacted topic: the search finds the first
+/// batch whose last offset reaches `offset`, so an offset cleaned away reads as the next
+/// surviving batch. A segment the cleaner replaced may vanish between reading its chunk and
+/// reading it; the chunk is then re-read once (the cleaner rewrote it before deleting).
 async fn read_indexed(
     shared: &Shared,
     part: &Arc<Partition>,
     offset: i64,
     budget: &mut Budget,
-) -> LogResult<Vec<Bytes>> {
+) -> LogResult<Option<Vec<Bytes>>> {
+    match read_indexed_once(shared, part, offset, budget).await {
+        Err(LogError::Storage(e)) if e.is_not_found() => {
+            part.lock().chunks.clear();
+            match read_indexed_once(shared, part, offset, budget).await {
+                // Retention removed the segment between our bounds check and the read.
+                Err(LogError::Storage(e)) if e.is_not_found() => {
+                    let st = part.lock();
+                    Err(LogError::OffsetOutOfRange {
+                        offset,
+                        log_start: st.log_start,
+                        high_watermark: st.high_watermark,
+                    })
+                }
+                other => other,
+            }
+        }
+        other => other,
+    }
+}
+
+async fn read_indexed_once(
+    shared: &Shared,
+    part: &Arc<Partition>,
+    offset: i64,
+    budget: &mut Budget,
+) -> LogResult<Option<Vec<Bytes>>> {
     let span = shared.config.index_chunk_span;
     let mut k = index::chunk_of(offset, span);
     let checkpoint = part.lock().checkpoint();
@@ -192,7 +232,7 @@ async fn read_indexed(
             let mut j = i + 1;
             let mut end = first.position + first.length;
             if !budget.admits(first.length as usize) {
-                return Ok(Vec::new());
+                return Ok(Some(Vec::new()));
             }
             budget.take(first.length as usize);
             while let Some(e) = chunk.entries.get(j) {
@@ -208,40 +248,36 @@ async fn read_indexed(
                 j += 1;
             }
             let key = manifest::segment_key(part.topic_id, part.tp.partition, first.segment);
-            let run = match read_range(
+            let run = read_range(
                 shared.store.as_ref(),
                 &key,
                 first.position,
                 end - first.position,
             )
-            .await
-            {
-                Ok(r) => r,
-                // Retention removed the segment between our bounds check and the read.
-                Err(LogError::Storage(e)) if e.is_not_found() => {
-                    let st = part.lock();
-                    return Err(LogError::OffsetOutOfRange {
-                        offset,
-                        log_start: st.log_start,
-                        high_watermark: st.high_watermark,
-                    });
-                }
-                Err(e) => return Err(e),
-            };
-            return Ok(chunk.entries[i..j]
-                .iter()
-                .map(|e| {
-                    let from = (e.position - first.position) as usize;
-                    run.slice(from..from + e.length as usize)
-                })
-                .collect());
+            .await?;
+            return Ok(Some(
+                chunk.entries[i..j]
+                    .iter()
+                    .map(|e| {
+                        let from = (e.position - first.position) as usize;
+                        run.slice(from..from + e.length as usize)
+                    })
+                    .collect(),
+            ));
         }
         k += 1;
     }
-    Err(LogError::CorruptStorage(format!(
-        "{}: offset {offset} is below the checkpoint {checkpoint} but not in the index",
-        part.tp
-    )))
+    let st = part.lock();
+    let cleaned = st.manifest.cleaning.is_some()
+        || st.manifest.segments.iter().any(|s| s.cleaned_at.is_some());
+    if cleaned {
+        Ok(None)
+    } else {
+        Err(LogError::CorruptStorage(format!(
+            "{}: offset {offset} is below the checkpoint {checkpoint} but not in the index",
+            part.tp
+        )))
+    }
 }
 
 /// A located batch, for timestamp searches.

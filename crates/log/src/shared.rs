@@ -48,6 +48,16 @@ pub(crate) struct Shared {
     pub producer_ids: tokio::sync::Mutex<ProducerIdBlock>,
     /// Serialises catalog changes made by this broker.
     pub catalog_lock: tokio::sync::Mutex<()>,
+    /// Cleaning passes running at once (`cleaner_threads`).
+    pub cleaner_slots: Semaphore,
+    /// Partitions a cleaner task has picked, so two tasks never clean one partition.
+    pub cleaning_now: Mutex<std::collections::HashSet<TopicPartition>>,
+    /// Keys of cleaned segments written by a pass not yet recorded in its manifest: the
+    /// collector must not take them for orphans.
+    pub cleaner_inflight: Mutex<std::collections::HashSet<String>>,
+    /// Names cleaned segments uniquely within this process (with the claim and stream).
+    pub cleaner_generation: std::sync::atomic::AtomicU32,
+    pub cleaner_stats: crate::cleaner::CleanerStats,
 }
 
 /// Who decides which partitions this broker serves.
@@ -60,6 +70,13 @@ pub enum Ownership {
 }
 
 impl Shared {
+    /// A fresh generation for a cleaned segment's name (never 0, which marks compaction's).
+    pub fn next_cleaner_generation(&self) -> u32 {
+        self.cleaner_generation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .max(1)
+    }
+
     pub fn partition(&self, tp: &TopicPartition) -> Option<Arc<Partition>> {
         read_lock(&self.partitions).get(tp).cloned()
     }

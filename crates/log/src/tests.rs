@@ -1064,6 +1064,7 @@ async fn suspended_writes_keep_reads_and_resume_under_the_same_epoch() {
     assert_eq!(a.readable_epoch(&t0), None);
 }
 
+mod cleaner;
 mod deposed;
 mod moves;
 

@@ -109,7 +109,12 @@ enum Command {
     ///     durable [default: 30s];
     ///   shutdown_timeout: shutdown waits this long for queued appends [default: 30s];
     ///   wal_delete_concurrency: write-ahead objects deleted at once after compaction
-    ///     [default: 16].
+    ///     [default: 16];
+    ///   cleaner_dedupe_buffer_bytes: memory of the log cleaner's key map (key compaction),
+    ///     24 bytes a key; more keys mean more passes [default: 64MiB];
+    ///   cleaner_io_max_bytes_per_second: segment bytes the cleaner reads and writes a
+    ///     second [default: unlimited];
+    ///   cleaner_threads: cleaning passes at once; 0 turns key compaction off [default: 1].
     ///
     /// Environment variables: STRATA_ + the upper-cased key, STRATA_LOG_ + key for the [log]
     /// section (e.g. STRATA_LISTEN, STRATA_STORAGE, STRATA_NODE_ID, STRATA_LOG_FLUSH_INTERVAL).

@@ -134,10 +134,14 @@ fn log_snapshot(log: &LogManager) -> LogSnapshot {
         .into_iter()
         .filter_map(|tp| log.watermarks(&tp).ok().map(|w| (tp, w.high.0)))
         .collect();
+    let mut dirty_ratios = log.dirty_ratios();
+    dirty_ratios.truncate(MAX_WATERMARK_SERIES);
     LogSnapshot {
         cache_bytes: log.cache_used() as u64,
         partitions_served,
         high_watermarks,
+        cleaner: log.cleaner_stats(),
+        dirty_ratios,
     }
 }
 
@@ -170,6 +174,10 @@ pub struct LogSnapshot {
     pub partitions_served: usize,
     /// At most [`MAX_WATERMARK_SERIES`], sorted by topic and partition.
     pub high_watermarks: Vec<(TopicPartition, i64)>,
+    /// The log cleaner's counters (key compaction).
+    pub cleaner: strata_log::CleanerSnapshot,
+    /// Served partitions of compacted topics and their dirty ratios (same cap, same order).
+    pub dirty_ratios: Vec<(TopicPartition, f64)>,
 }
 
 /// A per-topic counter family: name, help, and which count it reports.
@@ -458,6 +466,7 @@ pub fn render(snapshot: &Snapshot) -> String {
             &[],
             log.partitions_served.saturating_sub(MAX_WATERMARK_SERIES) as u64,
         );
+        render_cleaner(&mut out, log);
     }
 
     if let Some(cluster) = &snapshot.cluster {
@@ -603,6 +612,58 @@ impl Exposition {
 }
 
 /// A label value as the text format wants it: backslash, double quote and line feed escaped.
+fn render_cleaner(out: &mut Exposition, log: &LogSnapshot) {
+    let c = &log.cleaner;
+    for (name, help, value) in [
+        (
+            "strata_cleaner_bytes_read_total",
+            "Segment bytes the log cleaner (key compaction) read.",
+            c.bytes_read,
+        ),
+        (
+            "strata_cleaner_bytes_written_total",
+            "Bytes of cleaned segments the log cleaner wrote.",
+            c.bytes_written,
+        ),
+        (
+            "strata_cleaner_records_removed_total",
+            "Records the log cleaner removed (superseded by a later record of their key, expired tombstones, keyless records).",
+            c.records_removed,
+        ),
+        (
+            "strata_cleaner_passes_total",
+            "Cleaning passes that finished.",
+            c.passes,
+        ),
+    ] {
+        out.family(name, "counter", help);
+        out.sample(name, &[], value);
+    }
+    out.family(
+        "strata_cleaner_last_pass_timestamp_seconds",
+        "gauge",
+        "Wall-clock time the last cleaning pass finished (0: none since start).",
+    );
+    out.sample(
+        "strata_cleaner_last_pass_timestamp_seconds",
+        &[],
+        c.last_pass_millis as f64 / 1000.0,
+    );
+    out.family(
+        "strata_log_dirty_ratio",
+        "gauge",
+        "Share of a compacted partition's segment bytes the cleaner has not passed yet.",
+    );
+    for (tp, ratio) in &log.dirty_ratios {
+        let partition = tp.partition.to_string();
+        out.sample(
+            "strata_log_dirty_ratio",
+            &[("topic", &tp.topic), ("partition", &partition)],
+            ratio,
+        );
+    }
+}
+
 fn render_cluster(out: &mut Exposition, cluster: &ClusterMetrics) {
     out.family(
         "strata_cluster_live_brokers",
@@ -869,6 +930,14 @@ mod tests {
                 (TopicPartition::new("orders", 0), 17),
                 (TopicPartition::new("orders", 1), 0),
             ],
+            cleaner: strata_log::CleanerSnapshot {
+                bytes_read: 10,
+                bytes_written: 5,
+                records_removed: 3,
+                passes: 1,
+                last_pass_millis: 1_500,
+            },
+            dirty_ratios: vec![(TopicPartition::new("orders", 0), 0.25)],
         });
         snapshot.cluster = Some(ClusterMetrics {
             live_brokers: 3,

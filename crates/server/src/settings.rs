@@ -304,6 +304,14 @@ pub struct LogSettings {
     /// Deletes of compacted write-ahead objects in flight at once, per compaction or
     /// handover (a handover deletes them in the background once it released the partition).
     pub wal_delete_concurrency: usize,
+    /// Memory of the log cleaner's key → latest offset map (key compaction), broker-wide and
+    /// shared between `cleaner_threads`: 24 bytes a distinct key. A partition with more dirty
+    /// keys than fit is cleaned in several passes, never with more memory.
+    pub cleaner_dedupe_buffer_bytes: ByteSize,
+    /// Segment bytes the cleaner reads and writes a second, broker-wide; unset: unthrottled.
+    pub cleaner_io_max_bytes_per_second: Option<ByteSize>,
+    /// Cleaning passes at once (each over one partition); 0 turns key compaction off.
+    pub cleaner_threads: usize,
 }
 
 impl Default for Settings {
@@ -399,6 +407,9 @@ impl Default for LogSettings {
             handover_timeout: log.handover_timeout,
             shutdown_timeout: log.shutdown_timeout,
             wal_delete_concurrency: log.wal_delete_concurrency,
+            cleaner_dedupe_buffer_bytes: ByteSize(log.cleaner_dedupe_buffer_bytes as u64),
+            cleaner_io_max_bytes_per_second: None,
+            cleaner_threads: log.cleaner_threads,
         }
     }
 }
@@ -444,6 +455,14 @@ impl LogSettings {
             handover_timeout: self.handover_timeout,
             shutdown_timeout: self.shutdown_timeout,
             wal_delete_concurrency: self.wal_delete_concurrency,
+            cleaner_dedupe_buffer_bytes: size(
+                "cleaner_dedupe_buffer_bytes",
+                self.cleaner_dedupe_buffer_bytes,
+            )?,
+            cleaner_io_max_bytes_per_second: self
+                .cleaner_io_max_bytes_per_second
+                .map_or(u64::MAX, |b| b.0),
+            cleaner_threads: self.cleaner_threads,
             ..LogConfig::default()
         })
     }
@@ -911,6 +930,21 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
     (
         "STRATA_LOG_MAX_CONCURRENT_DECOMPRESSIONS",
         &["log", "max_concurrent_decompressions"],
+        Kind::Integer,
+    ),
+    (
+        "STRATA_LOG_CLEANER_DEDUPE_BUFFER_BYTES",
+        &["log", "cleaner_dedupe_buffer_bytes"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_LOG_CLEANER_IO_MAX_BYTES_PER_SECOND",
+        &["log", "cleaner_io_max_bytes_per_second"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_LOG_CLEANER_THREADS",
+        &["log", "cleaner_threads"],
         Kind::Integer,
     ),
 ];
@@ -1446,6 +1480,20 @@ impl Settings {
         }
         if self.log.max_concurrent_decompressions == Some(0) {
             return bad("log.max_concurrent_decompressions", "must be at least 1");
+        }
+        // Below this a pass maps too few keys to make progress worth its reads.
+        if self.log.cleaner_dedupe_buffer_bytes.0 < 64 << 10 {
+            return bad("log.cleaner_dedupe_buffer_bytes", "must be at least 64KiB");
+        }
+        if self
+            .log
+            .cleaner_io_max_bytes_per_second
+            .is_some_and(|b| b.0 == 0)
+        {
+            return bad(
+                "log.cleaner_io_max_bytes_per_second",
+                "must be at least 1 (leave it unset for no limit)",
+            );
         }
         if is_ephemeral(&self.storage) && !self.ephemeral_storage_ok {
             return Err(SettingsError::Invalid(format!(

@@ -138,6 +138,13 @@ pub enum BatchError {
         /// The limit that was exceeded.
         limit: u64,
     },
+    /// A record without a key sent to a compacted topic (Kafka's `LogValidator.validateKey`:
+    /// INVALID_RECORD, naming the record).
+    #[error("record {index}: compacted topic cannot accept message without key")]
+    KeylessRecordOnCompactedTopic {
+        /// The record's position in its batch, from 0.
+        index: i32,
+    },
     /// Control batches (transaction markers) are written by the broker, never by producers.
     #[error("clients may not write control batches")]
     ControlBatchFromClient,
@@ -551,7 +558,10 @@ pub fn split_batches(records: &Bytes) -> Result<Vec<BatchView>, BatchError> {
         }
         let count_consistent = match header.record_count {
             0 => header.last_offset_delta >= 0,
-            count if count > 0 => i64::from(header.last_offset_delta) == i64::from(count) - 1,
+            // Fewer records than the offsets span is a batch the log cleaner filtered (Kafka
+            // keeps the original last offset delta); producers must send exactly `count`
+            // offsets, which `validate_client_batch` checks.
+            count if count > 0 => i64::from(header.last_offset_delta) >= i64::from(count) - 1,
             _ => false,
         };
         if !count_consistent {
@@ -577,7 +587,9 @@ pub fn split_batches(records: &Bytes) -> Result<Vec<BatchView>, BatchError> {
 /// transaction coordinator's), and must give an idempotent batch (producer id set) a sequence.
 pub fn validate_client_batch(batch: &BatchView) -> Result<(), BatchError> {
     let header = &batch.header;
-    if header.record_count <= 0 {
+    if header.record_count <= 0
+        || i64::from(header.last_offset_delta) != i64::from(header.record_count) - 1
+    {
         return Err(BatchError::InvalidRecordCount {
             record_count: header.record_count,
             last_offset_delta: header.last_offset_delta,
@@ -1029,6 +1041,22 @@ mod tests {
                 record_count: 5,
                 last_offset_delta: 2
             }
+        );
+    }
+
+    #[test]
+    fn cleaned_batches_span_more_offsets_than_records_but_producers_may_not() {
+        let mut bytes = three_records().build();
+        bytes[LAST_OFFSET_DELTA_AT..LAST_OFFSET_DELTA_AT + 4].copy_from_slice(&7i32.to_be_bytes());
+        fix_crc(&mut bytes);
+        let batch = one_batch(bytes).unwrap();
+        assert_eq!(batch.header().last_offset(), 7);
+        assert_eq!(
+            validate_client_batch(&batch),
+            Err(BatchError::InvalidRecordCount {
+                record_count: 3,
+                last_offset_delta: 7
+            })
         );
     }
 

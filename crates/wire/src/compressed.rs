@@ -30,7 +30,7 @@ const READ_AHEAD: usize = 16 << 10;
 /// Kafka's Java producer frames snappy with xerial's `SnappyOutputStream`: this magic, a version
 /// and a compatible version (4 bytes each), then blocks of a 4-byte length and raw snappy.
 /// librdkafka sends raw snappy without the framing. Kafka reads both; so do we.
-const XERIAL_MAGIC: [u8; 8] = [0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
+pub(crate) const XERIAL_MAGIC: [u8; 8] = [0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
 const XERIAL_HEADER_LEN: usize = 16;
 
 /// Largest zstd window accepted, as a power of two. A zstd frame names its window size and the
@@ -107,6 +107,59 @@ pub fn validate_compressed_records(
                 Walker::new(BufReader::with_capacity(READ_AHEAD, decoder), "zstd", limit),
                 header,
             )
+        }
+    }
+}
+
+/// The records of a compressed batch, decompressed whole, for the log cleaner (which must
+/// rewrite them). Bounded like the produce check: past `max_decompressed_bytes` the batch is
+/// refused with [`BatchError::DecompressedTooLarge`] instead of being inflated further.
+pub(crate) fn decompress(
+    batch: &BatchView,
+    max_decompressed_bytes: u64,
+) -> Result<Vec<u8>, BatchError> {
+    let records = batch.records();
+    let data: &[u8] = &records;
+    let limit = max_decompressed_bytes;
+    let read_all = |mut reader: Box<dyn Read + '_>, codec: &str| {
+        let mut out = Vec::new();
+        let taken = reader
+            .by_ref()
+            .take(limit.saturating_add(1))
+            .read_to_end(&mut out)
+            .map_err(|e| io_error(codec, e))?;
+        if taken as u64 > limit {
+            return Err(BatchError::DecompressedTooLarge { limit });
+        }
+        Ok(out)
+    };
+    match batch.compression() {
+        Compression::None => Ok(data.to_vec()),
+        Compression::Gzip => read_all(Box::new(flate2::bufread::MultiGzDecoder::new(data)), "gzip"),
+        Compression::Snappy if data.starts_with(&XERIAL_MAGIC) => {
+            read_all(Box::new(Xerial::new(data, limit)?), "snappy")
+        }
+        Compression::Snappy => {
+            let len = snap::raw::decompress_len(data).map_err(|e| codec_error("snappy", &e))?;
+            check_snappy_len(len, data.len(), limit).map_err(|e| match e {
+                SnappyLen::Impossible(why) => codec_error("snappy", &why),
+                SnappyLen::TooLarge => BatchError::DecompressedTooLarge { limit },
+            })?;
+            snap::raw::Decoder::new()
+                .decompress_vec(data)
+                .map_err(|e| codec_error("snappy", &e))
+        }
+        Compression::Lz4 => {
+            check_lz4_frames(data)?;
+            read_all(Box::new(lz4_flex::frame::FrameDecoder::new(data)), "lz4")
+        }
+        Compression::Zstd => {
+            let mut decoder = zstd::stream::read::Decoder::with_buffer(data)
+                .map_err(|e| codec_error("zstd", &e))?;
+            decoder
+                .window_log_max(ZSTD_MAX_WINDOW_LOG)
+                .map_err(|e| codec_error("zstd", &e))?;
+            read_all(Box::new(decoder), "zstd")
         }
     }
 }

@@ -20,6 +20,7 @@
 
 pub mod batch;
 pub mod builder;
+pub mod clean;
 pub mod compressed;
 pub mod count;
 pub mod decode;

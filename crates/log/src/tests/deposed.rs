@@ -286,6 +286,19 @@ where
 }
 
 async fn simulate(seed: u64, faults: bool) -> SimTrace {
+    simulate_with(seed, faults, false).await
+}
+
+/// The simulation on a compacted topic: owners and deposed owners also run cleaning passes,
+/// and what must survive is every key's latest acknowledged value, at its offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simulated_takeovers_with_deposed_cleaners_keep_every_keys_latest_value() {
+    for seed in sim_seeds(1..=12) {
+        simulate_with(seed, false, true).await;
+    }
+}
+
+async fn simulate_with(seed: u64, faults: bool, compacted: bool) -> SimTrace {
     use strata_storage::{
         FaultConfig, FaultInjectingStore, InjectedError, OpFaults, RetryPolicy, StackConfig,
         StorageStack,
@@ -365,8 +378,13 @@ async fn simulate(seed: u64, faults: bool) -> SimTrace {
     };
     let mut next_id = 1;
     let mut owner = open(next_id, store.clone()).await;
+    let overrides = if compacted {
+        BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())])
+    } else {
+        BTreeMap::new()
+    };
     retried(faults, || {
-        owner.create_topic("t", Some(1), BTreeMap::new(), false)
+        owner.create_topic("t", Some(1), overrides.clone(), false)
     })
     .await
     .unwrap();
@@ -381,15 +399,25 @@ async fn simulate(seed: u64, faults: bool) -> SimTrace {
             0..=3 => {
                 for _ in 0..rng.random_range(1..4) {
                     let value = format!("s{seed}-{n}");
+                    let key = format!("k{}", n % 7);
                     n += 1;
-                    match owner
-                        .append(&tp("t", 0), batch(&[&value], 0, None), DURABLE)
-                        .await
-                    {
+                    let records = if compacted {
+                        super::cleaner::keyed(&[(Some(&key), Some(&value))], 0, None)
+                    } else {
+                        batch(&[&value], 0, None)
+                    };
+                    match owner.append(&tp("t", 0), records, DURABLE).await {
                         Ok(out) => acked.push((out.base_offset.0, value)),
                         Err(e) if faults && e.is_retryable() => {}
                         Err(e) => panic!("seed {seed} step {step}: append failed: {e}"),
                     }
+                }
+            }
+            4 | 5 if compacted && rng.random_bool(0.5) => {
+                match owner.clean_now(&tp("t", 0)).await {
+                    Ok(_) => {}
+                    Err(e) if faults && !matches!(e, LogError::Fenced) => {}
+                    Err(e) => panic!("seed {seed} step {step}: the owner's cleaning failed: {e}"),
                 }
             }
             4 | 5 => match owner.compact_now(&tp("t", 0)).await {
@@ -400,6 +428,9 @@ async fn simulate(seed: u64, faults: bool) -> SimTrace {
             6 | 7 if !deposed.is_empty() => {
                 let old = &deposed[rng.random_range(0..deposed.len())];
                 let _ = old.compact_now(&tp("t", 0)).await;
+                if compacted {
+                    let _ = old.clean_now(&tp("t", 0)).await;
+                }
                 assert!(
                     old.append(&tp("t", 0), batch(&["late"], 0, None), DURABLE)
                         .await
@@ -452,6 +483,35 @@ async fn simulate(seed: u64, faults: bool) -> SimTrace {
     let observer = open(next_id, backend.clone()).await;
     observer.refresh_catalog().await.unwrap();
     acquire(&observer, epoch + 1).await;
+    let check_latest = |stored: Vec<(i64, String)>, when: &str| {
+        let offsets: Vec<i64> = stored.iter().map(|(o, _)| *o).collect();
+        assert!(
+            offsets.windows(2).all(|w| w[0] < w[1]),
+            "seed {seed} {when}: offsets increase"
+        );
+        // Values carry their sequence number n, whose key is n % 7.
+        let mut latest: BTreeMap<String, (i64, String)> = BTreeMap::new();
+        for (offset, value) in &acked {
+            let n: usize = value.rsplit('-').next().unwrap().parse().unwrap();
+            latest.insert(format!("k{}", n % 7), (*offset, value.clone()));
+        }
+        for (key, (offset, value)) in latest {
+            assert!(
+                stored.contains(&(offset, value.clone())),
+                "seed {seed} {when}: the latest {key} ({value} at {offset}) is gone"
+            );
+        }
+    };
+    if compacted {
+        check_latest(records(&observer, "t").await, "");
+        observer.collect_garbage().await.unwrap();
+        check_latest(records(&observer, "t").await, "after GC");
+        return SimTrace {
+            acked,
+            injected_faults: 0,
+            elapsed: clock.monotonic().saturating_sub(started),
+        };
+    }
     let check = |stored: Vec<(i64, String)>, when: &str| {
         let offsets: Vec<i64> = stored.iter().map(|(o, _)| *o).collect();
         assert_eq!(
@@ -595,10 +655,7 @@ async fn a_deposed_owner_does_not_replace_its_orphan_segment() {
     let orphan = ObjectKey::new(crate::manifest::segment_key(
         topic,
         0,
-        crate::index::SegmentRef {
-            base_offset: 0,
-            stream: a.stream(),
-        },
+        crate::index::SegmentRef::compacted(0, a.stream()),
     ))
     .unwrap();
     let (orphan_bytes, _) = backend.get(&orphan).await.unwrap();

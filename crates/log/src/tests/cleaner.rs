@@ -1,0 +1,535 @@
+//! The log cleaner (key compaction): what a pass keeps, how reads cross the holes it leaves,
+//! tombstones, compressed and idempotent batches, a map smaller than the key set, and a
+//! deposed owner's pass.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use strata_core::clock::ManualClock;
+use strata_core::{BrokerId, Clock, Offset, SystemClock};
+use strata_storage::{MemoryStore, ObjectStore};
+use strata_wire::batch::BatchError;
+
+use super::{as_gzip, config, gzip, open_managed, put_varint, tp, DURABLE};
+use crate::{LogConfig, LogError, LogManager};
+
+/// An uncompressed batch of (key, value) records (None value: a tombstone), timestamps `ts`.
+pub(crate) fn keyed(
+    records: &[(Option<&str>, Option<&str>)],
+    ts: i64,
+    producer: Option<(i64, i16, i32)>,
+) -> Bytes {
+    let mut body_records = BytesMut::new();
+    for (i, (k, v)) in records.iter().enumerate() {
+        let mut r = BytesMut::new();
+        r.put_i8(0);
+        put_varint(&mut r, 0);
+        put_varint(&mut r, i as i64);
+        for field in [k, v] {
+            match field {
+                Some(s) => {
+                    put_varint(&mut r, s.len() as i64);
+                    r.put_slice(s.as_bytes());
+                }
+                None => put_varint(&mut r, -1),
+            }
+        }
+        put_varint(&mut r, 0);
+        put_varint(&mut body_records, r.len() as i64);
+        body_records.put_slice(&r);
+    }
+    let (pid, epoch, seq) = producer.unwrap_or((-1, -1, -1));
+    let mut body = BytesMut::new();
+    body.put_i16(0);
+    body.put_i32(records.len() as i32 - 1);
+    body.put_i64(ts);
+    body.put_i64(ts);
+    body.put_i64(pid);
+    body.put_i16(epoch);
+    body.put_i32(seq);
+    body.put_i32(records.len() as i32);
+    body.put_slice(&body_records);
+    let mut out = BytesMut::new();
+    out.put_i64(0);
+    out.put_i32((4 + 1 + 4 + body.len()) as i32);
+    out.put_i32(-1);
+    out.put_i8(2);
+    out.put_u32(crc32c::crc32c(&body));
+    out.put_slice(&body);
+    out.freeze()
+}
+
+fn compact_topic(extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]);
+    for (k, v) in extra {
+        m.insert(k.to_string(), v.to_string());
+    }
+    m
+}
+
+/// Every stored record from `from` on: (offset, key, value). Moves past each batch by its last
+/// offset, as consumers do, since a cleaned batch spans offsets it no longer holds.
+async fn read_all(log: &LogManager, from: i64) -> Vec<(i64, String, Option<String>)> {
+    let mut out = Vec::new();
+    let mut at = from;
+    loop {
+        let read = log
+            .read(&tp("c", 0), Offset(at), 1 << 20, true)
+            .await
+            .unwrap_or_else(|e| panic!("reading offset {at}: {e}"));
+        if read.batches.is_empty() {
+            return out;
+        }
+        for b in &read.batches {
+            let view = strata_wire::split_batches(b).unwrap().remove(0);
+            for r in strata_wire::clean::records(&view, 1 << 20).unwrap() {
+                if r.offset >= at {
+                    let value = (!r.is_tombstone).then(String::new);
+                    out.push((
+                        r.offset,
+                        String::from_utf8(r.key.unwrap().to_vec()).unwrap(),
+                        value,
+                    ));
+                }
+            }
+            at = view.header().last_offset() + 1;
+        }
+    }
+}
+
+/// Latest (offset, is_tombstone) per key among `appended` (offset, key, tombstone).
+fn latest(appended: &[(i64, String, bool)]) -> BTreeMap<String, (i64, bool)> {
+    let mut m = BTreeMap::new();
+    for (o, k, t) in appended {
+        m.insert(k.clone(), (*o, *t));
+    }
+    m
+}
+
+fn survivors(read: &[(i64, String, Option<String>)]) -> BTreeMap<String, (i64, bool)> {
+    let mut m = BTreeMap::new();
+    for (o, k, v) in read {
+        assert!(
+            m.insert(k.clone(), (*o, v.is_none())).is_none(),
+            "key {k} survives twice"
+        );
+    }
+    m
+}
+
+async fn open_with_clock(
+    store: &Arc<dyn ObjectStore>,
+    clock: Arc<dyn Clock>,
+    config: LogConfig,
+) -> Arc<LogManager> {
+    LogManager::open(store.clone(), clock, config, BrokerId(0))
+        .await
+        .unwrap()
+}
+
+fn manual_config() -> LogConfig {
+    LogConfig {
+        // Every append is written at once: the writer's timer never fires on a manual clock.
+        flush_bytes: 1,
+        cleaner_threads: 0,
+        ..config()
+    }
+}
+
+/// Appends `count` single-record batches cycling over `keys` keys; returns what was appended.
+async fn updates(log: &LogManager, count: usize, keys: usize, ts: i64) -> Vec<(i64, String, bool)> {
+    let mut out = Vec::new();
+    for i in 0..count {
+        let key = format!("k{}", i % keys);
+        let value = format!("v{i}");
+        let o = log
+            .append(
+                &tp("c", 0),
+                keyed(&[(Some(&key), Some(&value))], ts, None),
+                DURABLE,
+            )
+            .await
+            .unwrap()
+            .base_offset
+            .0;
+        out.push((o, key, false));
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_pass_keeps_the_latest_record_of_each_key_at_its_offset_and_fetches_cross_the_holes() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let log = open_with_clock(
+        &store,
+        SystemClock::shared(),
+        LogConfig {
+            cleaner_threads: 0,
+            ..config()
+        },
+    )
+    .await;
+    log.create_topic("c", Some(1), compact_topic(&[]), false)
+        .await
+        .unwrap();
+    let appended = updates(&log, 40, 5, 0).await;
+    log.compact_now(&tp("c", 0)).await.unwrap();
+    assert!(log.clean_now(&tp("c", 0)).await.unwrap());
+    let read = read_all(&log, 0).await;
+    assert_eq!(survivors(&read), latest(&appended));
+    assert_eq!(read.len(), 5);
+    // Offset 0 was cleaned away: a fetch there starts at the first surviving batch.
+    let first = log
+        .read(&tp("c", 0), Offset(0), 1 << 20, true)
+        .await
+        .unwrap();
+    let base = i64::from_be_bytes(first.batches[0][..8].try_into().unwrap());
+    assert_eq!(base, 35);
+    // The log start and high watermark do not move; later appends continue the offsets.
+    let w = log.watermarks(&tp("c", 0)).unwrap();
+    assert_eq!((w.log_start.0, w.high.0), (0, 40));
+    let more = updates(&log, 1, 1, 0).await;
+    assert_eq!(more[0].0, 40);
+    // And after a restart, through the index alone; the next pass continues from the
+    // manifest's cleaner checkpoint.
+    log.shutdown().await.unwrap();
+    let log = open_with_clock(
+        &store,
+        SystemClock::shared(),
+        LogConfig {
+            cleaner_threads: 0,
+            ..config()
+        },
+    )
+    .await;
+    log.compact_now(&tp("c", 0)).await.unwrap();
+    assert!(log.clean_now(&tp("c", 0)).await.unwrap());
+    let mut expect = appended.clone();
+    expect.extend(more);
+    assert_eq!(survivors(&read_all(&log, 0).await), latest(&expect));
+}
+
+#[tokio::test]
+async fn keyless_records_are_refused_on_compacted_topics_and_nothing_is_stored() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let log = open_with_clock(
+        &store,
+        SystemClock::shared(),
+        LogConfig {
+            cleaner_threads: 0,
+            ..config()
+        },
+    )
+    .await;
+    log.create_topic("c", Some(1), compact_topic(&[]), false)
+        .await
+        .unwrap();
+    let mixed = keyed(&[(Some("k"), Some("v")), (None, Some("v"))], 0, None);
+    match log.append(&tp("c", 0), mixed, DURABLE).await {
+        Err(LogError::CorruptMessage(BatchError::KeylessRecordOnCompactedTopic { index: 1 })) => {}
+        other => panic!("expected the keyless record refused, got {other:?}"),
+    }
+    // Compressed: found after decompressing.
+    let plain = keyed(&[(None, Some("v"))], 0, None);
+    let zipped = as_gzip(&plain, &gzip(&plain[61..]));
+    assert!(matches!(
+        log.append(&tp("c", 0), zipped, DURABLE).await,
+        Err(LogError::CorruptMessage(
+            BatchError::KeylessRecordOnCompactedTopic { index: 0 }
+        ))
+    ));
+    assert_eq!(log.watermarks(&tp("c", 0)).unwrap().high.0, 0);
+    // A topic that deletes takes them.
+    log.create_topic("d", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    log.append(&tp("d", 0), keyed(&[(None, Some("v"))], 0, None), DURABLE)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn tombstones_are_removed_only_once_delete_retention_ms_passed_since_first_cleaned() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let log = open_with_clock(&store, clock.clone(), manual_config()).await;
+    log.create_topic(
+        "c",
+        Some(1),
+        compact_topic(&[("delete.retention.ms", "1000")]),
+        false,
+    )
+    .await
+    .unwrap();
+    let append = |recs: Vec<(Option<&'static str>, Option<&'static str>)>| {
+        let log = log.clone();
+        async move {
+            log.append(&tp("c", 0), keyed(&recs, 0, None), DURABLE)
+                .await
+                .unwrap();
+            log.compact_now(&tp("c", 0)).await.unwrap();
+        }
+    };
+    append(vec![(Some("a"), Some("1")), (Some("b"), Some("2"))]).await;
+    append(vec![(Some("a"), None)]).await;
+    assert!(log.clean_now(&tp("c", 0)).await.unwrap());
+    let keys = |r: Vec<(i64, String, Option<String>)>| {
+        r.into_iter()
+            .map(|(_, k, v)| (k, v.is_none()))
+            .collect::<Vec<_>>()
+    };
+    // The first pass removes a's value but keeps its tombstone for delete.retention.ms.
+    assert_eq!(
+        keys(read_all(&log, 0).await),
+        vec![("b".into(), false), ("a".into(), true)]
+    );
+    clock.advance(Duration::from_millis(900));
+    append(vec![(Some("c"), Some("3"))]).await;
+    assert!(log.clean_now(&tp("c", 0)).await.unwrap());
+    assert_eq!(
+        keys(read_all(&log, 0).await).len(),
+        3,
+        "the tombstone is 900ms old: kept"
+    );
+    clock.advance(Duration::from_millis(200));
+    append(vec![(Some("d"), Some("4"))]).await;
+    assert!(log.clean_now(&tp("c", 0)).await.unwrap());
+    assert_eq!(
+        keys(read_all(&log, 0).await),
+        vec![
+            ("b".into(), false),
+            ("c".into(), false),
+            ("d".into(), false)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn compressed_batches_are_filtered_and_recompressed_with_their_codec() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let log = open_with_clock(
+        &store,
+        SystemClock::shared(),
+        LogConfig {
+            cleaner_threads: 0,
+            ..config()
+        },
+    )
+    .await;
+    log.create_topic("c", Some(1), compact_topic(&[]), false)
+        .await
+        .unwrap();
+    let plain = keyed(
+        &[
+            (Some("a"), Some("1")),
+            (Some("b"), Some("2")),
+            (Some("a"), Some("3")),
+        ],
+        0,
+        None,
+    );
+    log.append(&tp("c", 0), as_gzip(&plain, &gzip(&plain[61..])), DURABLE)
+        .await
+        .unwrap();
+    log.compact_now(&tp("c", 0)).await.unwrap();
+    assert!(log.clean_now(&tp("c", 0)).await.unwrap());
+    let read = log
+        .read(&tp("c", 0), Offset(0), 1 << 20, true)
+        .await
+        .unwrap();
+    let view = strata_wire::split_batches(&read.batches[0])
+        .unwrap()
+        .remove(0);
+    assert_eq!(view.compression(), strata_wire::Compression::Gzip);
+    assert_eq!(
+        (
+            view.header().base_offset,
+            view.header().last_offset(),
+            view.record_count()
+        ),
+        (0, 2, 2)
+    );
+    let offsets: Vec<i64> = strata_wire::clean::records(&view, 1 << 20)
+        .unwrap()
+        .iter()
+        .map(|r| r.offset)
+        .collect();
+    assert_eq!(offsets, vec![1, 2]);
+}
+
+#[tokio::test]
+async fn an_idempotent_producers_last_batch_survives_cleaning_empty_and_its_retry_is_a_duplicate() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let config = LogConfig {
+        cleaner_threads: 0,
+        ..config()
+    };
+    let log = open_with_clock(&store, SystemClock::shared(), config.clone()).await;
+    log.create_topic("c", Some(1), compact_topic(&[]), false)
+        .await
+        .unwrap();
+    let (pid, epoch) = log.init_producer_id().await.unwrap();
+    let idem = keyed(&[(Some("a"), Some("1"))], 0, Some((pid, epoch, 0)));
+    assert_eq!(
+        log.append(&tp("c", 0), idem.clone(), DURABLE)
+            .await
+            .unwrap()
+            .base_offset
+            .0,
+        0
+    );
+    log.append(
+        &tp("c", 0),
+        keyed(&[(Some("a"), Some("2"))], 0, None),
+        DURABLE,
+    )
+    .await
+    .unwrap();
+    log.compact_now(&tp("c", 0)).await.unwrap();
+    assert!(log.clean_now(&tp("c", 0)).await.unwrap());
+    // The producer's batch lost its only record but stays, empty, with its sequence.
+    let read = log
+        .read(&tp("c", 0), Offset(0), 1 << 20, true)
+        .await
+        .unwrap();
+    let empty = strata_wire::split_batches(&read.batches[0])
+        .unwrap()
+        .remove(0);
+    let h = empty.header();
+    assert_eq!(
+        (
+            h.base_offset,
+            h.record_count,
+            h.producer_id,
+            h.base_sequence
+        ),
+        (0, 0, pid, 0)
+    );
+    // A retry of it is recognised, before and after a restart.
+    assert_eq!(
+        log.append(&tp("c", 0), idem.clone(), DURABLE)
+            .await
+            .unwrap()
+            .base_offset
+            .0,
+        0
+    );
+    log.shutdown().await.unwrap();
+    let log = open_with_clock(&store, SystemClock::shared(), config).await;
+    assert_eq!(
+        log.append(&tp("c", 0), idem, DURABLE)
+            .await
+            .unwrap()
+            .base_offset
+            .0,
+        0
+    );
+    assert_eq!(log.watermarks(&tp("c", 0)).unwrap().high.0, 2);
+}
+
+#[tokio::test]
+async fn a_map_smaller_than_the_key_set_converges_over_several_passes() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let config = LogConfig {
+        cleaner_threads: 0,
+        // Nine keys a pass.
+        cleaner_dedupe_buffer_bytes: 10 * crate::cleaner::SLOT_BYTES,
+        segment_bytes: 400,
+        ..config()
+    };
+    let log = open_with_clock(&store, SystemClock::shared(), config).await;
+    log.create_topic("c", Some(1), compact_topic(&[]), false)
+        .await
+        .unwrap();
+    let appended = updates(&log, 90, 30, 0).await;
+    log.compact_now(&tp("c", 0)).await.unwrap();
+    let mut passes = 0;
+    while log.clean_now(&tp("c", 0)).await.unwrap() {
+        passes += 1;
+        assert!(passes < 100, "the cleaner does not converge");
+    }
+    assert!(passes > 1, "one pass cannot map 30 keys in a 9-key map");
+    assert_eq!(survivors(&read_all(&log, 0).await), latest(&appended));
+    let stats = log.cleaner_stats();
+    assert_eq!(stats.records_removed, 60);
+}
+
+#[tokio::test]
+async fn a_deposed_owners_pass_fails_at_its_manifest_and_its_segments_are_collected() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let a = open_managed(&store, 1).await;
+    a.create_topic("c", Some(1), compact_topic(&[]), false)
+        .await
+        .unwrap();
+    for (tp_, r) in a.acquire(vec![("c".into(), 0, 1)]).await.unwrap() {
+        r.unwrap_or_else(|e| panic!("{tp_}: {e}"));
+    }
+    let mut appended = updates(&a, 20, 4, 0).await;
+    a.compact_now(&tp("c", 0)).await.unwrap();
+    // B takes the partition over while A is paused; A then runs its pass.
+    let b = open_managed(&store, 2).await;
+    b.refresh_catalog().await.unwrap();
+    for (tp_, r) in b.acquire(vec![("c".into(), 0, 2)]).await.unwrap() {
+        r.unwrap_or_else(|e| panic!("{tp_}: {e}"));
+    }
+    assert!(matches!(
+        a.clean_now(&tp("c", 0)).await,
+        Err(LogError::Fenced) | Ok(false)
+    ));
+    let prefix =
+        |log: &LogManager| strata_layout::partition::segment_prefix(log.topic("c").unwrap().id, 0);
+    let cleaned = |keys: Vec<_>| {
+        keys.into_iter()
+            .map(|m: strata_storage::ObjectMeta| m)
+            .filter(|m| {
+                strata_layout::partition::parse_cleaned_segment_key(m.key.as_str()).is_some()
+            })
+            .map(|m| m.key.as_str().to_string())
+            .collect::<Vec<_>>()
+    };
+    let orphans: Vec<String> = cleaned(store.list(&prefix(&b)).await.unwrap());
+    assert!(
+        !orphans.is_empty(),
+        "A's pass wrote its segments before failing"
+    );
+    // B reads every latest value, cleans on, and collects A's orphans.
+    appended.extend(updates(&b, 4, 4, 0).await);
+    b.compact_now(&tp("c", 0)).await.unwrap();
+    assert!(b.clean_now(&tp("c", 0)).await.unwrap());
+    b.collect_garbage().await.unwrap();
+    let stored = store.list(&prefix(&b)).await.unwrap();
+    let names: Vec<String> = stored.iter().map(|m| m.key.as_str().to_string()).collect();
+    for orphan in &orphans {
+        assert!(
+            !names.contains(orphan),
+            "A's orphan {orphan} is still there: {names:?}"
+        );
+    }
+    let read = {
+        let mut out = Vec::new();
+        let mut at = 0;
+        loop {
+            let r = b
+                .read(&tp("c", 0), Offset(at), 1 << 20, true)
+                .await
+                .unwrap();
+            if r.batches.is_empty() {
+                break out;
+            }
+            for batch in &r.batches {
+                let view = strata_wire::split_batches(batch).unwrap().remove(0);
+                for rec in strata_wire::clean::records(&view, 1 << 20).unwrap() {
+                    out.push((
+                        rec.offset,
+                        String::from_utf8(rec.key.unwrap().to_vec()).unwrap(),
+                        Some(String::new()),
+                    ));
+                }
+                at = view.header().last_offset() + 1;
+            }
+        }
+    };
+    assert_eq!(survivors(&read), latest(&appended));
+}
