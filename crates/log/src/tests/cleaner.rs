@@ -533,3 +533,166 @@ async fn a_deposed_owners_pass_fails_at_its_manifest_and_its_segments_are_collec
     };
     assert_eq!(survivors(&read), latest(&appended));
 }
+
+/// A store that dies part-way through a cleaning pass: once armed, it lets one manifest update
+/// through (the pass recording its intent) and then fails every write, as if the broker had
+/// crashed right after that compare-and-swap. Reads keep working (they change nothing).
+#[derive(Debug)]
+struct DiesAfterIntent {
+    inner: Arc<dyn ObjectStore>,
+    armed: std::sync::atomic::AtomicBool,
+    dead: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for DiesAfterIntent {
+    async fn put(
+        &self,
+        key: &strata_storage::ObjectKey,
+        data: Bytes,
+        mode: strata_storage::PutMode,
+    ) -> strata_storage::StorageResult<strata_storage::Version> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.dead.load(SeqCst) {
+            return Err(strata_storage::StorageError::Unavailable("crashed".into()));
+        }
+        let intent = self.armed.load(SeqCst)
+            && key.as_str().ends_with("/manifest")
+            && matches!(mode, strata_storage::PutMode::Update(_));
+        let result = self.inner.put(key, data, mode).await;
+        if intent {
+            self.dead.store(true, SeqCst);
+        }
+        result
+    }
+
+    async fn get(
+        &self,
+        key: &strata_storage::ObjectKey,
+    ) -> strata_storage::StorageResult<(Bytes, strata_storage::Version)> {
+        self.inner.get(key).await
+    }
+
+    async fn get_range(
+        &self,
+        key: &strata_storage::ObjectKey,
+        range: std::ops::Range<u64>,
+    ) -> strata_storage::StorageResult<Bytes> {
+        self.inner.get_range(key, range).await
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+    ) -> strata_storage::StorageResult<Vec<strata_storage::ObjectMeta>> {
+        self.inner.list(prefix).await
+    }
+
+    async fn delete(&self, key: &strata_storage::ObjectKey) -> strata_storage::StorageResult<()> {
+        if self.dead.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(strata_storage::StorageError::Unavailable("crashed".into()));
+        }
+        self.inner.delete(key).await
+    }
+
+    fn backend_name(&self) -> &'static str {
+        "dies-after-intent"
+    }
+}
+
+/// A owner that crashes between a pass's two manifest updates — the pass recorded, its new
+/// segments written, no index chunk repointed, the segment lists not swapped — leaves a log
+/// that reads right, and the next owner finishes the pass: every key's latest record
+/// survives, once, and the replaced segments are deleted.
+#[tokio::test]
+async fn a_pass_cut_off_after_recording_its_intent_is_finished_by_the_next_owner() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let dying = Arc::new(DiesAfterIntent {
+        inner: Arc::clone(&store),
+        armed: AtomicBool::new(false),
+        dead: AtomicBool::new(false),
+    });
+    let dying_store: Arc<dyn ObjectStore> = dying.clone();
+    let a = open_managed(&dying_store, 1).await;
+    a.create_topic("c", Some(1), compact_topic(&[]), false)
+        .await
+        .unwrap();
+    for (tp_, r) in a.acquire(vec![("c".into(), 0, 1)]).await.unwrap() {
+        r.unwrap_or_else(|e| panic!("{tp_}: {e}"));
+    }
+    let appended = updates(&a, 30, 4, 0).await;
+    a.compact_now(&tp("c", 0)).await.unwrap();
+    let prefix = strata_layout::partition::segment_prefix(a.topic("c").unwrap().id, 0);
+    let originals: Vec<String> = store
+        .list(&prefix)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.key.as_str().to_string())
+        .collect();
+    assert!(!originals.is_empty());
+    dying.armed.store(true, SeqCst);
+    assert!(
+        a.clean_now(&tp("c", 0)).await.is_err(),
+        "the pass dies after recording its intent"
+    );
+    assert!(dying.dead.load(SeqCst), "the intent was written");
+    let cleaned_keys = |keys: Vec<strata_storage::ObjectMeta>| -> Vec<String> {
+        keys.into_iter()
+            .map(|m| m.key.as_str().to_string())
+            .filter(|k| strata_layout::partition::parse_cleaned_segment_key(k).is_some())
+            .collect()
+    };
+    let written_by_a = cleaned_keys(store.list(&prefix).await.unwrap());
+    assert!(!written_by_a.is_empty(), "A wrote its replacements first");
+
+    // B takes the partition over from the dead A and serves the half-done pass.
+    let b = open_managed(&store, 2).await;
+    b.refresh_catalog().await.unwrap();
+    for (tp_, r) in b.acquire(vec![("c".into(), 0, 2)]).await.unwrap() {
+        r.unwrap_or_else(|e| panic!("{tp_}: {e}"));
+    }
+    let before = read_all(&b, 0).await;
+    let expected: BTreeMap<i64, String> =
+        appended.iter().map(|(o, k, _)| (*o, k.clone())).collect();
+    let mut last_per_key = BTreeMap::new();
+    let mut previous = -1;
+    for (offset, key, _) in &before {
+        assert!(*offset > previous, "offsets go forward: {before:?}");
+        previous = *offset;
+        assert_eq!(
+            expected.get(offset),
+            Some(key),
+            "a record B reads was appended there"
+        );
+        last_per_key.insert(key.clone(), (*offset, false));
+    }
+    assert_eq!(
+        last_per_key,
+        latest(&appended),
+        "every key's latest record is readable"
+    );
+
+    // B finishes the recorded pass before anything else, then the log is cleaned.
+    b.clean_now(&tp("c", 0)).await.unwrap();
+    assert_eq!(survivors(&read_all(&b, 0).await), latest(&appended));
+    let stored: Vec<String> = store
+        .list(&prefix)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.key.as_str().to_string())
+        .collect();
+    for original in &originals {
+        assert!(
+            !stored.contains(original),
+            "replaced segment {original} is still stored: {stored:?}"
+        );
+    }
+    // B adopted A's replacements instead of cleaning again from scratch.
+    assert_eq!(
+        cleaned_keys(store.list(&prefix).await.unwrap()),
+        written_by_a
+    );
+}
