@@ -43,17 +43,35 @@ pub(crate) fn batch(values: &[&str], ts0: i64, producer: Option<(i64, i16, i32)>
         put_varint(&mut records, r.len() as i64);
         records.put_slice(&r);
     }
+    frame_batch(
+        &records,
+        values.len(),
+        ts0,
+        ts0 + values.len() as i64 - 1,
+        producer,
+    )
+}
+
+/// Wraps `count` encoded records (offset deltas 0, 1, …) in an uncompressed v2 batch header
+/// with these timestamps and producer fields (None: not idempotent), CRC included.
+pub(crate) fn frame_batch(
+    records: &[u8],
+    count: usize,
+    first_timestamp: i64,
+    max_timestamp: i64,
+    producer: Option<(i64, i16, i32)>,
+) -> Bytes {
     let (pid, epoch, seq) = producer.unwrap_or((-1, -1, -1));
     let mut body = BytesMut::new();
     body.put_i16(0);
-    body.put_i32(values.len() as i32 - 1);
-    body.put_i64(ts0);
-    body.put_i64(ts0 + values.len() as i64 - 1);
+    body.put_i32(count as i32 - 1);
+    body.put_i64(first_timestamp);
+    body.put_i64(max_timestamp);
     body.put_i64(pid);
     body.put_i16(epoch);
     body.put_i32(seq);
-    body.put_i32(values.len() as i32);
-    body.put_slice(&records);
+    body.put_i32(count as i32);
+    body.put_slice(records);
     let mut out = BytesMut::new();
     out.put_i64(0);
     out.put_i32((4 + 1 + 4 + body.len()) as i32);

@@ -12,7 +12,7 @@ use strata_core::{BrokerId, Clock, Offset, SystemClock};
 use strata_storage::{MemoryStore, ObjectStore};
 use strata_wire::batch::BatchError;
 
-use super::{as_gzip, config, gzip, open_managed, put_varint, tp, DURABLE};
+use super::{as_gzip, config, frame_batch, gzip, open_managed, put_varint, tp, DURABLE};
 use crate::{LogConfig, LogError, LogManager};
 
 /// An uncompressed batch of (key, value) records (None value: a tombstone), timestamps `ts`.
@@ -40,25 +40,7 @@ pub(crate) fn keyed(
         put_varint(&mut body_records, r.len() as i64);
         body_records.put_slice(&r);
     }
-    let (pid, epoch, seq) = producer.unwrap_or((-1, -1, -1));
-    let mut body = BytesMut::new();
-    body.put_i16(0);
-    body.put_i32(records.len() as i32 - 1);
-    body.put_i64(ts);
-    body.put_i64(ts);
-    body.put_i64(pid);
-    body.put_i16(epoch);
-    body.put_i32(seq);
-    body.put_i32(records.len() as i32);
-    body.put_slice(&body_records);
-    let mut out = BytesMut::new();
-    out.put_i64(0);
-    out.put_i32((4 + 1 + 4 + body.len()) as i32);
-    out.put_i32(-1);
-    out.put_i8(2);
-    out.put_u32(crc32c::crc32c(&body));
-    out.put_slice(&body);
-    out.freeze()
+    frame_batch(&body_records, records.len(), ts, ts, producer)
 }
 
 fn compact_topic(extra: &[(&str, &str)]) -> BTreeMap<String, String> {
