@@ -269,6 +269,58 @@ fn api_name(key: i16) -> &'static str {
         .unwrap_or("an unknown API")
 }
 
+/// The first wait between attempts at a retriable request, as Kafka's `retry.backoff.ms`.
+const RETRY_BACKOFF: Duration = Duration::from_millis(100);
+/// The longest wait between attempts, as Kafka's `retry.backoff.max.ms`.
+const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Retries what the Kafka protocol calls retriable, as Kafka's own clients and tools do: a
+/// partition being handed to another broker answers NOT_LEADER_OR_FOLLOWER for the few
+/// milliseconds of the move, a coordinator shard loading answers COORDINATOR_LOAD_IN_PROGRESS.
+/// Failing a command on those would make every operator script racy against moves. Attempts
+/// stop at the client's request timeout, counted from [`Client::retry`].
+pub struct Retry {
+    clock: Arc<dyn Clock>,
+    deadline: Duration,
+    backoff: Duration,
+}
+
+impl Retry {
+    /// Whether to try again after `error`: it is a Kafka error the protocol calls retriable
+    /// and time remains. Waits the backoff first.
+    pub async fn again(&mut self, error: &anyhow::Error) -> bool {
+        self.again_if(error, ResponseError::is_retriable).await
+    }
+
+    /// As [`Retry::again`], for errors `retriable` accepts: a Produce retries only errors
+    /// that say nothing was written, so a retry cannot store a record twice.
+    pub async fn again_if(
+        &mut self,
+        error: &anyhow::Error,
+        retriable: fn(&ResponseError) -> bool,
+    ) -> bool {
+        let worth = matches!(
+            error.downcast_ref::<ClientError>(),
+            Some(ClientError::Kafka { error, .. }) if retriable(error)
+        );
+        if !worth || self.clock.monotonic().saturating_add(self.backoff) >= self.deadline {
+            return false;
+        }
+        self.clock.sleep(self.backoff).await;
+        self.backoff = (self.backoff * 2).min(RETRY_BACKOFF_MAX);
+        true
+    }
+}
+
+/// The error for a partition Metadata shows without a leader: retriable, as in Kafka.
+pub fn no_leader(topic: &str, partition: i32) -> ClientError {
+    ClientError::Kafka {
+        what: format!("{topic}-{partition} has no leader right now"),
+        error: ResponseError::LeaderNotAvailable,
+        message: None,
+    }
+}
+
 /// Talks to a cluster: requests go to the bootstrap broker unless they must go to a
 /// partition's leader or a group's coordinator, which are looked up and connected to once.
 pub struct Client {
@@ -330,6 +382,15 @@ impl Client {
         self.bootstrap.request(version, request).await
     }
 
+    /// A retry budget of one request timeout, starting now.
+    pub fn retry(&self) -> Retry {
+        Retry {
+            clock: Arc::clone(&self.clock),
+            deadline: self.clock.monotonic().saturating_add(self.timeout),
+            backoff: RETRY_BACKOFF,
+        }
+    }
+
     /// Metadata of `topics` (all topics when None); never creates a topic.
     pub async fn metadata(&mut self, topics: Option<&[String]>) -> ClientResult<MetadataResponse> {
         let request = MetadataRequest::default()
@@ -388,5 +449,83 @@ impl Client {
         self.addresses
             .insert(node, format!("{}:{}", coordinator.host, coordinator.port));
         self.node(node).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_core::clock::ManualClock;
+
+    /// Runs `attempt` to its end, moving the manual clock 10 ms whenever it waits.
+    async fn advancing(
+        clock: &ManualClock,
+        attempt: impl std::future::Future<Output = bool>,
+    ) -> bool {
+        tokio::pin!(attempt);
+        loop {
+            tokio::select! {
+                biased;
+                answer = &mut attempt => return answer,
+                () = tokio::task::yield_now() => clock.advance(Duration::from_millis(10)),
+            }
+        }
+    }
+
+    fn kafka(error: ResponseError) -> anyhow::Error {
+        ClientError::Kafka {
+            what: "asking".into(),
+            error,
+            message: None,
+        }
+        .into()
+    }
+
+    #[tokio::test]
+    async fn retriable_answers_are_retried_with_doubling_waits_until_the_timeout() {
+        let clock = Arc::new(ManualClock::new(0));
+        let mut retry = Retry {
+            clock: Arc::clone(&clock) as Arc<dyn Clock>,
+            deadline: Duration::from_secs(1),
+            backoff: RETRY_BACKOFF,
+        };
+        let moved = kafka(ResponseError::NotLeaderOrFollower);
+        let mut waited_until = Vec::new();
+        while advancing(&clock, retry.again(&moved)).await {
+            waited_until.push(clock.monotonic().as_millis());
+        }
+        // 100, 200 and 400 ms fit in the second; the next 800 ms wait would not.
+        assert_eq!(waited_until, vec![100, 300, 700]);
+    }
+
+    #[tokio::test]
+    async fn answers_that_retrying_cannot_change_fail_at_once() {
+        let clock = Arc::new(ManualClock::new(0));
+        let mut retry = Retry {
+            clock: Arc::clone(&clock) as Arc<dyn Clock>,
+            deadline: Duration::from_secs(30),
+            backoff: RETRY_BACKOFF,
+        };
+        assert!(
+            !advancing(
+                &clock,
+                retry.again(&kafka(ResponseError::TopicAuthorizationFailed))
+            )
+            .await
+        );
+        assert!(!advancing(&clock, retry.again(&anyhow::anyhow!("not a Kafka answer"))).await);
+        // A Produce timeout is retriable for Kafka but may have stored the records.
+        let timed_out = kafka(ResponseError::RequestTimedOut);
+        assert!(
+            !advancing(
+                &clock,
+                retry.again_if(&timed_out, |e| matches!(
+                    e,
+                    ResponseError::NotLeaderOrFollower
+                ))
+            )
+            .await
+        );
+        assert_eq!(clock.monotonic(), Duration::ZERO, "no attempt waited");
     }
 }

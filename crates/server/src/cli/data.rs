@@ -4,6 +4,7 @@ use std::io::BufRead;
 
 use anyhow::{bail, Context};
 use bytes::{Bytes, BytesMut};
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{BrokerId, FetchRequest, ProduceRequest};
@@ -15,7 +16,7 @@ use strata_core::Clock;
 
 use super::topic::{log_offsets, topic_metadata};
 use super::{duration, out, out_json, Connect};
-use crate::kafka_client::{check, name, Client};
+use crate::kafka_client::{check, name, no_leader, Client};
 
 /// Records per Produce request from stdin, and bytes: input of any length is sent in
 /// requests of bounded size instead of being held in memory whole.
@@ -63,7 +64,7 @@ pub struct ConsumeArgs {
 
 pub async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
     let (mut client, clock) = args.connect.client().await?;
-    let leader = leader_of(&mut client, &args.topic, args.partition).await?;
+    let mut leader = leader_of(&mut client, &args.topic, args.partition).await?;
     let key = args.key.map(Bytes::from);
     let mut sent = Vec::new();
     let mut pending: Vec<Bytes> = Vec::new();
@@ -88,16 +89,27 @@ pub async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         }
         let full = pending.len() >= PRODUCE_BATCH_RECORDS || pending_bytes >= PRODUCE_BATCH_BYTES;
         if (full || done) && !pending.is_empty() {
-            let base = send(
-                &mut client,
-                clock.as_ref(),
-                &args.topic,
-                args.partition,
-                leader,
-                key.as_ref(),
-                &pending,
-            )
-            .await?;
+            let mut retry = client.retry();
+            let base = loop {
+                let sent = send(
+                    &mut client,
+                    clock.as_ref(),
+                    &args.topic,
+                    args.partition,
+                    leader,
+                    key.as_ref(),
+                    &pending,
+                )
+                .await;
+                match sent {
+                    // Only answers that say nothing was stored: resending after a timeout
+                    // could store the records twice.
+                    Err(error) if retry.again_if(&error, unwritten).await => {
+                        leader = leader_of(&mut client, &args.topic, args.partition).await?;
+                    }
+                    answer => break answer?,
+                }
+            };
             sent.push((base, pending.len()));
             pending.clear();
             pending_bytes = 0;
@@ -141,9 +153,17 @@ async fn leader_of(client: &mut Client, topic: &str, partition: i32) -> anyhow::
         );
     };
     if p.leader_id.0 < 0 {
-        bail!("{topic}-{partition} has no leader right now; try again in a few seconds");
+        return Err(no_leader(topic, partition).into());
     }
     Ok(p.leader_id.0)
+}
+
+/// Produce errors after which the partition's log is known not to hold the records.
+fn unwritten(error: &ResponseError) -> bool {
+    matches!(
+        error,
+        ResponseError::NotLeaderOrFollower | ResponseError::LeaderNotAvailable
+    )
 }
 
 async fn send(
@@ -219,7 +239,7 @@ pub async fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
     let wait = duration("--timeout", &args.timeout)?;
     let (mut client, clock) = args.connect.client().await?;
     let (topic, partition) = (args.topic.as_str(), args.partition);
-    let leader = leader_of(&mut client, topic, partition).await?;
+    let mut leader = leader_of(&mut client, topic, partition).await?;
     let mut offset = match args.offset.as_str() {
         "earliest" | "latest" => {
             let offsets = log_offsets(&mut client, topic, &[(partition, leader)]).await?;
@@ -236,6 +256,7 @@ pub async fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
     };
     let deadline = clock.monotonic().saturating_add(wait);
     let mut consumed = Vec::new();
+    let mut retry = client.retry();
     while consumed.len() < args.count && clock.monotonic() < deadline {
         let request = FetchRequest::default()
             .with_replica_id(BrokerId(-1))
@@ -253,22 +274,37 @@ pub async fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
                     .with_log_start_offset(-1)
                     .with_partition_max_bytes(args.fetch_max_bytes)])]);
         let response = client.node(leader).await?.request(12, &request).await?;
-        check(
+        let answer = check(
             response.error_code,
             || format!("fetching {topic}-{partition}"),
             None,
-        )?;
-        let data = response
-            .responses
-            .iter()
-            .flat_map(|t| t.partitions.iter())
-            .find(|p| p.partition_index == partition)
-            .ok_or_else(|| anyhow::anyhow!("Fetch answered nothing about {topic}-{partition}"))?;
-        check(
-            data.error_code,
-            || format!("fetching {topic}-{partition} from offset {offset}"),
-            None,
-        )?;
+        )
+        .map_err(anyhow::Error::from)
+        .and_then(|()| {
+            let data = response
+                .responses
+                .iter()
+                .flat_map(|t| t.partitions.iter())
+                .find(|p| p.partition_index == partition)
+                .ok_or_else(|| {
+                    anyhow::anyhow!("Fetch answered nothing about {topic}-{partition}")
+                })?;
+            check(
+                data.error_code,
+                || format!("fetching {topic}-{partition} from offset {offset}"),
+                None,
+            )?;
+            Ok(data)
+        });
+        let data = match answer {
+            Ok(data) => data,
+            // The partition moved: ask its new leader.
+            Err(error) if retry.again(&error).await => {
+                leader = leader_of(&mut client, topic, partition).await?;
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
         let Some(records) = &data.records else {
             continue;
         };

@@ -162,6 +162,20 @@ struct Description {
 /// Describes `group` with whichever protocol it uses: ConsumerGroupDescribe for KIP-848
 /// groups, DescribeGroups for classic ones. None if the group does not exist.
 async fn describe_group(client: &mut Client, group: &str) -> anyhow::Result<Option<Description>> {
+    let mut retry = client.retry();
+    loop {
+        match describe_group_once(client, group).await {
+            // The group's shard is moving or loading: ask again, finding its coordinator anew.
+            Err(error) if retry.again(&error).await => {}
+            answer => return answer,
+        }
+    }
+}
+
+async fn describe_group_once(
+    client: &mut Client,
+    group: &str,
+) -> anyhow::Result<Option<Description>> {
     let coordinator = client.coordinator(group).await?;
     let request = ConsumerGroupDescribeRequest::default().with_group_ids(vec![group_id(group)]);
     // Brokers without KIP-848 do not offer it; they describe every group the classic way.
@@ -322,6 +336,19 @@ async fn describe(connect: &Connect, group: &str) -> anyhow::Result<()> {
 
 /// The group's committed offsets: topic → partition → offset.
 async fn committed(
+    client: &mut Client,
+    group: &str,
+) -> anyhow::Result<BTreeMap<String, BTreeMap<i32, i64>>> {
+    let mut retry = client.retry();
+    loop {
+        match committed_once(client, group).await {
+            Err(error) if retry.again(&error).await => {}
+            answer => return answer,
+        }
+    }
+}
+
+async fn committed_once(
     client: &mut Client,
     group: &str,
 ) -> anyhow::Result<BTreeMap<String, BTreeMap<i32, i64>>> {

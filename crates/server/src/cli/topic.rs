@@ -20,7 +20,7 @@ use kafka_protocol::messages::{
 use serde_json::json;
 
 use super::{key_value, out, out_json, table, Connect};
-use crate::kafka_client::{check, name, str_bytes, Client, ClientError};
+use crate::kafka_client::{check, name, no_leader, str_bytes, Client, ClientError};
 
 const TOPIC_RESOURCE: i8 = 2;
 /// How long the broker may take to create, delete or grow a topic.
@@ -221,8 +221,32 @@ pub async fn topic_metadata(
 }
 
 /// Log start and log end offset of each of `partitions` (index → leader), asking each
-/// partition's leader.
+/// partition's leader. A partition that moves meanwhile is asked again of its new leader.
 pub async fn log_offsets(
+    client: &mut Client,
+    topic: &str,
+    partitions: &[(i32, i32)],
+) -> anyhow::Result<BTreeMap<i32, (i64, i64)>> {
+    let mut retry = client.retry();
+    let mut leaders = partitions.to_vec();
+    loop {
+        match log_offsets_once(client, topic, &leaders).await {
+            Err(error) if retry.again(&error).await => {
+                let metadata = topic_metadata(client, topic).await?;
+                for (partition, leader) in &mut leaders {
+                    *leader = metadata
+                        .partitions
+                        .iter()
+                        .find(|p| p.partition_index == *partition)
+                        .map_or(-1, |p| p.leader_id.0);
+                }
+            }
+            answer => return answer,
+        }
+    }
+}
+
+async fn log_offsets_once(
     client: &mut Client,
     topic: &str,
     partitions: &[(i32, i32)],
@@ -230,7 +254,7 @@ pub async fn log_offsets(
     let mut by_leader: HashMap<i32, Vec<i32>> = HashMap::new();
     for &(partition, leader) in partitions {
         if leader < 0 {
-            bail!("{topic}-{partition} has no leader right now; try again in a few seconds");
+            return Err(no_leader(topic, partition).into());
         }
         by_leader.entry(leader).or_default().push(partition);
     }
