@@ -1417,6 +1417,85 @@ async fn request_topic_and_connection_metrics_follow_real_traffic() {
     assert!(value("strata_connections_accepted_total") >= value("strata_connections"));
 }
 
+/// Every metric family the broker exports is named in docs/METRICS.md, and every metric the
+/// Grafana dashboard queries is one the broker exports: a metric added without documentation,
+/// or renamed under the dashboard (which would show an empty panel, not an error), fails here.
+#[test]
+fn every_exported_metric_is_documented_and_the_dashboard_queries_only_real_ones() {
+    let mut cluster = Cluster::start(1, "5s", "200ms");
+    let text = cluster.metrics_text(1);
+    let exported: BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(
+        exported.len() > 20,
+        "too few families scraped to judge:\n{text}"
+    );
+
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let read = |path: &str| {
+        std::fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("reading {path}: {e}"))
+    };
+    let documented = read("docs/METRICS.md");
+    let undocumented: Vec<&&str> = exported
+        .iter()
+        .filter(|name| {
+            !documented.contains(&format!("`{name}`"))
+                && !documented.contains(&format!("`{name}{{"))
+        })
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "exported but not in docs/METRICS.md: {undocumented:?}"
+    );
+
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&read("docs/grafana/strata.json")).expect("the dashboard is JSON");
+    let mut queries = Vec::new();
+    fn exprs<'a>(value: &'a serde_json::Value, into: &mut Vec<&'a str>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                if let Some(serde_json::Value::String(expr)) = map.get("expr") {
+                    into.push(expr);
+                }
+                map.values().for_each(|v| exprs(v, into));
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| exprs(v, into)),
+            _ => {}
+        }
+    }
+    exprs(&dashboard, &mut queries);
+    assert!(
+        queries.len() > 20,
+        "the dashboard has only {} queries",
+        queries.len()
+    );
+    let mut unknown = BTreeSet::new();
+    for query in &queries {
+        for (start, _) in query.match_indices("strata_") {
+            let name: String = query[start..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            // Histograms and summaries are queried through their series suffixes.
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix))
+                .filter(|base| exported.contains(base))
+                .unwrap_or(&name);
+            if !exported.contains(family) {
+                unknown.insert(name.clone());
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "the dashboard queries metrics the broker does not export: {unknown:?}"
+    );
+}
+
 /// The idle cost is visible per poller: an idle broker's heartbeats alone move the membership
 /// series of `strata_storage_requests_by_area_total`, without any client traffic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
