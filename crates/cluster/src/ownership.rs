@@ -55,9 +55,7 @@ use crate::keys::{
 };
 use crate::membership::Incarnation;
 use crate::{ClusterError, ClusterResult};
-use strata_layout::cluster::{
-    parse_owner_key, parse_placement_key, ChangesMarker, PlacementOverride,
-};
+use strata_layout::cluster::{parse_owner_key, parse_placement_key, PlacementOverride};
 use strata_layout::schema::{self, Schema};
 
 /// Whether the owner named in a record still holds the resource.
@@ -503,25 +501,7 @@ impl Ownership {
     }
 
     async fn try_bump_marker(&self, key: &ObjectKey) -> ClusterResult<()> {
-        let (mode, changes) = match self.store.get(key).await {
-            Ok((bytes, version)) => {
-                // An unreadable marker is simply replaced: its content means nothing.
-                let seen = schema::decode::<ChangesMarker>(key.as_str(), &bytes)
-                    .unwrap_or_default()
-                    .changes;
-                (PutMode::Update(version), seen.wrapping_add(1))
-            }
-            Err(StorageError::NotFound(_)) => (PutMode::Create, 1),
-            Err(e) => return Err(e.into()),
-        };
-        let body = schema::encode(&ChangesMarker { changes })?;
-        match self.store.put(key, body, mode).await {
-            // Losing the race is as good as winning it: the other writer's rewrite came after
-            // our read of the marker, hence after our own change, so whoever sees it finds
-            // ours too.
-            Ok(_) | Err(StorageError::AlreadyExists(_) | StorageError::Precondition(_)) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
+        Ok(strata_layout::cas::bump_marker(self.store.as_ref(), key).await?)
     }
 
     /// The version of `cluster/placement-changes` (None: no override was ever changed). It

@@ -37,6 +37,7 @@
 //! This crate knows only [`strata_core`] and [`strata_storage`].
 
 pub mod acls;
+pub mod cas;
 pub mod catalog;
 pub mod cluster;
 mod error;

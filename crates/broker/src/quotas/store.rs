@@ -6,12 +6,10 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 
-use bytes::Bytes;
 use strata_core::Clock;
-use strata_layout::cluster::ChangesMarker;
 use strata_layout::quotas::{self, StoredQuota};
-use strata_layout::{schema, LayoutError};
-use strata_storage::{ObjectKey, ObjectStore, PutMode, StorageError, Version};
+use strata_layout::{cas, LayoutError};
+use strata_storage::{ObjectKey, ObjectStore, StorageError, Version};
 use tracing::{debug, warn};
 
 use super::model::{Entity, QuotaKind, QuotaTable};
@@ -117,62 +115,36 @@ impl QuotaStore {
     pub async fn alter(&self, entity: &Entity, ops: &[Op]) -> Result<(), QuotaError> {
         let parts = entity.to_stored();
         let key = object_key(quotas::key(&parts))?;
-        for _ in 0..CAS_ATTEMPTS {
-            let (mut stored, mode) = match self.store.get(&key).await {
-                Ok((bytes, version)) => (
-                    StoredQuota::decode(key.as_str(), &bytes)?,
-                    PutMode::Update(version),
-                ),
-                Err(StorageError::NotFound(_)) => (
-                    StoredQuota {
-                        entity: parts.clone(),
-                        values: BTreeMap::new(),
-                    },
-                    PutMode::Create,
-                ),
-                Err(e) => return Err(storage(e)),
-            };
-            for op in ops {
-                match op.value {
-                    Some(value) => stored.values.insert(op.kind.key().to_string(), value),
-                    None => stored.values.remove(op.kind.key()),
-                };
-            }
-            match self.store.put(&key, stored.encode()?, mode).await {
-                Ok(_) => return self.bump_marker().await,
-                Err(StorageError::Precondition(_) | StorageError::AlreadyExists(_)) => continue,
-                Err(e) => return Err(storage(e)),
-            }
+        let fresh = || StoredQuota {
+            entity: parts.clone(),
+            values: BTreeMap::new(),
+        };
+        let written = cas::update(
+            self.store.as_ref(),
+            &key,
+            CAS_ATTEMPTS,
+            fresh,
+            |stored: &mut StoredQuota| {
+                for op in ops {
+                    match op.value {
+                        Some(value) => stored.values.insert(op.kind.key().to_string(), value),
+                        None => stored.values.remove(op.kind.key()),
+                    };
+                }
+                Ok::<_, QuotaError>((true, ()))
+            },
+        )
+        .await?;
+        if written.is_none() {
+            return Err(QuotaError::Contended);
         }
-        Err(QuotaError::Contended)
+        cas::bump_marker(self.store.as_ref(), &object_key(quotas::CHANGES_KEY)?).await?;
+        Ok(())
     }
 
     /// The marker's version, None while no quota was ever changed.
     async fn marker(&self) -> Result<Option<Version>, QuotaError> {
-        match self.store.get(&object_key(quotas::CHANGES_KEY)?).await {
-            Ok((_, version)) => Ok(Some(version)),
-            Err(StorageError::NotFound(_)) => Ok(None),
-            Err(e) => Err(storage(e)),
-        }
-    }
-
-    /// One try is enough: a lost race means another writer bumped it, which tells every
-    /// poller the same thing.
-    async fn bump_marker(&self) -> Result<(), QuotaError> {
-        let key = object_key(quotas::CHANGES_KEY)?;
-        let (next, mode) = match self.store.get(&key).await {
-            Ok((bytes, version)) => {
-                let marker: ChangesMarker = schema::decode(key.as_str(), &bytes)?;
-                (marker.changes.wrapping_add(1), PutMode::Update(version))
-            }
-            Err(StorageError::NotFound(_)) => (1, PutMode::Create),
-            Err(e) => return Err(storage(e)),
-        };
-        let bytes: Bytes = schema::encode(&ChangesMarker { changes: next })?;
-        match self.store.put(&key, bytes, mode).await {
-            Ok(_) | Err(StorageError::Precondition(_) | StorageError::AlreadyExists(_)) => Ok(()),
-            Err(e) => Err(storage(e)),
-        }
+        Ok(cas::marker_version(self.store.as_ref(), &object_key(quotas::CHANGES_KEY)?).await?)
     }
 
     /// Loads the table into `quotas` whenever the change marker moves, every

@@ -11,11 +11,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
-use bytes::Bytes;
 use strata_core::Clock;
-use strata_layout::acls::{self, AclChanges, StoredAcls, StoredBinding};
-use strata_layout::LayoutError;
-use strata_storage::{ObjectKey, ObjectStore, PutMode, StorageError, Version};
+use strata_layout::acls::{self, StoredAcls, StoredBinding};
+use strata_layout::{cas, LayoutError};
+use strata_storage::{ObjectKey, ObjectStore, StorageError, Version};
 use tracing::{debug, warn};
 
 use super::acl::{
@@ -143,16 +142,9 @@ impl AclStore {
             .unwrap_or_default()
     }
 
-    async fn marker_version(&self) -> Result<Option<(AclChanges, Version)>, SecurityError> {
+    async fn marker_version(&self) -> Result<Option<Version>, SecurityError> {
         let key = ObjectKey::new(acls::CHANGES_KEY).map_err(storage)?;
-        match self.store.get(&key).await {
-            Ok((bytes, version)) => {
-                let marker: AclChanges = strata_layout::schema::decode(key.as_str(), &bytes)?;
-                Ok(Some((marker, version)))
-            }
-            Err(StorageError::NotFound(_)) => Ok(None),
-            Err(e) => Err(storage(e)),
-        }
+        Ok(cas::marker_version(self.store.as_ref(), &key).await?)
     }
 
     /// Every stored object: its pattern, entries and version.
@@ -179,7 +171,7 @@ impl AclStore {
 
     /// Reads every binding from storage and makes them the enforced set.
     pub async fn reload(&self) -> Result<(), SecurityError> {
-        let marker = self.marker_version().await?.map(|(_, v)| v);
+        let marker = self.marker_version().await?;
         let objects = self.read_all().await?;
         let bindings = objects.iter().flat_map(|(pattern, stored, _)| {
             stored.bindings.iter().filter_map(|b| {
@@ -198,7 +190,7 @@ impl AclStore {
 
     /// Reloads if the change marker moved since the last read: one small read otherwise.
     pub async fn refresh(&self) -> Result<bool, SecurityError> {
-        let current = self.marker_version().await?.map(|(_, v)| v);
+        let current = self.marker_version().await?;
         let unchanged = self.seen.lock().map(|s| *s == current).unwrap_or(false);
         if unchanged {
             return Ok(false);
@@ -227,24 +219,7 @@ impl AclStore {
     /// Bumps the change marker so every broker reloads.
     async fn bump_marker(&self) -> Result<(), SecurityError> {
         let key = ObjectKey::new(acls::CHANGES_KEY).map_err(storage)?;
-        for _ in 0..CAS_ATTEMPTS {
-            let (next, mode) = match self.marker_version().await? {
-                Some((marker, version)) => (
-                    AclChanges {
-                        changes: marker.changes.wrapping_add(1),
-                    },
-                    PutMode::Update(version),
-                ),
-                None => (AclChanges { changes: 1 }, PutMode::Create),
-            };
-            let bytes: Bytes = strata_layout::schema::encode(&next)?;
-            match self.store.put(&key, bytes, mode).await {
-                Ok(_) => return Ok(()),
-                Err(StorageError::Precondition(_) | StorageError::AlreadyExists(_)) => continue,
-                Err(e) => return Err(storage(e)),
-            }
-        }
-        Err(SecurityError::Contended(acls::CHANGES_KEY.to_string()))
+        Ok(cas::bump_marker(self.store.as_ref(), &key).await?)
     }
 
     /// Read-modify-write of one resource's object by compare-and-swap; `change` edits the
@@ -255,27 +230,19 @@ impl AclStore {
         mut change: impl FnMut(&mut Vec<StoredBinding>) -> (bool, T),
     ) -> Result<T, SecurityError> {
         let key = object_key(pattern)?;
-        for _ in 0..CAS_ATTEMPTS {
-            let (mut stored, mode) = match self.store.get(&key).await {
-                Ok((bytes, version)) => (
-                    StoredAcls::decode(key.as_str(), &bytes)?,
-                    PutMode::Update(version),
-                ),
-                Err(StorageError::NotFound(_)) => (StoredAcls::default(), PutMode::Create),
-                Err(e) => return Err(storage(e)),
-            };
-            let (changed, out) = change(&mut stored.bindings);
-            if !changed {
-                return Ok(out);
-            }
-            stored.bindings.sort();
-            match self.store.put(&key, stored.encode()?, mode).await {
-                Ok(_) => return Ok(out),
-                Err(StorageError::Precondition(_) | StorageError::AlreadyExists(_)) => continue,
-                Err(e) => return Err(storage(e)),
-            }
-        }
-        Err(SecurityError::Contended(pattern.name.clone()))
+        let updated = cas::update(
+            self.store.as_ref(),
+            &key,
+            CAS_ATTEMPTS,
+            StoredAcls::default,
+            |stored: &mut StoredAcls| {
+                let (changed, out) = change(&mut stored.bindings);
+                stored.bindings.sort();
+                Ok::<_, SecurityError>((changed, out))
+            },
+        )
+        .await?;
+        updated.ok_or_else(|| SecurityError::Contended(pattern.name.clone()))
     }
 
     /// Adds `bindings` (already validated); one result per binding, in order. Adding one that

@@ -14,7 +14,7 @@ use base64::Engine;
 use bytes::Bytes;
 use strata_core::Clock;
 use strata_layout::users::{self, StoredCredential, StoredUser};
-use strata_layout::LayoutError;
+use strata_layout::{cas, LayoutError};
 use strata_storage::{ObjectKey, ObjectStore, PutMode, StorageError};
 
 use super::scram::{Credential, Mechanism, MAX_ITERATIONS, MIN_ITERATIONS};
@@ -194,47 +194,46 @@ impl UserStore {
             ));
         }
         let key = key(user)?;
-        for _ in 0..CAS_ATTEMPTS {
-            let (mut stored, mode) = match self.read(user).await? {
-                Some((stored, version)) => (stored, PutMode::Update(version)),
-                None => (StoredUser::default(), PutMode::Create),
-            };
-            for change in changes {
-                match change {
-                    Change::Upsert(credential) => {
-                        check_credential(user, credential)?;
-                        let name = credential.mechanism.name();
-                        stored.credentials.retain(|c| c.mechanism != name);
-                        stored.credentials.push(to_stored(credential));
-                    }
-                    Change::Delete(mechanism) => {
-                        let before = stored.credentials.len();
-                        stored
-                            .credentials
-                            .retain(|c| c.mechanism != mechanism.name());
-                        if stored.credentials.len() == before {
-                            return Err(SecurityError::NotFound(format!(
-                                "Attempt to delete a user credential that does not exist: {user} ({})",
-                                mechanism.name()
-                            )));
+        let written = cas::update(
+            self.store.as_ref(),
+            &key,
+            CAS_ATTEMPTS,
+            StoredUser::default,
+            |stored: &mut StoredUser| {
+                for change in changes {
+                    match change {
+                        Change::Upsert(credential) => {
+                            check_credential(user, credential)?;
+                            let name = credential.mechanism.name();
+                            stored.credentials.retain(|c| c.mechanism != name);
+                            stored.credentials.push(to_stored(credential));
+                        }
+                        Change::Delete(mechanism) => {
+                            let before = stored.credentials.len();
+                            stored
+                                .credentials
+                                .retain(|c| c.mechanism != mechanism.name());
+                            if stored.credentials.len() == before {
+                                return Err(SecurityError::NotFound(format!(
+                                    "Attempt to delete a user credential that does not exist: {user} ({})",
+                                    mechanism.name()
+                                )));
+                            }
                         }
                     }
                 }
-            }
-            stored
-                .credentials
-                .sort_by(|a, b| a.mechanism.cmp(&b.mechanism));
-            let bytes: Bytes = stored.encode()?;
-            match self.store.put(&key, bytes, mode).await {
-                Ok(_) => {
-                    self.forget(user);
-                    return Ok(());
-                }
-                Err(StorageError::Precondition(_) | StorageError::AlreadyExists(_)) => continue,
-                Err(e) => return Err(storage(e)),
-            }
+                stored
+                    .credentials
+                    .sort_by(|a, b| a.mechanism.cmp(&b.mechanism));
+                Ok((true, ()))
+            },
+        )
+        .await?;
+        if written.is_none() {
+            return Err(SecurityError::Contended(user.to_string()));
         }
-        Err(SecurityError::Contended(user.to_string()))
+        self.forget(user);
+        Ok(())
     }
 
     /// Every user with at least one credential, by name.
