@@ -245,6 +245,21 @@ impl Cluster {
     }
 
     /// Broker `id`'s whole `/metrics` answer (head and exposition text).
+    /// The web console's URL of broker `id` (started with `STRATA_CONSOLE_LISTEN`), from its
+    /// `console on <url>` log line.
+    pub fn console_url(&mut self, id: i32) -> String {
+        let line = self
+            .broker(id)
+            .log_lines_containing("console on ")
+            .pop()
+            .unwrap_or_else(|| panic!("broker {id} logged no console address"));
+        line.rsplit("console on ")
+            .next()
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .to_string()
+    }
+
     pub fn metrics_text(&mut self, id: i32) -> String {
         let broker = self.broker(id);
         let line = broker

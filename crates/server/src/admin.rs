@@ -314,80 +314,111 @@ async fn undrain(args: UndrainArgs) -> anyhow::Result<()> {
     }
 }
 
-async fn status(storage: &str, json: bool) -> anyhow::Result<()> {
-    let store = open(storage).await?;
+/// `strata cluster status --json` and the console's cluster view: every registered broker
+/// and every partition's owner record, as stored.
+#[derive(Debug, serde::Serialize)]
+pub struct ClusterStatus {
+    pub brokers: Vec<BrokerStatus>,
+    pub partitions: Vec<PartitionOwnerStatus>,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct BrokerStatus {
+    pub id: i32,
+    pub host: String,
+    pub port: u16,
+    pub incarnation: String,
+    pub started_ms: i64,
+    pub heartbeat: u64,
+    pub draining: bool,
+    pub drain_requested: bool,
+    /// Partitions it holds Active under its current incarnation.
+    pub partitions: usize,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct PartitionOwnerStatus {
+    /// None: the topic was deleted and its owner record not yet cleaned up.
+    pub topic: Option<String>,
+    /// The owner record's resource (topic id / partition).
+    pub resource: String,
+    pub partition: i32,
+    pub owner: i32,
+    pub incarnation: String,
+    pub epoch: u64,
+    pub state: String,
+}
+
+/// Reads the cluster's coordination objects from `store`.
+pub async fn cluster_status(store: &Arc<dyn ObjectStore>) -> anyhow::Result<ClusterStatus> {
     let registrations = admin::registrations(store.as_ref()).await?;
     let requests = admin::drain_requests(store.as_ref()).await?;
-    let owners = admin::partition_owners(Arc::clone(&store)).await?;
-    let held = |r: &strata_cluster::BrokerRegistration| {
-        owners
-            .iter()
-            .filter(|o| {
-                o.record.owner == r.node_id
-                    && o.record.incarnation == r.incarnation
-                    && o.record.state == OwnerState::Active
-            })
-            .count()
-    };
-    let drain_requested = |r: &strata_cluster::BrokerRegistration| {
-        requests
-            .iter()
-            .any(|(b, i)| *b == r.node_id && *i == r.incarnation)
-    };
-    let topic_of = |o: &admin::PartitionOwner| {
-        o.topic
-            .clone()
-            .unwrap_or_else(|| format!("(deleted) {}", o.resource))
-    };
+    let owners = admin::partition_owners(Arc::clone(store)).await?;
+    let brokers = registrations
+        .iter()
+        .map(|r| BrokerStatus {
+            id: r.node_id.0,
+            host: r.host.clone(),
+            port: r.port,
+            incarnation: r.incarnation.to_string(),
+            started_ms: r.started_ms,
+            heartbeat: r.heartbeat,
+            draining: r.draining,
+            drain_requested: requests
+                .iter()
+                .any(|(b, i)| *b == r.node_id && *i == r.incarnation),
+            partitions: owners
+                .iter()
+                .filter(|o| {
+                    o.record.owner == r.node_id
+                        && o.record.incarnation == r.incarnation
+                        && o.record.state == OwnerState::Active
+                })
+                .count(),
+        })
+        .collect();
+    let partitions = owners
+        .iter()
+        .map(|o| PartitionOwnerStatus {
+            topic: o.topic.clone(),
+            resource: o.resource.to_string(),
+            partition: o.partition,
+            owner: o.record.owner.0,
+            incarnation: o.record.incarnation.to_string(),
+            epoch: o.record.epoch.0,
+            state: format!("{:?}", o.record.state),
+        })
+        .collect();
+    Ok(ClusterStatus {
+        brokers,
+        partitions,
+    })
+}
+
+async fn status(storage: &str, json: bool) -> anyhow::Result<()> {
+    let store = open(storage).await?;
+    let status = cluster_status(&store).await?;
     if json {
-        let brokers: Vec<_> = registrations
-            .iter()
-            .map(|r| {
-                serde_json::json!({
-                    "id": r.node_id.0,
-                    "host": r.host,
-                    "port": r.port,
-                    "incarnation": r.incarnation.to_string(),
-                    "started_ms": r.started_ms,
-                    "heartbeat": r.heartbeat,
-                    "draining": r.draining,
-                    "drain_requested": drain_requested(r),
-                    "partitions": held(r),
-                })
-            })
-            .collect();
-        let leases: Vec<_> = owners
-            .iter()
-            .map(|o| {
-                serde_json::json!({
-                    "topic": o.topic,
-                    "partition": o.partition,
-                    "owner": o.record.owner.0,
-                    "incarnation": o.record.incarnation.to_string(),
-                    "epoch": o.record.epoch.0,
-                    "state": format!("{:?}", o.record.state),
-                })
-            })
-            .collect();
-        out_json(&serde_json::json!({"brokers": brokers, "partitions": leases}));
+        out_json(&serde_json::json!(status));
         return Ok(());
     }
-    let rows: Vec<Vec<String>> = registrations
+    let rows: Vec<Vec<String>> = status
+        .brokers
         .iter()
-        .map(|r| {
+        .map(|b| {
             vec![
-                r.node_id.to_string(),
-                format!("{}:{}", r.host, r.port),
-                r.incarnation.to_string(),
-                r.heartbeat.to_string(),
-                if r.draining {
+                b.id.to_string(),
+                format!("{}:{}", b.host, b.port),
+                b.incarnation.clone(),
+                b.heartbeat.to_string(),
+                if b.draining {
                     "draining".into()
-                } else if drain_requested(r) {
+                } else if b.drain_requested {
                     "drain requested".into()
                 } else {
                     "-".into()
                 },
-                held(r).to_string(),
+                b.partitions.to_string(),
             ]
         })
         .collect();
@@ -402,15 +433,18 @@ async fn status(storage: &str, json: bool) -> anyhow::Result<()> {
         ],
         &rows,
     );
-    let leases: Vec<Vec<String>> = owners
+    let leases: Vec<Vec<String>> = status
+        .partitions
         .iter()
-        .map(|o| {
+        .map(|p| {
             vec![
-                topic_of(o),
-                o.partition.to_string(),
-                o.record.owner.to_string(),
-                o.record.epoch.0.to_string(),
-                format!("{:?}", o.record.state),
+                p.topic
+                    .clone()
+                    .unwrap_or_else(|| format!("(deleted) {}", p.resource)),
+                p.partition.to_string(),
+                p.owner.to_string(),
+                p.epoch.to_string(),
+                p.state.clone(),
             ]
         })
         .collect();

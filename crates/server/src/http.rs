@@ -274,7 +274,7 @@ struct Request<'a> {
 
 /// Compares a given token with the configured one in time that depends on their lengths only,
 /// so a client cannot find the token byte by byte from how long refusals take.
-fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+pub(crate) fn same_secret(given: &[u8], expected: &[u8]) -> bool {
     let mut diff = u8::from(given.len() != expected.len());
     for i in 0..given.len().max(expected.len()) {
         let a = given.get(i).copied().unwrap_or(0);

@@ -12,6 +12,7 @@
 
 mod admin;
 mod cli;
+mod console;
 mod health;
 mod http;
 mod kafka_client;
@@ -83,7 +84,8 @@ enum Command {
     /// max_incremental_fetch_session_partitions [default: 1000000],
     /// min_incremental_fetch_session_eviction [default: 120s], metrics_listen [a bare port
     /// binds 127.0.0.1], metrics_token, metrics_token_file [default: none; /metrics then needs
-    /// Authorization: Bearer <token>], metrics_max_connections, metrics_timeout, cluster,
+    /// Authorization: Bearer <token>], metrics_max_connections, metrics_timeout,
+    /// console_listen [default: none; a bare port binds 127.0.0.1], cluster,
     /// lease_period,
     /// heartbeat_interval, ownership_interval, move_watch_interval, auto_rebalance,
     /// standalone_seal_check).
@@ -299,6 +301,11 @@ struct ServeArgs {
     /// [default: none, no endpoint].
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<String>,
+    /// Address of the web console: the cluster's brokers, topics and groups (with lag), and
+    /// actions to create a topic, move a partition, drain or undrain a broker; a bare port
+    /// binds 127.0.0.1 [default: none, no console].
+    #[arg(long, value_name = "ADDR")]
+    console_listen: Option<String>,
     /// Cluster mode: share the storage with other brokers (each with its own node id, set by
     /// hand or allocated); partitions are spread over the live brokers and taken over when one
     /// dies. A broker whose stream is fenced by the others exits with status 1 (restart it).
@@ -464,6 +471,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         group_consumer_session_timeout: args.group_consumer_session_timeout,
         group_consumer_heartbeat_interval: args.group_consumer_heartbeat_interval,
         metrics_listen: args.metrics_listen,
+        console_listen: args.console_listen,
         cluster: args.cluster,
         lease_period: args.lease_period,
         heartbeat_interval: args.heartbeat_interval,
@@ -560,6 +568,22 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         };
         listeners.push((listener, info, bound));
     }
+    // Bound now, so a taken port fails before recovery; served once the broker is.
+    let console_listener = match settings.console_listen {
+        Some(address) => {
+            let plaintext = listeners.iter().find(|(_, info, _)| {
+                info.protocol == strata_broker::security::SecurityProtocol::Plaintext
+            });
+            let Some((_, _, own)) = plaintext else {
+                anyhow::bail!(
+                    "console_listen needs a PLAINTEXT listener: the console reads topics and \
+                     groups as a Kafka client of this broker"
+                );
+            };
+            Some((console::bind(address).await?, console::own_bootstrap(*own)))
+        }
+        None => None,
+    };
     // The first listener is the broker's address in its cluster registration and in
     // DescribeConfigs; each client is told the endpoint of the listener it came in on.
     let (bound, advertised_host, advertised_port) = match listeners.first() {
@@ -713,6 +737,20 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .into_iter()
         .map(|(listener, info, _)| (listener, info))
         .collect();
+    let console_server = match console_listener {
+        Some((listener, bootstrap)) => {
+            let console = console::Console::new(
+                bootstrap,
+                Arc::clone(&storage.store),
+                Arc::clone(&clock),
+                node_id.0,
+                broker.cluster().is_some(),
+                metrics_token(&settings)?,
+            );
+            Some(tokio::spawn(console::serve(listener, Arc::new(console))))
+        }
+        None => None,
+    };
     info!("listening on {bound}");
 
     match broker.cluster().cloned() {
@@ -760,6 +798,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     log.shutdown().await.context("shutting down the log")?;
     // Kept until the log is flushed, so a slow shutdown can still be watched.
     if let Some(server) = metrics_server {
+        server.abort();
+    }
+    if let Some(server) = console_server {
         server.abort();
     }
     health_watch.abort();

@@ -213,6 +213,12 @@ pub struct Settings {
     pub metrics_token: Option<String>,
     /// A file holding `metrics_token` (surrounding whitespace ignored), read at start-up.
     pub metrics_token_file: Option<std::path::PathBuf>,
+    /// Address of the web console (pages for the cluster, topics and groups, and actions to
+    /// create a topic, move a partition, drain or undrain a broker). Unset (the default): no
+    /// console. A bare port binds loopback only. Its data and actions need `metrics_token`
+    /// when one is set; beyond loopback a token is required.
+    #[serde(deserialize_with = "loopback_unless_told")]
+    pub console_listen: Option<SocketAddr>,
     /// Connections the HTTP endpoint serves at once. At the limit, the connection that has
     /// waited longest for its request is closed to make room, so idle clients cannot keep a
     /// health check waiting.
@@ -371,6 +377,7 @@ impl Default for Settings {
             metrics_listen: None,
             metrics_token: None,
             metrics_token_file: None,
+            console_listen: None,
             metrics_max_connections: 64,
             metrics_timeout: Duration::from_secs(5),
             // On by default so brokers pointed at one storage form a cluster instead of fencing
@@ -828,6 +835,7 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
     ),
     ("STRATA_METRICS_LISTEN", &["metrics_listen"], Kind::Text),
     ("STRATA_METRICS_TOKEN", &["metrics_token"], Kind::Text),
+    ("STRATA_CONSOLE_LISTEN", &["console_listen"], Kind::Text),
     (
         "STRATA_METRICS_TOKEN_FILE",
         &["metrics_token_file"],
@@ -987,6 +995,7 @@ pub struct FlagOverrides {
     pub group_consumer_session_timeout: Option<String>,
     pub group_consumer_heartbeat_interval: Option<String>,
     pub metrics_listen: Option<String>,
+    pub console_listen: Option<String>,
     pub cluster: Option<bool>,
     pub lease_period: Option<String>,
     pub heartbeat_interval: Option<String>,
@@ -1311,6 +1320,11 @@ pub fn load(
             flags.metrics_listen.clone().map(toml::Value::String),
         ),
         (
+            "console-listen",
+            &["console_listen"],
+            flags.console_listen.clone().map(toml::Value::String),
+        ),
+        (
             "cluster",
             &["cluster"],
             flags.cluster.map(toml::Value::Boolean),
@@ -1530,6 +1544,26 @@ impl Settings {
         // Both binds would race for the port and the loser's error would not say why.
         if self.metrics_listen == Some(self.listen) && self.listen.port() != 0 {
             return bad("metrics_listen", "must differ from listen");
+        }
+        if let Some(console) = self.console_listen {
+            if console.port() != 0
+                && (console == self.listen || Some(console) == self.metrics_listen)
+            {
+                return bad(
+                    "console_listen",
+                    "must differ from listen and metrics_listen",
+                );
+            }
+            // Its actions move partitions and drain brokers: never open to a network by
+            // accident.
+            let token = self.metrics_token.is_some() || self.metrics_token_file.is_some();
+            if !console.ip().is_loopback() && !token {
+                return bad(
+                    "console_listen",
+                    "serving the console beyond loopback needs metrics_token or \
+                     metrics_token_file (its actions move partitions and drain brokers)",
+                );
+            }
         }
         // Sent to clients as 32-bit milliseconds; an interval not below the session would
         // expire members between two heartbeats.
@@ -2393,6 +2427,39 @@ mod tests {
         };
         let e = load(None, env(&[]), &flags).unwrap_err().to_string();
         assert!(e.contains("metrics_listen"), "{e}");
+    }
+
+    #[test]
+    fn the_console_is_off_by_default_and_beyond_loopback_only_with_a_token() {
+        let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        assert_eq!(s.console_listen, None);
+        let flags = FlagOverrides {
+            console_listen: Some("9300".into()),
+            ..Default::default()
+        };
+        let (s, _) = load(None, env(&[]), &flags).unwrap();
+        assert_eq!(s.console_listen, Some("127.0.0.1:9300".parse().unwrap()));
+
+        let open = env(&[("STRATA_CONSOLE_LISTEN", "0.0.0.0:9300")]);
+        let e = load(None, open, &FlagOverrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("console_listen") && e.contains("metrics_token"),
+            "{e}"
+        );
+        let guarded = env(&[
+            ("STRATA_CONSOLE_LISTEN", "0.0.0.0:9300"),
+            ("STRATA_METRICS_TOKEN", "s3cret"),
+        ]);
+        let (s, _) = load(None, guarded, &FlagOverrides::default()).unwrap();
+        assert_eq!(s.console_listen, Some("0.0.0.0:9300".parse().unwrap()));
+
+        let clash = env(&[("STRATA_CONSOLE_LISTEN", "127.0.0.1:9092")]);
+        let e = load(None, clash, &FlagOverrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("console_listen"), "{e}");
     }
 
     #[test]

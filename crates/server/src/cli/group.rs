@@ -100,8 +100,19 @@ fn group_id(text: &str) -> GroupId {
     GroupId(str_bytes(text))
 }
 
-async fn list(connect: &Connect) -> anyhow::Result<()> {
-    let (mut client, _) = connect.client().await?;
+/// One group of `strata group list --json` and the console.
+#[derive(Debug, serde::Serialize)]
+pub struct GroupSummary {
+    pub group: String,
+    pub state: String,
+    /// `classic`, `consumer` (KIP-848) or `share`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub protocol_type: String,
+}
+
+/// Every group of every broker, by id.
+pub async fn group_summaries(client: &mut Client) -> anyhow::Result<Vec<GroupSummary>> {
     let metadata = client.metadata(Some(&[])).await?;
     // Each broker coordinates the groups of the __consumer_offsets partitions it owns.
     let mut groups = BTreeMap::new();
@@ -119,26 +130,27 @@ async fn list(connect: &Connect) -> anyhow::Result<()> {
         for g in response.groups {
             groups.insert(
                 g.group_id.to_string(),
-                (
-                    g.group_state.to_string(),
-                    g.group_type.to_string(),
-                    g.protocol_type.to_string(),
-                ),
+                GroupSummary {
+                    group: g.group_id.to_string(),
+                    state: g.group_state.to_string(),
+                    kind: g.group_type.to_string(),
+                    protocol_type: g.protocol_type.to_string(),
+                },
             );
         }
     }
+    Ok(groups.into_values().collect())
+}
+
+async fn list(connect: &Connect) -> anyhow::Result<()> {
+    let (mut client, _) = connect.client().await?;
+    let groups = group_summaries(&mut client).await?;
     if connect.json {
-        let list: Vec<_> = groups
-            .iter()
-            .map(|(id, (state, kind, protocol))| {
-                json!({"group": id, "state": state, "type": kind, "protocol_type": protocol})
-            })
-            .collect();
-        out_json(&json!(list));
+        out_json(&json!(groups));
     } else {
         let rows: Vec<Vec<String>> = groups
             .iter()
-            .map(|(id, (state, kind, _))| vec![id.clone(), state.clone(), kind.clone()])
+            .map(|g| vec![g.group.clone(), g.state.clone(), g.kind.clone()])
             .collect();
         out(&table(&["GROUP", "STATE", "TYPE"], &rows));
     }
@@ -259,6 +271,69 @@ async fn describe_group_once(
     }))
 }
 
+/// `strata group describe --json` and the console's view of a group's members.
+#[derive(Debug, serde::Serialize)]
+pub struct GroupDescription {
+    pub group: String,
+    pub state: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub protocol: String,
+    pub members: Vec<MemberDescription>,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct MemberDescription {
+    pub member_id: String,
+    pub client_id: String,
+    pub host: String,
+    pub assignment: Vec<TopicAssignment>,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct TopicAssignment {
+    pub topic: String,
+    pub partitions: Vec<i32>,
+}
+
+impl GroupDescription {
+    fn new(group: &str, description: &Description) -> Self {
+        Self {
+            group: group.to_string(),
+            state: description.state.clone(),
+            kind: description.kind,
+            protocol: description.protocol.clone(),
+            members: description
+                .members
+                .iter()
+                .map(|m| MemberDescription {
+                    member_id: m.id.clone(),
+                    client_id: m.client_id.clone(),
+                    host: m.host.clone(),
+                    assignment: m
+                        .partitions
+                        .iter()
+                        .map(|(topic, partitions)| TopicAssignment {
+                            topic: topic.clone(),
+                            partitions: partitions.clone(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The members of `group` and what each is assigned; None if the group does not exist.
+pub async fn describe_group_view(
+    client: &mut Client,
+    group: &str,
+) -> anyhow::Result<Option<GroupDescription>> {
+    Ok(describe_group(client, group)
+        .await?
+        .map(|d| GroupDescription::new(group, &d)))
+}
+
 fn unknown_group(group: &str) -> anyhow::Error {
     anyhow::anyhow!("group {group:?} does not exist (strata group list shows the groups)")
 }
@@ -279,25 +354,7 @@ async fn describe(connect: &Connect, group: &str) -> anyhow::Result<()> {
             .join(" ")
     };
     if connect.json {
-        let members: Vec<_> = description
-            .members
-            .iter()
-            .map(|m| {
-                let partitions: Vec<_> = m
-                    .partitions
-                    .iter()
-                    .map(|(t, ps)| json!({"topic": t, "partitions": ps}))
-                    .collect();
-                json!({"member_id": m.id, "client_id": m.client_id, "host": m.host, "assignment": partitions})
-            })
-            .collect();
-        out_json(&json!({
-            "group": group,
-            "state": description.state,
-            "type": description.kind,
-            "protocol": description.protocol,
-            "members": members,
-        }));
+        out_json(&json!(GroupDescription::new(group, &description)));
         return Ok(());
     }
     let mut text = format!(
@@ -404,39 +461,67 @@ async fn topic_offsets(
     log_offsets(client, topic, &leaders).await
 }
 
-async fn lag(connect: &Connect, group: &str) -> anyhow::Result<()> {
-    let (mut client, _) = connect.client().await?;
-    let committed = committed(&mut client, group).await?;
-    if committed.is_empty() && describe_group(&mut client, group).await?.is_none() {
+/// `strata group lag --json` and the console's lag of a group.
+#[derive(Debug, serde::Serialize)]
+pub struct GroupLag {
+    pub group: String,
+    pub partitions: Vec<PartitionLag>,
+    pub total_lag: i64,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct PartitionLag {
+    pub topic: String,
+    pub partition: i32,
+    pub committed_offset: i64,
+    pub log_end_offset: i64,
+    pub lag: i64,
+}
+
+/// Committed offset, log end offset and lag of every partition `group` committed for.
+pub async fn group_lag(client: &mut Client, group: &str) -> anyhow::Result<GroupLag> {
+    let committed = committed(client, group).await?;
+    if committed.is_empty() && describe_group(client, group).await?.is_none() {
         return Err(unknown_group(group));
     }
-    let mut rows = Vec::new();
-    for (topic, partitions) in &committed {
-        let ends = topic_offsets(&mut client, topic).await?;
-        for (&partition, &offset) in partitions {
+    let mut partitions = Vec::new();
+    for (topic, offsets) in &committed {
+        let ends = topic_offsets(client, topic).await?;
+        for (&partition, &offset) in offsets {
             let end = ends.get(&partition).map_or(-1, |(_, end)| *end);
-            rows.push((topic.clone(), partition, offset, end, (end - offset).max(0)));
+            partitions.push(PartitionLag {
+                topic: topic.clone(),
+                partition,
+                committed_offset: offset,
+                log_end_offset: end,
+                lag: (end - offset).max(0),
+            });
         }
     }
-    let total: i64 = rows.iter().map(|r| r.4).sum();
+    let total_lag = partitions.iter().map(|p| p.lag).sum();
+    Ok(GroupLag {
+        group: group.to_string(),
+        partitions,
+        total_lag,
+    })
+}
+
+async fn lag(connect: &Connect, group: &str) -> anyhow::Result<()> {
+    let (mut client, _) = connect.client().await?;
+    let lag = group_lag(&mut client, group).await?;
     if connect.json {
-        let partitions: Vec<_> = rows
-            .iter()
-            .map(|(t, p, c, e, l)| {
-                json!({"topic": t, "partition": p, "committed_offset": c, "log_end_offset": e, "lag": l})
-            })
-            .collect();
-        out_json(&json!({"group": group, "partitions": partitions, "total_lag": total}));
+        out_json(&json!(lag));
     } else {
-        let cells: Vec<Vec<String>> = rows
+        let cells: Vec<Vec<String>> = lag
+            .partitions
             .iter()
-            .map(|(t, p, c, e, l)| {
+            .map(|p| {
                 vec![
-                    t.clone(),
-                    p.to_string(),
-                    c.to_string(),
-                    e.to_string(),
-                    l.to_string(),
+                    p.topic.clone(),
+                    p.partition.to_string(),
+                    p.committed_offset.to_string(),
+                    p.log_end_offset.to_string(),
+                    p.lag.to_string(),
                 ]
             })
             .collect();
@@ -444,7 +529,7 @@ async fn lag(connect: &Connect, group: &str) -> anyhow::Result<()> {
             &["TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG"],
             &cells,
         );
-        text.push_str(&format!("\ntotal lag: {total}\n"));
+        text.push_str(&format!("\ntotal lag: {}\n", lag.total_lag));
         out(&text);
     }
     Ok(())

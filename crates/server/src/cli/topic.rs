@@ -114,60 +114,77 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
     }
 }
 
-async fn list(connect: &Connect, all: bool) -> anyhow::Result<()> {
-    let (mut client, _) = connect.client().await?;
+/// One topic of `strata topic list --json` and the console's topic list.
+#[derive(Debug, serde::Serialize)]
+pub struct TopicSummary {
+    pub name: String,
+    pub id: String,
+    pub partitions: usize,
+    pub internal: bool,
+}
+
+/// The cluster's topics by name; internal ones only with `all`.
+pub async fn topic_summaries(client: &mut Client, all: bool) -> anyhow::Result<Vec<TopicSummary>> {
     let metadata = client.metadata(None).await?;
-    let mut topics: Vec<&MetadataResponseTopic> = metadata
+    let mut topics: Vec<TopicSummary> = metadata
         .topics
         .iter()
         .filter(|t| all || !t.is_internal)
+        .map(|t| TopicSummary {
+            name: t.name.as_ref().map(|n| n.to_string()).unwrap_or_default(),
+            id: t.topic_id.to_string(),
+            partitions: t.partitions.len(),
+            internal: t.is_internal,
+        })
         .collect();
     topics.sort_by(|a, b| a.name.cmp(&b.name));
-    let name_of =
-        |t: &MetadataResponseTopic| t.name.as_ref().map(|n| n.to_string()).unwrap_or_default();
+    Ok(topics)
+}
+
+async fn list(connect: &Connect, all: bool) -> anyhow::Result<()> {
+    let (mut client, _) = connect.client().await?;
+    let topics = topic_summaries(&mut client, all).await?;
     if connect.json {
-        let list: Vec<_> = topics
-            .iter()
-            .map(|t| {
-                json!({
-                    "name": name_of(t),
-                    "id": t.topic_id.to_string(),
-                    "partitions": t.partitions.len(),
-                    "internal": t.is_internal,
-                })
-            })
-            .collect();
-        out_json(&json!(list));
+        out_json(&json!(topics));
     } else {
         let rows: Vec<Vec<String>> = topics
             .iter()
-            .map(|t| vec![name_of(t), t.partitions.len().to_string()])
+            .map(|t| vec![t.name.clone(), t.partitions.to_string()])
             .collect();
         out(&table(&["TOPIC", "PARTITIONS"], &rows));
     }
     Ok(())
 }
 
-async fn create(
-    connect: &Connect,
+/// What CreateTopics answered for a new topic.
+#[derive(Debug, serde::Serialize)]
+pub struct CreatedTopic {
+    pub name: String,
+    pub id: String,
+    pub partitions: i32,
+    pub replication_factor: i16,
+}
+
+/// Creates `topic` (partitions and replication factor: None for the broker's default) with
+/// `configs`, answering once the broker has (which is once every partition has a leader).
+pub async fn create_topic(
+    client: &mut Client,
     topic: &str,
     partitions: Option<i32>,
     replication_factor: Option<i16>,
-    configs: &[String],
-) -> anyhow::Result<()> {
+    configs: &[(String, String)],
+) -> anyhow::Result<CreatedTopic> {
     let mut creatable = CreatableTopic::default()
         .with_name(name(topic))
         .with_num_partitions(partitions.unwrap_or(-1))
         .with_replication_factor(replication_factor.unwrap_or(-1));
-    for config in configs {
-        let (key, value) = key_value(config)?;
+    for (key, value) in configs {
         creatable.configs.push(
             CreatableTopicConfig::default()
-                .with_name(str_bytes(&key))
-                .with_value(Some(str_bytes(&value))),
+                .with_name(str_bytes(key))
+                .with_value(Some(str_bytes(value))),
         );
     }
-    let (mut client, _) = connect.client().await?;
     let request = CreateTopicsRequest::default()
         .with_topics(vec![creatable])
         .with_timeout_ms(ADMIN_TIMEOUT_MS);
@@ -184,17 +201,34 @@ async fn create(
         || format!("creating topic {topic:?}"),
         result.error_message.as_ref(),
     )?;
+    Ok(CreatedTopic {
+        name: topic.to_string(),
+        id: result.topic_id.to_string(),
+        partitions: result.num_partitions,
+        replication_factor: result.replication_factor,
+    })
+}
+
+async fn create(
+    connect: &Connect,
+    topic: &str,
+    partitions: Option<i32>,
+    replication_factor: Option<i16>,
+    configs: &[String],
+) -> anyhow::Result<()> {
+    let configs = configs
+        .iter()
+        .map(|c| key_value(c))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let (mut client, _) = connect.client().await?;
+    let created =
+        create_topic(&mut client, topic, partitions, replication_factor, &configs).await?;
     if connect.json {
-        out_json(&json!({
-            "name": topic,
-            "id": result.topic_id.to_string(),
-            "partitions": result.num_partitions,
-            "replication_factor": result.replication_factor,
-        }));
+        out_json(&json!(created));
     } else {
         out(&format!(
             "created topic {topic} with {} partitions",
-            result.num_partitions
+            created.partitions
         ));
     }
     Ok(())
@@ -308,16 +342,45 @@ fn config_source(source: i8) -> &'static str {
     }
 }
 
-async fn describe(connect: &Connect, topic: &str) -> anyhow::Result<()> {
-    let (mut client, _) = connect.client().await?;
-    let metadata = topic_metadata(&mut client, topic).await?;
+/// `strata topic describe --json`, and what the console shows of a topic.
+#[derive(Debug, serde::Serialize)]
+pub struct TopicDescription {
+    pub name: String,
+    pub id: String,
+    pub internal: bool,
+    pub partitions: Vec<PartitionDescription>,
+    /// Every config, by name; sensitive values are null.
+    pub configs: BTreeMap<String, ConfigValue>,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct PartitionDescription {
+    pub partition: i32,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct ConfigValue {
+    pub value: Option<String>,
+    /// `topic`, `broker`, `default` or `other`: where the value comes from.
+    pub source: &'static str,
+}
+
+/// Metadata, log offsets and configs of `topic`.
+pub async fn describe_topic(client: &mut Client, topic: &str) -> anyhow::Result<TopicDescription> {
+    let metadata = topic_metadata(client, topic).await?;
     let mut partitions = metadata.partitions.clone();
     partitions.sort_by_key(|p| p.partition_index);
     let leaders: Vec<(i32, i32)> = partitions
         .iter()
         .map(|p| (p.partition_index, p.leader_id.0))
         .collect();
-    let offsets = log_offsets(&mut client, topic, &leaders).await?;
+    let offsets = log_offsets(client, topic, &leaders).await?;
     let request =
         DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
             .with_resource_type(TOPIC_RESOURCE)
@@ -325,7 +388,7 @@ async fn describe(connect: &Connect, topic: &str) -> anyhow::Result<()> {
             // None: every config (an empty list would ask for none).
             .with_configuration_keys(None)]);
     let response = client.request(4, &request).await?;
-    let mut configs = Vec::new();
+    let mut configs = BTreeMap::new();
     for result in &response.results {
         check(
             result.error_code,
@@ -338,67 +401,69 @@ async fn describe(connect: &Connect, topic: &str) -> anyhow::Result<()> {
             } else {
                 c.value.as_ref().map(|v| v.to_string())
             };
-            configs.push((c.name.to_string(), value, config_source(c.config_source)));
+            let source = config_source(c.config_source);
+            configs.insert(c.name.to_string(), ConfigValue { value, source });
         }
     }
-    configs.sort();
     let ids = |nodes: &[kafka_protocol::messages::BrokerId]| -> Vec<i32> {
         nodes.iter().map(|n| n.0).collect()
     };
+    let partitions = partitions
+        .iter()
+        .map(|p| {
+            let (start, end) = offsets.get(&p.partition_index).copied().unwrap_or((-1, -1));
+            PartitionDescription {
+                partition: p.partition_index,
+                leader: p.leader_id.0,
+                leader_epoch: p.leader_epoch,
+                replicas: ids(&p.replica_nodes),
+                isr: ids(&p.isr_nodes),
+                log_start_offset: start,
+                log_end_offset: end,
+            }
+        })
+        .collect();
+    Ok(TopicDescription {
+        name: topic.to_string(),
+        id: metadata.topic_id.to_string(),
+        internal: metadata.is_internal,
+        partitions,
+        configs,
+    })
+}
+
+async fn describe(connect: &Connect, topic: &str) -> anyhow::Result<()> {
+    let (mut client, _) = connect.client().await?;
+    let described = describe_topic(&mut client, topic).await?;
     if connect.json {
-        let partitions: Vec<_> = partitions
-            .iter()
-            .map(|p| {
-                let (start, end) = offsets.get(&p.partition_index).copied().unwrap_or((-1, -1));
-                json!({
-                    "partition": p.partition_index,
-                    "leader": p.leader_id.0,
-                    "leader_epoch": p.leader_epoch,
-                    "replicas": ids(&p.replica_nodes),
-                    "isr": ids(&p.isr_nodes),
-                    "log_start_offset": start,
-                    "log_end_offset": end,
-                })
-            })
-            .collect();
-        let configs: serde_json::Map<String, serde_json::Value> = configs
-            .iter()
-            .map(|(k, v, source)| (k.clone(), json!({"value": v, "source": source})))
-            .collect();
-        out_json(&json!({
-            "name": topic,
-            "id": metadata.topic_id.to_string(),
-            "internal": metadata.is_internal,
-            "partitions": partitions,
-            "configs": configs,
-        }));
+        out_json(&json!(described));
         return Ok(());
     }
-    let join = |nodes: &[kafka_protocol::messages::BrokerId]| {
-        ids(nodes)
+    let join = |nodes: &[i32]| {
+        nodes
             .iter()
             .map(i32::to_string)
             .collect::<Vec<_>>()
             .join(",")
     };
-    let rows: Vec<Vec<String>> = partitions
+    let rows: Vec<Vec<String>> = described
+        .partitions
         .iter()
         .map(|p| {
-            let (start, end) = offsets.get(&p.partition_index).copied().unwrap_or((-1, -1));
             vec![
-                p.partition_index.to_string(),
-                p.leader_id.0.to_string(),
-                join(&p.replica_nodes),
-                join(&p.isr_nodes),
-                start.to_string(),
-                end.to_string(),
+                p.partition.to_string(),
+                p.leader.to_string(),
+                join(&p.replicas),
+                join(&p.isr),
+                p.log_start_offset.to_string(),
+                p.log_end_offset.to_string(),
             ]
         })
         .collect();
     let mut text = format!(
         "topic {topic} (id {}), {} partitions\n\n",
-        metadata.topic_id,
-        partitions.len()
+        described.id,
+        described.partitions.len()
     );
     text.push_str(&table(
         &[
@@ -412,10 +477,17 @@ async fn describe(connect: &Connect, topic: &str) -> anyhow::Result<()> {
         &rows,
     ));
     // The defaults are many and the same for every topic: a person wants what differs.
-    let set: Vec<Vec<String>> = configs
+    let set: Vec<Vec<String>> = described
+        .configs
         .iter()
-        .filter(|(_, _, source)| *source != "default")
-        .map(|(k, v, source)| vec![k.clone(), v.clone().unwrap_or_default(), source.to_string()])
+        .filter(|(_, c)| c.source != "default")
+        .map(|(k, c)| {
+            vec![
+                k.clone(),
+                c.value.clone().unwrap_or_default(),
+                c.source.to_string(),
+            ]
+        })
         .collect();
     if set.is_empty() {
         text.push_str("\nno configs set (every config at its default; --json lists them all)\n");
