@@ -18,8 +18,9 @@ use crate::RequestContext;
 /// Consumer groups are Kafka's classic protocol (JoinGroup/SyncGroup/Heartbeat/LeaveGroup),
 /// every version `kafka-protocol` decodes. OffsetCommit stops at v9 and OffsetFetch at v9
 /// because `kafka-protocol` decodes no later request (v10 would name topics by id). KIP-848
-/// consumer groups (ConsumerGroupHeartbeat, ConsumerGroupDescribe) are served; share groups
-/// are not implemented and not advertised.
+/// consumer groups (ConsumerGroupHeartbeat, ConsumerGroupDescribe) are served, and KIP-932
+/// share groups (ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge) at v1,
+/// the only version `kafka-protocol` decodes and the one Kafka 4.1+ clients send.
 /// Transactions (AddPartitionsToTxn, EndTxn, ...) are not implemented and not advertised;
 /// FindCoordinator for a transaction answers COORDINATOR_NOT_AVAILABLE.
 const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
@@ -51,6 +52,10 @@ const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    (ApiKey::ShareGroupHeartbeat, 1, 1),
+    (ApiKey::ShareGroupDescribe, 1, 1),
+    (ApiKey::ShareFetch, 1, 1),
+    (ApiKey::ShareAcknowledge, 1, 1),
     (ApiKey::AlterPartitionReassignments, 0, 0),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::ListPartitionReassignments, 0, 0),
