@@ -474,7 +474,10 @@ impl ShareState {
                 warn!(group = group_id, %tp, error = %e, "share state write failed; dropping the share partition");
                 let mut parts = lock(&self.parts);
                 let k = (group_id.to_string(), tp.clone());
-                if parts.get(&k).is_some_and(|p| std::ptr::eq(p.as_ref(), part)) {
+                if parts
+                    .get(&k)
+                    .is_some_and(|p| std::ptr::eq(p.as_ref(), part))
+                {
                     parts.remove(&k);
                 }
                 Err(e)
@@ -498,8 +501,14 @@ impl ShareState {
     }
 
     /// The earliest lock deadline of `group_id`'s share partition on `tp`, if it holds any.
-    pub(crate) fn next_lock_deadline(&self, group_id: &str, tp: &TopicPartition) -> Option<Duration> {
-        let part = lock(&self.parts).get(&(group_id.to_string(), tp.clone())).cloned()?;
+    pub(crate) fn next_lock_deadline(
+        &self,
+        group_id: &str,
+        tp: &TopicPartition,
+    ) -> Option<Duration> {
+        let part = lock(&self.parts)
+            .get(&(group_id.to_string(), tp.clone()))
+            .cloned()?;
         let deadline = lock(&part.state).next_lock_deadline();
         deadline
     }

@@ -704,8 +704,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             group_share_partition_max_record_locks: settings.group_share_partition_max_record_locks,
             group_share_max_share_sessions: settings.group_share_max_share_sessions,
             group_share_max_partitions: settings.group_share_max_partitions,
-            share_auto_offset_reset: strata_broker::share::ShareAutoOffsetReset::parse(&settings.share_auto_offset_reset)
-                .unwrap_or_default(),
+            share_auto_offset_reset: strata_broker::share::ShareAutoOffsetReset::parse(
+                &settings.share_auto_offset_reset,
+            )
+            .unwrap_or_default(),
             max_incremental_fetch_session_cache_slots: settings
                 .max_incremental_fetch_session_cache_slots,
             max_incremental_fetch_session_partitions: settings

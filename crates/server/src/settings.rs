@@ -1733,11 +1733,17 @@ impl Settings {
         if self.group_share_record_lock_duration.is_zero()
             || self.group_share_record_lock_duration.as_millis() > i32::MAX as u128
         {
-            return bad("group_share_record_lock_duration", "must be between 1ms and 24d");
+            return bad(
+                "group_share_record_lock_duration",
+                "must be between 1ms and 24d",
+            );
         }
         // Kafka's bounds for group.share.delivery.count.limit (2..=10).
         if !(2..=10).contains(&self.group_share_delivery_count_limit) {
-            return bad("group_share_delivery_count_limit", "must be between 2 and 10");
+            return bad(
+                "group_share_delivery_count_limit",
+                "must be between 2 and 10",
+            );
         }
         // Kafka's bounds for group.share.partition.max.record.locks (100..=10000).
         if !(100..=10_000).contains(&self.group_share_partition_max_record_locks) {
@@ -1749,14 +1755,22 @@ impl Settings {
         for (name, value) in [
             ("group_share_max_groups", self.group_share_max_groups),
             ("group_share_max_size", self.group_share_max_size),
-            ("group_share_max_share_sessions", self.group_share_max_share_sessions),
-            ("group_share_max_partitions", self.group_share_max_partitions),
+            (
+                "group_share_max_share_sessions",
+                self.group_share_max_share_sessions,
+            ),
+            (
+                "group_share_max_partitions",
+                self.group_share_max_partitions,
+            ),
         ] {
             if !(1..=100_000).contains(&value) {
                 return bad(name, "must be between 1 and 100000");
             }
         }
-        if strata_broker::share::ShareAutoOffsetReset::parse(&self.share_auto_offset_reset).is_none() {
+        if strata_broker::share::ShareAutoOffsetReset::parse(&self.share_auto_offset_reset)
+            .is_none()
+        {
             return bad("share_auto_offset_reset", "must be latest or earliest");
         }
         if self.offsets_commit_timeout.is_zero() {

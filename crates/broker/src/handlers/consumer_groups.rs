@@ -56,7 +56,10 @@ pub(crate) async fn consumer_group_heartbeat(
         super::share_groups::is_share_group(broker, request.group_id.0.as_str()).then(|| {
             (
                 code::GROUP_ID_NOT_FOUND,
-                format!("Group {} is not a consumer group.", request.group_id.0.as_str()),
+                format!(
+                    "Group {} is not a consumer group.",
+                    request.group_id.0.as_str()
+                ),
             )
         })
     });

@@ -1009,13 +1009,15 @@ pub(crate) async fn delete_groups(
     let mut deleted = Vec::new();
     let ids: Vec<String> = ids
         .into_iter()
-        .filter(|g| match super::share_groups::delete_share_group(broker, g) {
-            Some(error) => {
-                deleted.push((g.clone(), error));
-                false
-            }
-            None => true,
-        })
+        .filter(
+            |g| match super::share_groups::delete_share_group(broker, g) {
+                Some(error) => {
+                    deleted.push((g.clone(), error));
+                    false
+                }
+                None => true,
+            },
+        )
         .collect();
     if !ids.is_empty() {
         deleted.extend(

@@ -89,8 +89,7 @@ pub(crate) async fn share_group_heartbeat(
         match broker.groups.describe(group_id.clone()).await {
             Ok(d) if d.state != GroupState::Dead => {
                 response.error_code = code::GROUP_ID_NOT_FOUND;
-                response.error_message =
-                    message(format!("Group {group_id} is not a share group."));
+                response.error_message = message(format!("Group {group_id} is not a share group."));
                 return response;
             }
             Ok(_) => {}
@@ -204,6 +203,9 @@ fn describe_assignment(broker: &Broker, a: &Assignment) -> DescribeAssignment {
     out
 }
 
+/// One acknowledgement batch: first and last offset, and the types.
+type AckBatch = (i64, i64, Vec<i8>);
+
 /// A partition named by a share request, resolved.
 struct Target {
     uuid: Uuid,
@@ -231,13 +233,17 @@ async fn acknowledge(
     group_id: &str,
     member_id: &str,
     target: &Target,
-    batches: &[(i64, i64, Vec<i8>)],
+    batches: &[AckBatch],
 ) -> (i16, Option<String>) {
     let tp = match &target.tp {
         Ok(tp) => tp,
         Err(code) => return (*code, None),
     };
-    let part = match broker.share.part(group_id, tp, *target.uuid.as_bytes()).await {
+    let part = match broker
+        .share
+        .part(group_id, tp, *target.uuid.as_bytes())
+        .await
+    {
         Ok(p) => p,
         Err(e) => return (share_error_code(&e), Some(e.to_string())),
     };
@@ -287,15 +293,17 @@ pub(crate) async fn share_fetch(
         return response;
     }
     // Partitions named in this request, with their acknowledgements.
-    let mut acks: BTreeMap<(Uuid, i32), Vec<(i64, i64, Vec<i8>)>> = BTreeMap::new();
+    let mut acks: BTreeMap<(Uuid, i32), Vec<AckBatch>> = BTreeMap::new();
     let mut requested = Vec::new();
     for t in &request.topics {
         for p in &t.partitions {
-            acks.entry((t.topic_id, p.partition_index)).or_default().extend(
-                p.acknowledgement_batches
-                    .iter()
-                    .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types.clone())),
-            );
+            acks.entry((t.topic_id, p.partition_index))
+                .or_default()
+                .extend(
+                    p.acknowledgement_batches
+                        .iter()
+                        .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types.clone())),
+                );
             if let Ok(tp) = resolve(broker, ctx, t.topic_id, p.partition_index).tp {
                 requested.push((tp, *t.topic_id.as_bytes()));
             }
@@ -623,4 +631,3 @@ pub(crate) fn delete_share_group(broker: &Broker, group_id: &str) -> Option<i16>
 pub(crate) fn is_share_group(broker: &Broker, group_id: &str) -> bool {
     broker.share.has_group(group_id)
 }
-
