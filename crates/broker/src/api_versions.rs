@@ -257,15 +257,19 @@ mod tests {
             (ApiKey::ListGroups, 5),
             (ApiKey::ConsumerGroupHeartbeat, 1),
             (ApiKey::ConsumerGroupDescribe, 1),
+            (ApiKey::ShareGroupHeartbeat, 1),
+            (ApiKey::ShareFetch, 1),
+            (ApiKey::ShareAcknowledge, 1),
         ] {
             assert_eq!(supported_versions(key).map(|r| r.max), Some(max), "{key:?}");
         }
     }
 
     #[test]
-    fn transaction_and_new_group_protocol_apis_are_not_advertised() {
+    fn transaction_and_share_admin_apis_are_not_advertised() {
         for key in [
-            ApiKey::ShareGroupHeartbeat,
+            ApiKey::DescribeShareGroupOffsets,
+            ApiKey::AlterShareGroupOffsets,
             ApiKey::AddPartitionsToTxn,
             ApiKey::EndTxn,
         ] {

@@ -164,6 +164,19 @@ impl ShareMetrics {
     }
 }
 
+/// What `/metrics` shows of share groups.
+#[derive(Debug, Clone, Default)]
+pub struct ShareStats {
+    /// Records by outcome since start: acquired, accepted, released, rejected, archived.
+    pub records: Vec<(&'static str, u64)>,
+    /// Records not yet done per share group, over the share partitions held here; at most
+    /// [`MAX_BACKLOG_SERIES`] groups, sorted by name.
+    pub backlog: Vec<(String, u64)>,
+}
+
+/// Bound on the backlog series one scrape reports (group ids are client-chosen).
+pub const MAX_BACKLOG_SERIES: usize = 100;
+
 type PartKey = (String, TopicPartition);
 
 #[derive(Debug)]
@@ -483,6 +496,25 @@ impl ShareState {
                 Err(e)
             }
         }
+    }
+
+    /// Counters and backlog for `/metrics`.
+    pub fn stats(&self) -> ShareStats {
+        let m = &self.metrics;
+        let records = vec![
+            ("acquired", m.acquired.load(Ordering::Relaxed)),
+            ("accepted", m.accepted.load(Ordering::Relaxed)),
+            ("released", m.released.load(Ordering::Relaxed)),
+            ("rejected", m.rejected.load(Ordering::Relaxed)),
+            ("archived", m.archived.load(Ordering::Relaxed)),
+        ];
+        let mut per_group: std::collections::BTreeMap<String, u64> = Default::default();
+        for (group, _, n) in self.backlog() {
+            *per_group.entry(group).or_default() += n;
+        }
+        let mut backlog: Vec<(String, u64)> = per_group.into_iter().collect();
+        backlog.truncate(MAX_BACKLOG_SERIES);
+        ShareStats { records, backlog }
     }
 
     /// Backlog of every held share partition: (group, partition, records not yet done).
