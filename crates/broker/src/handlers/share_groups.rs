@@ -395,6 +395,8 @@ pub(crate) async fn share_fetch(
     let mut deadline = broker.clock.sleep(max_wait);
     let mut shutdown = ctx.shutdown.clone();
     let mut acquired_any = false;
+    // An error (the partition moved, storage failed) is answered at once, not after the wait.
+    let mut any_error = false;
     let mut pass_answers;
     loop {
         pass_answers = BTreeMap::new();
@@ -422,12 +424,13 @@ pub(crate) async fn share_fetch(
                     Err(e) => {
                         out.error_code = share_error_code(&e);
                         out.error_message = message(e.to_string());
+                        any_error = true;
                     }
                 }
             }
             pass_answers.insert((uuid, tp.partition), out);
         }
-        if acquired_any || max_wait.is_zero() || closing || *shutdown.borrow() {
+        if acquired_any || any_error || max_wait.is_zero() || closing || *shutdown.borrow() {
             break;
         }
         // Records become available by an append or by a lock expiring.
