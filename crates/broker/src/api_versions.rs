@@ -20,7 +20,8 @@ use crate::RequestContext;
 /// because `kafka-protocol` decodes no later request (v10 would name topics by id). KIP-848
 /// consumer groups (ConsumerGroupHeartbeat, ConsumerGroupDescribe) are served, and KIP-932
 /// share groups (ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge) at v1,
-/// the only version `kafka-protocol` decodes and the one Kafka 4.1+ clients send.
+/// the only version `kafka-protocol` decodes and the one Kafka 4.1+ clients send, and their
+/// offsets APIs (Describe/Alter/DeleteShareGroupOffsets) at v0, likewise the only one decoded.
 /// Transactions (AddPartitionsToTxn, EndTxn, ...) are not implemented and not advertised;
 /// FindCoordinator for a transaction answers COORDINATOR_NOT_AVAILABLE.
 const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
@@ -56,6 +57,9 @@ const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ShareGroupDescribe, 1, 1),
     (ApiKey::ShareFetch, 1, 1),
     (ApiKey::ShareAcknowledge, 1, 1),
+    (ApiKey::DescribeShareGroupOffsets, 0, 0),
+    (ApiKey::AlterShareGroupOffsets, 0, 0),
+    (ApiKey::DeleteShareGroupOffsets, 0, 0),
     (ApiKey::AlterPartitionReassignments, 0, 0),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::ListPartitionReassignments, 0, 0),
@@ -266,13 +270,8 @@ mod tests {
     }
 
     #[test]
-    fn transaction_and_share_admin_apis_are_not_advertised() {
-        for key in [
-            ApiKey::DescribeShareGroupOffsets,
-            ApiKey::AlterShareGroupOffsets,
-            ApiKey::AddPartitionsToTxn,
-            ApiKey::EndTxn,
-        ] {
+    fn transaction_apis_are_not_advertised() {
+        for key in [ApiKey::AddPartitionsToTxn, ApiKey::EndTxn] {
             assert!(supported_versions(key).is_none(), "{key:?}");
         }
     }

@@ -352,6 +352,18 @@ async fn route(
         RequestKind::ShareAcknowledge(r) => {
             reply(ctx, &share_groups::share_acknowledge(broker, r, ctx).await)
         }
+        RequestKind::DescribeShareGroupOffsets(r) => reply(
+            ctx,
+            &share_groups::describe_share_group_offsets(broker, r, ctx).await,
+        ),
+        RequestKind::AlterShareGroupOffsets(r) => reply(
+            ctx,
+            &share_groups::alter_share_group_offsets(broker, r, ctx).await,
+        ),
+        RequestKind::DeleteShareGroupOffsets(r) => reply(
+            ctx,
+            &share_groups::delete_share_group_offsets(broker, r, ctx).await,
+        ),
         // The version check above only lets through keys of api_versions::IMPLEMENTED, so a
         // key advertised without a route is refused, not answered wrongly.
         _ => {

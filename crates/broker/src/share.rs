@@ -498,6 +498,158 @@ impl ShareState {
         }
     }
 
+    // ----- administration (DescribeShareGroupOffsets, AlterShareGroupOffsets, ...) -----
+
+    fn object_key(
+        group_id: &str,
+        topic_id: [u8; 16],
+        partition: i32,
+    ) -> Result<ObjectKey, ShareError> {
+        ObjectKey::new(strata_layout::share::key(
+            group_id,
+            strata_layout::TopicId(topic_id),
+            partition,
+        ))
+        .map_err(|e| ShareError::Storage(e.to_string()))
+    }
+
+    /// The stored start offset of a share partition; None if it has no state yet.
+    pub(crate) async fn stored_start(
+        &self,
+        group_id: &str,
+        topic_id: [u8; 16],
+        partition: i32,
+    ) -> Result<Option<i64>, ShareError> {
+        let Some(store) = &self.store else {
+            let tp_match = |tp: &TopicPartition| tp.partition == partition;
+            let parts = lock(&self.parts);
+            let found = parts.iter().find(|((g, tp), _)| {
+                g == group_id
+                    && tp_match(tp)
+                    && self
+                        .log
+                        .topic(&tp.topic)
+                        .is_some_and(|t| t.id.0 == topic_id)
+            });
+            return Ok(found.map(|(_, p)| lock(&p.state).start_offset()));
+        };
+        let key = Self::object_key(group_id, topic_id, partition)?;
+        match store.get(&key).await {
+            Ok((bytes, _)) => {
+                let snapshot: ShareSnapshot = serde_json::from_slice(&bytes).map_err(|e| {
+                    ShareError::Storage(format!("unreadable share state {key}: {e}"))
+                })?;
+                Ok(Some(snapshot.start_offset))
+            }
+            Err(StorageError::NotFound(_)) => Ok(None),
+            Err(e) => Err(ShareError::Storage(e.to_string())),
+        }
+    }
+
+    /// Replaces a share partition's state by one starting at `start` (None: deletes it, so
+    /// `share_auto_offset_reset` applies again). The owner's copy is dropped here; an owner
+    /// elsewhere finds its next write fenced, and checks the stored version when a member
+    /// opens a share session ([`Self::refresh`]).
+    pub(crate) async fn reset(
+        &self,
+        group_id: &str,
+        tp: &TopicPartition,
+        topic_id: [u8; 16],
+        start: Option<i64>,
+    ) -> Result<(), ShareError> {
+        lock(&self.parts).remove(&(group_id.to_string(), tp.clone()));
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let key = Self::object_key(group_id, topic_id, tp.partition)?;
+        let Some(start) = start else {
+            return match store.delete(&key).await {
+                Ok(()) | Err(StorageError::NotFound(_)) => Ok(()),
+                Err(e) => Err(ShareError::Storage(e.to_string())),
+            };
+        };
+        // Retried on a concurrent write (an owner storing acknowledgements of its last
+        // records): the reset must land whole.
+        for _ in 0..8 {
+            let (epoch, version) = match store.get(&key).await {
+                Ok((bytes, version)) => {
+                    let old: Option<ShareSnapshot> = serde_json::from_slice(&bytes).ok();
+                    (
+                        old.map_or(0, |o| o.state_epoch.saturating_add(1)),
+                        Some(version),
+                    )
+                }
+                Err(StorageError::NotFound(_)) => (0, None),
+                Err(e) => return Err(ShareError::Storage(e.to_string())),
+            };
+            let mut snapshot = SharePartition::new(start, self.settings.limits).snapshot();
+            snapshot.state_epoch = epoch;
+            match write(store.as_ref(), &key, &snapshot, version).await {
+                Ok(_) => {
+                    lock(&self.parts).remove(&(group_id.to_string(), tp.clone()));
+                    return Ok(());
+                }
+                Err(ShareError::Fenced(_)) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(ShareError::Storage(format!(
+            "share state {key} kept changing"
+        )))
+    }
+
+    /// Drops our copy of a share partition if the stored state is no longer the one we wrote
+    /// last (an administrator reset it): called when a member opens a share session, so one
+    /// storage read per partition per new session.
+    pub(crate) async fn refresh(&self, group_id: &str, tp: &TopicPartition) {
+        let key = (group_id.to_string(), tp.clone());
+        let Some(part) = lock(&self.parts).get(&key).cloned() else {
+            return;
+        };
+        let (Some(store), Some(object)) = (&self.store, &part.key) else {
+            return;
+        };
+        let stored = part.stored.lock().await;
+        let current = match store.get(object).await {
+            Ok((_, version)) => Some(version),
+            Err(StorageError::NotFound(_)) => None,
+            // Unknown: keep our copy; a write will tell.
+            Err(_) => return,
+        };
+        if current != stored.version {
+            drop(stored);
+            let mut parts = lock(&self.parts);
+            if parts.get(&key).is_some_and(|p| Arc::ptr_eq(p, &part)) {
+                parts.remove(&key);
+            }
+        }
+    }
+
+    /// Deletes every stored share-partition state of `group_id` (DeleteGroups).
+    pub(crate) async fn delete_stored(&self, group_id: &str) -> Result<(), ShareError> {
+        lock(&self.parts).retain(|(g, _), _| g != group_id);
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let listed = store
+            .list(&strata_layout::share::group_prefix(group_id))
+            .await
+            .map_err(|e| ShareError::Storage(e.to_string()))?;
+        for meta in listed {
+            match store.delete(&meta.key).await {
+                Ok(()) | Err(StorageError::NotFound(_)) => {}
+                Err(e) => return Err(ShareError::Storage(e.to_string())),
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the share group has members (the offsets APIs need it empty).
+    pub(crate) fn has_members(&self, group_id: &str) -> bool {
+        self.describe(group_id)
+            .is_some_and(|d| !d.members.is_empty())
+    }
+
     /// Counters and backlog for `/metrics`.
     pub fn stats(&self) -> ShareStats {
         let m = &self.metrics;

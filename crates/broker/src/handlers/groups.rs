@@ -1007,18 +1007,14 @@ pub(crate) async fn delete_groups(
         .partition(|g| authz.allows(Op::Delete, Res::Group, g));
     // Share groups are deleted here; the rest go to the coordinator.
     let mut deleted = Vec::new();
-    let ids: Vec<String> = ids
-        .into_iter()
-        .filter(
-            |g| match super::share_groups::delete_share_group(broker, g) {
-                Some(error) => {
-                    deleted.push((g.clone(), error));
-                    false
-                }
-                None => true,
-            },
-        )
-        .collect();
+    let mut others = Vec::new();
+    for g in ids {
+        match super::share_groups::delete_share_group(broker, &g).await {
+            Some(error) => deleted.push((g, error)),
+            None => others.push(g),
+        }
+    }
+    let ids = others;
     if !ids.is_empty() {
         deleted.extend(
             broker

@@ -285,3 +285,142 @@ async fn share_sessions_follow_their_epochs() {
     assert_eq!(next.error_code, 0);
     broker.shutdown().await;
 }
+
+fn describe_offsets(group: &str) -> DescribeShareGroupOffsetsRequest {
+    let mut g =
+        kafka_protocol::messages::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup::default();
+    g.group_id = GroupId(s(group));
+    g.topics = None;
+    let mut r = DescribeShareGroupOffsetsRequest::default();
+    r.groups = vec![g];
+    r
+}
+
+fn stored_starts(response: &DescribeShareGroupOffsetsResponse) -> Vec<(String, i32, i64)> {
+    response.groups[0]
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| {
+                (
+                    t.topic_name.0.to_string(),
+                    p.partition_index,
+                    p.start_offset,
+                )
+            })
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn share_group_offsets_are_described_altered_for_an_empty_group_and_deleted() {
+    let broker = start_with(|s| s.share_auto_offset_reset = ShareAutoOffsetReset::Earliest).await;
+    let mut client = broker.client().await;
+    let topic = create_topic(&mut client, "admin").await;
+    let values: Vec<Vec<u8>> = (0..6).map(|i| vec![b'a' + i]).collect();
+    let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+    let produced: ProduceResponse = client
+        .call(
+            ApiKey::Produce,
+            9,
+            &produce_request("admin", -1, record_batch(&refs, 1)),
+        )
+        .await;
+    assert_eq!(produced.responses[0].partition_responses[0].error_code, 0);
+    let joined: ShareGroupHeartbeatResponse = client
+        .call(
+            ApiKey::ShareGroupHeartbeat,
+            1,
+            &share_join("ops", "m", "admin"),
+        )
+        .await;
+    assert_eq!(joined.error_code, 0);
+
+    let _: ShareFetchResponse = client
+        .call(ApiKey::ShareFetch, 1, &share_fetch("ops", "m", 0, topic))
+        .await;
+    let acked: ShareAcknowledgeResponse = client
+        .call(
+            ApiKey::ShareAcknowledge,
+            1,
+            &share_ack("ops", "m", 1, topic, (0, 1, 1)),
+        )
+        .await;
+    assert_eq!(acked.responses[0].partitions[0].error_code, 0);
+    let described: DescribeShareGroupOffsetsResponse = client
+        .call(
+            ApiKey::DescribeShareGroupOffsets,
+            0,
+            &describe_offsets("ops"),
+        )
+        .await;
+    assert_eq!(stored_starts(&described), vec![("admin".to_string(), 0, 2)]);
+
+    // Altering needs the group empty.
+    let mut p = kafka_protocol::messages::alter_share_group_offsets_request::AlterShareGroupOffsetsRequestPartition::default();
+    p.partition_index = 0;
+    p.start_offset = 4;
+    let mut t = kafka_protocol::messages::alter_share_group_offsets_request::AlterShareGroupOffsetsRequestTopic::default();
+    t.topic_name = topic_name("admin");
+    t.partitions = vec![p];
+    let mut alter = AlterShareGroupOffsetsRequest::default();
+    alter.group_id = GroupId(s("ops"));
+    alter.topics = vec![t];
+    let refused: AlterShareGroupOffsetsResponse =
+        client.call(ApiKey::AlterShareGroupOffsets, 0, &alter).await;
+    assert_eq!(refused.error_code, crate::errors::code::NON_EMPTY_GROUP);
+    let closed: ShareAcknowledgeResponse = client
+        .call(
+            ApiKey::ShareAcknowledge,
+            1,
+            &share_ack("ops", "m", -1, topic, (2, 2, 1)),
+        )
+        .await;
+    assert_eq!(closed.error_code, 0);
+    let mut leave = share_join("ops", "m", "admin");
+    leave.member_epoch = -1;
+    let _: ShareGroupHeartbeatResponse = client.call(ApiKey::ShareGroupHeartbeat, 1, &leave).await;
+    let altered: AlterShareGroupOffsetsResponse =
+        client.call(ApiKey::AlterShareGroupOffsets, 0, &alter).await;
+    assert_eq!(altered.error_code, 0);
+    assert_eq!(altered.responses[0].partitions[0].error_code, 0);
+    let described: DescribeShareGroupOffsetsResponse = client
+        .call(
+            ApiKey::DescribeShareGroupOffsets,
+            0,
+            &describe_offsets("ops"),
+        )
+        .await;
+    assert_eq!(stored_starts(&described), vec![("admin".to_string(), 0, 4)]);
+
+    // A new session starts where the administrator said.
+    let fetched: ShareFetchResponse = client
+        .call(ApiKey::ShareFetch, 1, &share_fetch("ops", "m2", 0, topic))
+        .await;
+    let ranges: Vec<(i64, i64)> = fetched.responses[0].partitions[0]
+        .acquired_records
+        .iter()
+        .map(|r| (r.first_offset, r.last_offset))
+        .collect();
+    assert_eq!(ranges, vec![(4, 5)]);
+
+    let mut dt = kafka_protocol::messages::delete_share_group_offsets_request::DeleteShareGroupOffsetsRequestTopic::default();
+    dt.topic_name = topic_name("admin");
+    let mut delete = DeleteShareGroupOffsetsRequest::default();
+    delete.group_id = GroupId(s("ops"));
+    delete.topics = vec![dt];
+    let deleted: DeleteShareGroupOffsetsResponse = client
+        .call(ApiKey::DeleteShareGroupOffsets, 0, &delete)
+        .await;
+    assert_eq!(deleted.error_code, 0);
+    assert_eq!(deleted.responses[0].error_code, 0);
+    let described: DescribeShareGroupOffsetsResponse = client
+        .call(
+            ApiKey::DescribeShareGroupOffsets,
+            0,
+            &describe_offsets("ops"),
+        )
+        .await;
+    assert!(stored_starts(&described).is_empty());
+    broker.shutdown().await;
+}
