@@ -9,6 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use strata_tests::cluster::Cluster;
 use strata_tests::command::run_with_deadline;
 use strata_tests::{StrataOptions, StrataProcess};
 
@@ -29,13 +30,17 @@ fn start_broker() -> StrataProcess {
 }
 
 fn run_scenario(broker: &StrataProcess, scenario: &str, topic: &str) {
+    run_scenario_on(&broker.bootstrap(), scenario, topic);
+}
+
+fn run_scenario_on(bootstrap: &str, scenario: &str, topic: &str) {
     let started = Instant::now();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/share_groups.py");
     let mut command = Command::new("python3");
     command
         .arg(&script)
         .arg("--bootstrap")
-        .arg(broker.bootstrap())
+        .arg(bootstrap)
         .arg("--topic")
         .arg(topic)
         .arg("--scenario")
@@ -91,4 +96,31 @@ fn acknowledgements_survive_a_broker_kill() {
     broker.kill9();
     broker.restart();
     run_scenario(&broker, "restart-b", "share-restart");
+}
+
+/// Two brokers: half the records are accepted through the partition's first owner, the
+/// partition moves to the other broker, and only the other half is delivered from there: the
+/// share state moved with the partition (the records still acquired at the move come back at
+/// once, acquisition not being stored). The share group's coordinator shard is wherever the
+/// cluster placed it, often not with the partition.
+#[test]
+fn acknowledgements_move_with_the_partition_to_another_broker() {
+    let cluster = Cluster::start_with_env(
+        2,
+        "3s",
+        "500ms",
+        &[
+            ("STRATA_SHARE_AUTO_OFFSET_RESET", "earliest"),
+            ("STRATA_GROUP_SHARE_RECORD_LOCK_DURATION", "3s"),
+        ],
+    );
+    let ids = cluster.all_ids();
+    let bootstrap = cluster.bootstrap_of(&ids);
+    run_scenario_on(&bootstrap, "restart-a", "share-moved");
+    let owner =
+        cluster.wait_for_leaders(ids[0], "share-moved", 1, &ids, "the topic has an owner")[&0];
+    let target = *ids.iter().find(|&&id| id != owner).unwrap();
+    eprintln!("share-moved/0 moves from broker {owner} to {target}");
+    cluster.move_partition("share-moved", 0, target);
+    run_scenario_on(&bootstrap, "restart-b", "share-moved");
 }
