@@ -354,15 +354,15 @@ async fn route(
         }
         RequestKind::DescribeShareGroupOffsets(r) => reply(
             ctx,
-            &share_groups::describe_share_group_offsets(broker, r, ctx).await,
+            &share_offsets::describe_share_group_offsets(broker, r, ctx).await,
         ),
         RequestKind::AlterShareGroupOffsets(r) => reply(
             ctx,
-            &share_groups::alter_share_group_offsets(broker, r, ctx).await,
+            &share_offsets::alter_share_group_offsets(broker, r, ctx).await,
         ),
         RequestKind::DeleteShareGroupOffsets(r) => reply(
             ctx,
-            &share_groups::delete_share_group_offsets(broker, r, ctx).await,
+            &share_offsets::delete_share_group_offsets(broker, r, ctx).await,
         ),
         // The version check above only lets through keys of api_versions::IMPLEMENTED, so a
         // key advertised without a route is refused, not answered wrongly.

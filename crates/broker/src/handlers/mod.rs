@@ -17,6 +17,7 @@ pub(crate) mod quotas;
 pub(crate) mod records;
 pub(crate) mod security;
 pub(crate) mod share_groups;
+pub(crate) mod share_offsets;
 pub(crate) mod topics;
 
 use std::collections::{BTreeMap, HashMap};
