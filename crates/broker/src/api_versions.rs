@@ -18,8 +18,10 @@ use crate::RequestContext;
 /// Consumer groups are Kafka's classic protocol (JoinGroup/SyncGroup/Heartbeat/LeaveGroup),
 /// every version `kafka-protocol` decodes. OffsetCommit stops at v9 and OffsetFetch at v9
 /// because `kafka-protocol` decodes no later request (v10 would name topics by id). KIP-848
-/// consumer groups (ConsumerGroupHeartbeat, ConsumerGroupDescribe) are served; share groups
-/// are not implemented and not advertised.
+/// consumer groups (ConsumerGroupHeartbeat, ConsumerGroupDescribe) are served, and KIP-932
+/// share groups (ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge) at v1,
+/// the only version `kafka-protocol` decodes and the one Kafka 4.1+ clients send, and their
+/// offsets APIs (Describe/Alter/DeleteShareGroupOffsets) at v0, likewise the only one decoded.
 /// Transactions (AddPartitionsToTxn, EndTxn, ...) are not implemented and not advertised;
 /// FindCoordinator for a transaction answers COORDINATOR_NOT_AVAILABLE.
 const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
@@ -51,6 +53,13 @@ const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    (ApiKey::ShareGroupHeartbeat, 1, 1),
+    (ApiKey::ShareGroupDescribe, 1, 1),
+    (ApiKey::ShareFetch, 1, 1),
+    (ApiKey::ShareAcknowledge, 1, 1),
+    (ApiKey::DescribeShareGroupOffsets, 0, 0),
+    (ApiKey::AlterShareGroupOffsets, 0, 0),
+    (ApiKey::DeleteShareGroupOffsets, 0, 0),
     (ApiKey::AlterPartitionReassignments, 0, 0),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::ListPartitionReassignments, 0, 0),
@@ -252,18 +261,17 @@ mod tests {
             (ApiKey::ListGroups, 5),
             (ApiKey::ConsumerGroupHeartbeat, 1),
             (ApiKey::ConsumerGroupDescribe, 1),
+            (ApiKey::ShareGroupHeartbeat, 1),
+            (ApiKey::ShareFetch, 1),
+            (ApiKey::ShareAcknowledge, 1),
         ] {
             assert_eq!(supported_versions(key).map(|r| r.max), Some(max), "{key:?}");
         }
     }
 
     #[test]
-    fn transaction_and_new_group_protocol_apis_are_not_advertised() {
-        for key in [
-            ApiKey::ShareGroupHeartbeat,
-            ApiKey::AddPartitionsToTxn,
-            ApiKey::EndTxn,
-        ] {
+    fn transaction_apis_are_not_advertised() {
+        for key in [ApiKey::AddPartitionsToTxn, ApiKey::EndTxn] {
             assert!(supported_versions(key).is_none(), "{key:?}");
         }
     }

@@ -53,7 +53,7 @@ enum Request {
 }
 
 /// The log's topic catalog as KIP-848 groups see it: an in-memory lookup, no IO.
-struct LogCatalog<'a>(&'a LogManager);
+pub(crate) struct LogCatalog<'a>(pub(crate) &'a LogManager);
 
 impl TopicCatalog for LogCatalog<'_> {
     fn lookup(&self, name: &str) -> Option<(TopicId, i32)> {

@@ -340,6 +340,30 @@ async fn route(
             ctx,
             &consumer_groups::consumer_group_describe(broker, r, ctx).await,
         ),
+        RequestKind::ShareGroupHeartbeat(r) => reply(
+            ctx,
+            &share_groups::share_group_heartbeat(broker, r, ctx).await,
+        ),
+        RequestKind::ShareGroupDescribe(r) => reply(
+            ctx,
+            &share_groups::share_group_describe(broker, r, ctx).await,
+        ),
+        RequestKind::ShareFetch(r) => reply(ctx, &share_groups::share_fetch(broker, r, ctx).await),
+        RequestKind::ShareAcknowledge(r) => {
+            reply(ctx, &share_groups::share_acknowledge(broker, r, ctx).await)
+        }
+        RequestKind::DescribeShareGroupOffsets(r) => reply(
+            ctx,
+            &share_offsets::describe_share_group_offsets(broker, r, ctx).await,
+        ),
+        RequestKind::AlterShareGroupOffsets(r) => reply(
+            ctx,
+            &share_offsets::alter_share_group_offsets(broker, r, ctx).await,
+        ),
+        RequestKind::DeleteShareGroupOffsets(r) => reply(
+            ctx,
+            &share_offsets::delete_share_group_offsets(broker, r, ctx).await,
+        ),
         // The version check above only lets through keys of api_versions::IMPLEMENTED, so a
         // key advertised without a route is refused, not answered wrongly.
         _ => {

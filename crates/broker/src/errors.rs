@@ -7,6 +7,7 @@
 //! ([`GroupError`]) are mapped by [`group_error_code`].
 
 use kafka_protocol::protocol::StrBytes;
+use strata_groups::share_partition::ShareAckError;
 use strata_groups::GroupError;
 use strata_log::LogError;
 use strata_storage::StorageError;
@@ -15,6 +16,7 @@ use strata_wire::batch::BatchError;
 use crate::fetch_sessions::FetchSessionError;
 use crate::quotas::store::QuotaError;
 use crate::security::SecurityError;
+use crate::share::ShareError;
 
 /// Kafka error codes used by the broker, with the numbers of Kafka's `Errors` enum.
 pub mod code {
@@ -95,6 +97,10 @@ pub mod code {
     pub const FETCH_SESSION_TOPIC_ID_ERROR: i16 = 106;
     pub const MISMATCHED_ENDPOINT_TYPE: i16 = 114;
     pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
+    pub const INVALID_RECORD_STATE: i16 = 121;
+    pub const SHARE_SESSION_NOT_FOUND: i16 = 122;
+    pub const INVALID_SHARE_SESSION_EPOCH: i16 = 123;
+    pub const SHARE_SESSION_LIMIT_REACHED: i16 = 133;
 }
 
 /// The Kafka error code a client gets for a log-layer failure.
@@ -235,6 +241,30 @@ pub fn group_error_code(error: &GroupError) -> i16 {
         GroupError::UnsupportedAssignor => code::UNSUPPORTED_ASSIGNOR,
         GroupError::StaleMemberEpoch => code::STALE_MEMBER_EPOCH,
         GroupError::InvalidRegularExpression => code::INVALID_REGULAR_EXPRESSION,
+    }
+}
+
+/// A refused share acknowledgement: Kafka's codes for the same refusals.
+pub fn share_ack_error_code(error: &ShareAckError) -> i16 {
+    match error {
+        ShareAckError::InvalidRecordState(..) => code::INVALID_RECORD_STATE,
+        ShareAckError::InvalidRequest(..) => code::INVALID_REQUEST,
+    }
+}
+
+/// A share partition or share session that could not serve a request. A deposed owner's
+/// fenced write answers NOT_LEADER_OR_FOLLOWER, as a fenced manifest write does: the client
+/// refreshes metadata and finds the new owner.
+pub fn share_error_code(error: &ShareError) -> i16 {
+    match error {
+        ShareError::Log(e) => error_code(e),
+        ShareError::Fenced(_) => code::NOT_LEADER_OR_FOLLOWER,
+        ShareError::Storage(_) => code::KAFKA_STORAGE_ERROR,
+        // Retriable: idle share partitions are dropped as their records are acknowledged.
+        ShareError::TooManySharePartitions => code::LEADER_NOT_AVAILABLE,
+        ShareError::SessionNotFound => code::SHARE_SESSION_NOT_FOUND,
+        ShareError::InvalidSessionEpoch(..) => code::INVALID_SHARE_SESSION_EPOCH,
+        ShareError::SessionLimitReached => code::SHARE_SESSION_LIMIT_REACHED,
     }
 }
 

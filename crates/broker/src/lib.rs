@@ -27,6 +27,7 @@ pub mod quotas;
 pub mod security;
 mod server;
 mod settings;
+pub mod share;
 pub mod traffic;
 
 #[cfg(test)]

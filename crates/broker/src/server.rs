@@ -62,6 +62,26 @@ pub struct Broker {
     /// Where quotas are stored; None until [`Broker::with_quotas`] (such a broker enforces
     /// none and refuses AlterClientQuotas).
     pub(crate) quota_store: Option<Arc<QuotaStore>>,
+    /// Share groups (KIP-932): membership, share partitions, share sessions.
+    pub(crate) share: Arc<crate::share::ShareState>,
+    /// Seeds share member ids (not the group coordinator's seed: independent streams).
+    share_seed: u64,
+}
+
+fn share_state(
+    log: &Arc<LogManager>,
+    clock: &Arc<dyn Clock>,
+    settings: &BrokerSettings,
+    seed: u64,
+    store: Option<Arc<dyn ObjectStore>>,
+) -> crate::share::ShareState {
+    crate::share::ShareState::new(
+        Arc::clone(log),
+        Arc::clone(clock),
+        settings.share_settings(),
+        seed,
+        store,
+    )
 }
 
 fn fetch_sessions(parts: &BrokerParts) -> FetchSessions {
@@ -88,8 +108,17 @@ impl Broker {
             true,
         )
         .await?;
+        let share_seed = parts.member_id_seed.rotate_left(43) ^ 0x9e37_79b9_7f4a_7c15;
         Ok(Self {
             fetch_sessions: fetch_sessions(&parts),
+            share: Arc::new(share_state(
+                &parts.log,
+                &parts.clock,
+                &parts.settings,
+                share_seed,
+                None,
+            )),
+            share_seed,
             quotas: Arc::new(Quotas::new(
                 parts.settings.quota_settings(),
                 Arc::clone(&parts.clock),
@@ -160,8 +189,17 @@ impl Broker {
             cluster_settings,
         )
         .await?;
+        let share_seed = parts.member_id_seed.rotate_left(43) ^ 0x9e37_79b9_7f4a_7c15;
         Ok(Self {
             fetch_sessions: fetch_sessions(&parts),
+            share: Arc::new(share_state(
+                &parts.log,
+                &parts.clock,
+                &parts.settings,
+                share_seed,
+                None,
+            )),
+            share_seed,
             quotas: Arc::new(Quotas::new(
                 parts.settings.quota_settings(),
                 Arc::clone(&parts.clock),
@@ -181,6 +219,24 @@ impl Broker {
     }
 
     /// Keeps SCRAM users in `store` (the cluster's storage), cached per the settings.
+    /// Keeps share-partition state in `store` (without it, share state lives in memory only
+    /// and dies with the broker).
+    pub fn with_share_state(mut self, store: Arc<dyn ObjectStore>) -> Self {
+        self.share = Arc::new(share_state(
+            &self.log,
+            &self.clock,
+            &self.settings,
+            self.share_seed,
+            Some(store),
+        ));
+        self
+    }
+
+    /// Share-group state, for the metrics endpoint.
+    pub fn share_state(&self) -> &Arc<crate::share::ShareState> {
+        &self.share
+    }
+
     pub fn with_users(mut self, store: Arc<dyn ObjectStore>) -> Self {
         self.users = Some(Arc::new(UserStore::new(
             store,

@@ -108,6 +108,36 @@ pub struct BrokerSettings {
     pub group_consumer_session_timeout: Duration,
     /// KIP-848 heartbeat interval (`GroupConfig::consumer_heartbeat_interval`).
     pub group_consumer_heartbeat_interval: Duration,
+    /// Share groups (KIP-932): `group.share.session.timeout.ms`, a member silent this long is
+    /// removed.
+    pub group_share_session_timeout: Duration,
+    /// `group.share.heartbeat.interval.ms`: how often share members are told to heartbeat.
+    pub group_share_heartbeat_interval: Duration,
+    /// `group.share.max.groups`: share groups one coordinator hosts (each is memory and a
+    /// share partition per partition it reads); beyond, a join gets GROUP_MAX_SIZE_REACHED.
+    pub group_share_max_groups: usize,
+    /// `group.share.max.size`: members of one share group (GROUP_MAX_SIZE_REACHED beyond).
+    pub group_share_max_size: usize,
+    /// `group.share.record.lock.duration.ms`: how long a member holds the records it acquired
+    /// before they are offered to others again.
+    pub group_share_record_lock_duration: Duration,
+    /// `group.share.delivery.count.limit`: deliveries after which a released or expired
+    /// record is archived (a poison record stops coming back).
+    pub group_share_delivery_count_limit: u16,
+    /// `group.share.partition.max.record.locks`: records in flight per share partition; the
+    /// bound of its memory and of its stored snapshot.
+    pub group_share_partition_max_record_locks: usize,
+    /// `group.share.max.share.sessions`: share sessions kept at once; beyond (after dropping
+    /// sessions idle for a member session) a new one gets SHARE_SESSION_LIMIT_REACHED.
+    pub group_share_max_share_sessions: usize,
+    /// Share partitions (share group × partition) held in memory on this broker; idle ones
+    /// (nothing acquired, everything stored) are dropped to make room, and when none is idle
+    /// the fetch gets LEADER_NOT_AVAILABLE. Strata's bound; Kafka has none.
+    pub group_share_max_partitions: usize,
+    /// `share.auto.offset.reset` for every share group (Kafka's group config; Strata has no
+    /// group configs yet, so it is a broker setting): where a share partition with no stored
+    /// state starts.
+    pub share_auto_offset_reset: crate::share::ShareAutoOffsetReset,
     /// Fetch sessions kept at once (Kafka's `max.incremental.fetch.session.cache.slots`).
     /// When every slot is taken, a full fetch asking for a session evicts one as Kafka does
     /// (see `min_incremental_fetch_session_eviction`) or gets none: that client keeps sending
@@ -228,6 +258,26 @@ impl BrokerSettings {
         }
     }
 
+    /// The share groups' settings.
+    pub fn share_settings(&self) -> crate::share::ShareSettings {
+        crate::share::ShareSettings {
+            groups: strata_groups::share::ShareGroupConfig {
+                session_timeout: self.group_share_session_timeout,
+                heartbeat_interval: self.group_share_heartbeat_interval,
+                max_size: self.group_share_max_size,
+                max_groups: self.group_share_max_groups,
+            },
+            limits: strata_groups::share_partition::ShareLimits {
+                max_record_locks: self.group_share_partition_max_record_locks,
+                lock_duration: self.group_share_record_lock_duration,
+                delivery_count_limit: self.group_share_delivery_count_limit,
+            },
+            auto_offset_reset: self.share_auto_offset_reset,
+            max_share_sessions: self.group_share_max_share_sessions,
+            max_share_partitions: self.group_share_max_partitions,
+        }
+    }
+
     /// The group coordinator's configuration: the settings above over Kafka's defaults.
     pub fn group_config(&self) -> GroupConfig {
         GroupConfig {
@@ -283,6 +333,17 @@ impl Default for BrokerSettings {
             offsets_commit_timeout: groups.offsets_commit_timeout,
             group_consumer_session_timeout: groups.consumer_session_timeout,
             group_consumer_heartbeat_interval: groups.consumer_heartbeat_interval,
+            group_share_session_timeout: Duration::from_secs(45),
+            group_share_heartbeat_interval: Duration::from_secs(5),
+            group_share_max_groups: 10,
+            group_share_max_size: 200,
+            group_share_record_lock_duration: Duration::from_secs(30),
+            group_share_delivery_count_limit: 5,
+            group_share_partition_max_record_locks: 2000,
+            group_share_max_share_sessions: 2000,
+            // At most 2000 records of ~100 bytes of state each: about 200 MB at the most.
+            group_share_max_partitions: 1000,
+            share_auto_offset_reset: crate::share::ShareAutoOffsetReset::Latest,
             max_incremental_fetch_session_cache_slots: 1000,
             // A thousand sessions of a thousand partitions: about 150 MB at the most.
             max_incremental_fetch_session_partitions: 1_000_000,

@@ -72,6 +72,7 @@ async fn start_on(
     .await
     .unwrap()
     .with_users(Arc::clone(&store))
+    .with_share_state(Arc::clone(&store))
     .with_acls(Arc::clone(&store))
     .await
     .unwrap()
@@ -315,6 +316,7 @@ mod fetch_sessions;
 mod groups;
 mod quotas;
 mod security;
+mod share;
 
 #[tokio::test]
 async fn api_versions_of_an_unknown_version_answers_v0_with_the_supported_list() {

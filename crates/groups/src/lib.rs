@@ -29,6 +29,8 @@ mod ids;
 mod membership;
 mod offsets;
 mod record;
+pub mod share;
+pub mod share_partition;
 mod state;
 pub mod subscription;
 

@@ -46,6 +46,7 @@ pub mod partition;
 pub mod producer_ids;
 pub mod quotas;
 pub mod schema;
+pub mod share;
 pub mod streams;
 pub mod users;
 pub mod wal;
@@ -61,7 +62,7 @@ pub fn key_area(key: &str) -> &'static str {
         BROKERS_PREFIX, DRAIN_PREFIX, OWNERS_CHANGES_KEY, OWNERS_PREFIX, PLACEMENT_CHANGES_KEY,
         PLACEMENT_PREFIX,
     };
-    let areas: [(&str, &'static str); 16] = [
+    let areas: [(&str, &'static str); 17] = [
         (acls::PREFIX, "acls"),
         (acls::CHANGES_KEY, "acls"),
         (BROKERS_PREFIX, "membership"),
@@ -78,6 +79,7 @@ pub fn key_area(key: &str) -> &'static str {
         ("cluster/", "cluster"),
         (quotas::PREFIX, "quotas"),
         (quotas::CHANGES_KEY, "quotas"),
+        (share::PREFIX, "share"),
     ];
     areas
         .iter()

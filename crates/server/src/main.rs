@@ -79,7 +79,13 @@ enum Command {
     /// group_shards, group_max_size,
     /// group_initial_rebalance_delay, group_min_session_timeout, group_max_session_timeout,
     /// offsets_commit_timeout, group_consumer_session_timeout [default: 45s],
-    /// group_consumer_heartbeat_interval [default: 5s],
+    /// group_consumer_heartbeat_interval [default: 5s], group_share_session_timeout
+    /// [default: 45s], group_share_heartbeat_interval [default: 5s], group_share_max_groups
+    /// [default: 10], group_share_max_size [default: 200], group_share_record_lock_duration
+    /// [default: 30s], group_share_delivery_count_limit [default: 5],
+    /// group_share_partition_max_record_locks [default: 2000], group_share_max_share_sessions
+    /// [default: 2000], group_share_max_partitions [default: 1000], share_auto_offset_reset
+    /// [default: latest],
     /// max_incremental_fetch_session_cache_slots [default: 1000],
     /// max_incremental_fetch_session_partitions [default: 1000000],
     /// min_incremental_fetch_session_eviction [default: 120s], metrics_listen [a bare port
@@ -296,6 +302,36 @@ struct ServeArgs {
     /// [default: 5s].
     #[arg(long, value_name = "DURATION")]
     group_consumer_heartbeat_interval: Option<String>,
+    /// Session timeout of share-group members [default: 45s].
+    #[arg(long, value_name = "DURATION")]
+    group_share_session_timeout: Option<String>,
+    /// Heartbeat interval share-group members are told to keep [default: 5s].
+    #[arg(long, value_name = "DURATION")]
+    group_share_heartbeat_interval: Option<String>,
+    /// Share groups one coordinator hosts [default: 10].
+    #[arg(long, value_name = "N")]
+    group_share_max_groups: Option<usize>,
+    /// Members of one share group [default: 200].
+    #[arg(long, value_name = "N")]
+    group_share_max_size: Option<usize>,
+    /// How long a share consumer holds acquired records [default: 30s].
+    #[arg(long, value_name = "DURATION")]
+    group_share_record_lock_duration: Option<String>,
+    /// Deliveries after which a share-group record is archived [default: 5].
+    #[arg(long, value_name = "N")]
+    group_share_delivery_count_limit: Option<u16>,
+    /// Records in flight per share partition [default: 2000].
+    #[arg(long, value_name = "N")]
+    group_share_partition_max_record_locks: Option<usize>,
+    /// Share sessions kept at once [default: 2000].
+    #[arg(long, value_name = "N")]
+    group_share_max_share_sessions: Option<usize>,
+    /// Share partitions held in memory per broker [default: 1000].
+    #[arg(long, value_name = "N")]
+    group_share_max_partitions: Option<usize>,
+    /// Where share groups start on a partition: latest or earliest [default: latest].
+    #[arg(long, value_name = "POLICY")]
+    share_auto_offset_reset: Option<String>,
     /// Address of the HTTP endpoint with GET /metrics (Prometheus text format) and GET /health
     /// (200 "ok", or 503 after 3 failed storage requests in a row); port 0 picks a free port
     /// [default: none, no endpoint].
@@ -470,6 +506,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         group_max_session_timeout: args.group_max_session_timeout,
         group_consumer_session_timeout: args.group_consumer_session_timeout,
         group_consumer_heartbeat_interval: args.group_consumer_heartbeat_interval,
+        group_share_session_timeout: args.group_share_session_timeout,
+        group_share_heartbeat_interval: args.group_share_heartbeat_interval,
+        group_share_max_groups: args.group_share_max_groups,
+        group_share_max_size: args.group_share_max_size,
+        group_share_record_lock_duration: args.group_share_record_lock_duration,
+        group_share_delivery_count_limit: args.group_share_delivery_count_limit,
+        group_share_partition_max_record_locks: args.group_share_partition_max_record_locks,
+        group_share_max_share_sessions: args.group_share_max_share_sessions,
+        group_share_max_partitions: args.group_share_max_partitions,
+        share_auto_offset_reset: args.share_auto_offset_reset,
         metrics_listen: args.metrics_listen,
         console_listen: args.console_listen,
         cluster: args.cluster,
@@ -673,6 +719,19 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             offsets_commit_timeout: settings.offsets_commit_timeout,
             group_consumer_session_timeout: settings.group_consumer_session_timeout,
             group_consumer_heartbeat_interval: settings.group_consumer_heartbeat_interval,
+            group_share_session_timeout: settings.group_share_session_timeout,
+            group_share_heartbeat_interval: settings.group_share_heartbeat_interval,
+            group_share_max_groups: settings.group_share_max_groups,
+            group_share_max_size: settings.group_share_max_size,
+            group_share_record_lock_duration: settings.group_share_record_lock_duration,
+            group_share_delivery_count_limit: settings.group_share_delivery_count_limit,
+            group_share_partition_max_record_locks: settings.group_share_partition_max_record_locks,
+            group_share_max_share_sessions: settings.group_share_max_share_sessions,
+            group_share_max_partitions: settings.group_share_max_partitions,
+            share_auto_offset_reset: strata_broker::share::ShareAutoOffsetReset::parse(
+                &settings.share_auto_offset_reset,
+            )
+            .unwrap_or_default(),
             max_incremental_fetch_session_cache_slots: settings
                 .max_incremental_fetch_session_cache_slots,
             max_incremental_fetch_session_partitions: settings
@@ -706,6 +765,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let broker = Arc::new(
         broker
             .with_users(Arc::clone(&storage.store))
+            .with_share_state(Arc::clone(&storage.store))
             .with_acls(Arc::clone(&storage.store))
             .await
             .context("reading the ACLs from storage")?

@@ -98,6 +98,7 @@ impl MetricsSource {
             log: self.log.get().map(|log| log_snapshot(log)),
             cluster: self.cluster.get().map(|node| node.metrics()),
             fetch_sessions: self.broker.get().map(|broker| broker.fetch_session_stats()),
+            share: self.broker.get().map(|broker| broker.share_state().stats()),
             authentications: self
                 .broker
                 .get()
@@ -157,6 +158,8 @@ pub struct Snapshot {
     pub cluster: Option<ClusterMetrics>,
     /// None until the broker has started.
     pub fetch_sessions: Option<FetchSessionStats>,
+    /// Share groups (KIP-932); None until the broker has started.
+    pub share: Option<strata_broker::share::ShareStats>,
     /// Authentication outcomes: (mechanism, result, count).
     pub authentications: Vec<(String, &'static str, u64)>,
     /// Requests per API, traffic per topic, connections. None until the broker has started.
@@ -530,6 +533,25 @@ pub fn render(snapshot: &Snapshot) -> String {
         }
     }
 
+    if let Some(share) = &snapshot.share {
+        out.family(
+            "strata_share_records_total",
+            "counter",
+            "Share-group records by outcome: acquired by a member, accepted, released (by the member, a lock expiry or a closed session), rejected, archived at the delivery-count limit.",
+        );
+        for (outcome, n) in &share.records {
+            out.sample("strata_share_records_total", &[("outcome", outcome)], n);
+        }
+        out.family(
+            "strata_share_backlog",
+            "gauge",
+            "Records of a share group not yet acknowledged or archived, over the share partitions this broker holds (at most 100 groups).",
+        );
+        for (group, n) in &share.backlog {
+            out.sample("strata_share_backlog", &[("group", group)], n);
+        }
+    }
+
     if let Some(sessions) = &snapshot.fetch_sessions {
         out.family(
             "strata_fetch_sessions",
@@ -794,6 +816,7 @@ mod tests {
             log: None,
             cluster: None,
             fetch_sessions: None,
+            share: None,
             authentications: Vec::new(),
             traffic: None,
             authorization_denied: vec![("TOPIC", "WRITE", 3)],
@@ -956,8 +979,20 @@ mod tests {
             partitions: 1200,
             evictions: 9,
         });
+        snapshot.share = Some(strata_broker::share::ShareStats {
+            records: vec![("accepted", 12), ("archived", 1)],
+            backlog: vec![("workers".to_string(), 30)],
+        });
         let text = render(&snapshot);
         assert!(text.ends_with('\n'));
+        assert!(
+            text.contains("strata_share_records_total{outcome=\"accepted\"} 12\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("strata_share_backlog{group=\"workers\"} 30\n"),
+            "{text}"
+        );
         assert_eq!(value_of(&text, "strata_cluster_live_brokers"), "3");
         assert_eq!(value_of(&text, "strata_fetch_sessions"), "4");
         assert_eq!(value_of(&text, "strata_fetch_session_partitions"), "1200");

@@ -184,6 +184,29 @@ pub struct Settings {
     /// (`group.consumer.heartbeat.interval.ms`); must be below the session timeout.
     #[serde(with = "humantime_serde")]
     pub group_consumer_heartbeat_interval: Duration,
+    /// A share-group (KIP-932) member silent this long is removed (`group.share.session.timeout.ms`).
+    #[serde(with = "humantime_serde")]
+    pub group_share_session_timeout: Duration,
+    /// The heartbeat interval share-group members are told to keep (`group.share.heartbeat.interval.ms`); below the session timeout.
+    #[serde(with = "humantime_serde")]
+    pub group_share_heartbeat_interval: Duration,
+    /// Share groups one coordinator hosts (`group.share.max.groups`); a join of one more gets GROUP_MAX_SIZE_REACHED.
+    pub group_share_max_groups: usize,
+    /// Members of one share group (`group.share.max.size`); joins beyond get GROUP_MAX_SIZE_REACHED.
+    pub group_share_max_size: usize,
+    /// How long a share consumer holds records it acquired before they go back to the group (`group.share.record.lock.duration.ms`).
+    #[serde(with = "humantime_serde")]
+    pub group_share_record_lock_duration: Duration,
+    /// Deliveries after which a released or expired record is archived, not offered again (`group.share.delivery.count.limit`).
+    pub group_share_delivery_count_limit: u16,
+    /// Records in flight per share partition (`group.share.partition.max.record.locks`): bounds its memory and stored state.
+    pub group_share_partition_max_record_locks: usize,
+    /// Share sessions kept at once (`group.share.max.share.sessions`); beyond, SHARE_SESSION_LIMIT_REACHED.
+    pub group_share_max_share_sessions: usize,
+    /// Share partitions (share group x partition) held in memory; idle ones are dropped to make room (their state is stored).
+    pub group_share_max_partitions: usize,
+    /// Where a share group starts on a partition it has no state for: latest or earliest (Kafka's `share.auto.offset.reset` group config, a broker setting here).
+    pub share_auto_offset_reset: String,
     /// Incremental fetch sessions (KIP-227) kept at once, each holding what one consumer
     /// fetches so that it need not resend every partition (Kafka's
     /// `max.incremental.fetch.session.cache.slots`). When all are taken a new session evicts
@@ -369,6 +392,16 @@ impl Default for Settings {
             offsets_commit_timeout: broker.offsets_commit_timeout,
             group_consumer_session_timeout: broker.group_consumer_session_timeout,
             group_consumer_heartbeat_interval: broker.group_consumer_heartbeat_interval,
+            group_share_session_timeout: broker.group_share_session_timeout,
+            group_share_heartbeat_interval: broker.group_share_heartbeat_interval,
+            group_share_max_groups: broker.group_share_max_groups,
+            group_share_max_size: broker.group_share_max_size,
+            group_share_record_lock_duration: broker.group_share_record_lock_duration,
+            group_share_delivery_count_limit: broker.group_share_delivery_count_limit,
+            group_share_partition_max_record_locks: broker.group_share_partition_max_record_locks,
+            group_share_max_share_sessions: broker.group_share_max_share_sessions,
+            group_share_max_partitions: broker.group_share_max_partitions,
+            share_auto_offset_reset: broker.share_auto_offset_reset.as_str().to_string(),
             max_incremental_fetch_session_cache_slots: broker
                 .max_incremental_fetch_session_cache_slots,
             max_incremental_fetch_session_partitions: broker
@@ -819,6 +852,56 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         Kind::Text,
     ),
     (
+        "STRATA_GROUP_SHARE_SESSION_TIMEOUT",
+        &["group_share_session_timeout"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_GROUP_SHARE_HEARTBEAT_INTERVAL",
+        &["group_share_heartbeat_interval"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_GROUP_SHARE_MAX_GROUPS",
+        &["group_share_max_groups"],
+        Kind::Integer,
+    ),
+    (
+        "STRATA_GROUP_SHARE_MAX_SIZE",
+        &["group_share_max_size"],
+        Kind::Integer,
+    ),
+    (
+        "STRATA_GROUP_SHARE_RECORD_LOCK_DURATION",
+        &["group_share_record_lock_duration"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_GROUP_SHARE_DELIVERY_COUNT_LIMIT",
+        &["group_share_delivery_count_limit"],
+        Kind::Integer,
+    ),
+    (
+        "STRATA_GROUP_SHARE_PARTITION_MAX_RECORD_LOCKS",
+        &["group_share_partition_max_record_locks"],
+        Kind::Integer,
+    ),
+    (
+        "STRATA_GROUP_SHARE_MAX_SHARE_SESSIONS",
+        &["group_share_max_share_sessions"],
+        Kind::Integer,
+    ),
+    (
+        "STRATA_GROUP_SHARE_MAX_PARTITIONS",
+        &["group_share_max_partitions"],
+        Kind::Integer,
+    ),
+    (
+        "STRATA_SHARE_AUTO_OFFSET_RESET",
+        &["share_auto_offset_reset"],
+        Kind::Text,
+    ),
+    (
         "STRATA_MAX_INCREMENTAL_FETCH_SESSION_CACHE_SLOTS",
         &["max_incremental_fetch_session_cache_slots"],
         Kind::Integer,
@@ -994,6 +1077,16 @@ pub struct FlagOverrides {
     pub group_max_session_timeout: Option<String>,
     pub group_consumer_session_timeout: Option<String>,
     pub group_consumer_heartbeat_interval: Option<String>,
+    pub group_share_session_timeout: Option<String>,
+    pub group_share_heartbeat_interval: Option<String>,
+    pub group_share_max_groups: Option<usize>,
+    pub group_share_max_size: Option<usize>,
+    pub group_share_record_lock_duration: Option<String>,
+    pub group_share_delivery_count_limit: Option<u16>,
+    pub group_share_partition_max_record_locks: Option<usize>,
+    pub group_share_max_share_sessions: Option<usize>,
+    pub group_share_max_partitions: Option<usize>,
+    pub share_auto_offset_reset: Option<String>,
     pub metrics_listen: Option<String>,
     pub console_listen: Option<String>,
     pub cluster: Option<bool>,
@@ -1315,6 +1408,80 @@ pub fn load(
                 .map(toml::Value::String),
         ),
         (
+            "group-share-session-timeout",
+            &["group_share_session_timeout"],
+            flags
+                .group_share_session_timeout
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
+            "group-share-heartbeat-interval",
+            &["group_share_heartbeat_interval"],
+            flags
+                .group_share_heartbeat_interval
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
+            "group-share-max-groups",
+            &["group_share_max_groups"],
+            flags
+                .group_share_max_groups
+                .map(|v| toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX))),
+        ),
+        (
+            "group-share-max-size",
+            &["group_share_max_size"],
+            flags
+                .group_share_max_size
+                .map(|v| toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX))),
+        ),
+        (
+            "group-share-record-lock-duration",
+            &["group_share_record_lock_duration"],
+            flags
+                .group_share_record_lock_duration
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
+            "group-share-delivery-count-limit",
+            &["group_share_delivery_count_limit"],
+            flags
+                .group_share_delivery_count_limit
+                .map(|v| toml::Value::Integer(i64::from(v))),
+        ),
+        (
+            "group-share-partition-max-record-locks",
+            &["group_share_partition_max_record_locks"],
+            flags
+                .group_share_partition_max_record_locks
+                .map(|v| toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX))),
+        ),
+        (
+            "group-share-max-share-sessions",
+            &["group_share_max_share_sessions"],
+            flags
+                .group_share_max_share_sessions
+                .map(|v| toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX))),
+        ),
+        (
+            "group-share-max-partitions",
+            &["group_share_max_partitions"],
+            flags
+                .group_share_max_partitions
+                .map(|v| toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX))),
+        ),
+        (
+            "share-auto-offset-reset",
+            &["share_auto_offset_reset"],
+            flags
+                .share_auto_offset_reset
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
             "metrics-listen",
             &["metrics_listen"],
             flags.metrics_listen.clone().map(toml::Value::String),
@@ -1582,6 +1749,63 @@ impl Settings {
                 "group_consumer_heartbeat_interval",
                 "must be more than 0 and less than group_consumer_session_timeout",
             );
+        }
+        if self.group_share_session_timeout.is_zero()
+            || self.group_share_session_timeout.as_millis() > i32::MAX as u128
+        {
+            return bad("group_share_session_timeout", "must be between 1ms and 24d");
+        }
+        if self.group_share_heartbeat_interval.is_zero()
+            || self.group_share_heartbeat_interval >= self.group_share_session_timeout
+        {
+            return bad(
+                "group_share_heartbeat_interval",
+                "must be more than 0 and less than group_share_session_timeout",
+            );
+        }
+        // Sent to clients as 32-bit milliseconds (acquisition_lock_timeout_ms).
+        if self.group_share_record_lock_duration.is_zero()
+            || self.group_share_record_lock_duration.as_millis() > i32::MAX as u128
+        {
+            return bad(
+                "group_share_record_lock_duration",
+                "must be between 1ms and 24d",
+            );
+        }
+        // Kafka's bounds for group.share.delivery.count.limit (2..=10).
+        if !(2..=10).contains(&self.group_share_delivery_count_limit) {
+            return bad(
+                "group_share_delivery_count_limit",
+                "must be between 2 and 10",
+            );
+        }
+        // Kafka's bounds for group.share.partition.max.record.locks (100..=10000).
+        if !(100..=10_000).contains(&self.group_share_partition_max_record_locks) {
+            return bad(
+                "group_share_partition_max_record_locks",
+                "must be between 100 and 10000",
+            );
+        }
+        for (name, value) in [
+            ("group_share_max_groups", self.group_share_max_groups),
+            ("group_share_max_size", self.group_share_max_size),
+            (
+                "group_share_max_share_sessions",
+                self.group_share_max_share_sessions,
+            ),
+            (
+                "group_share_max_partitions",
+                self.group_share_max_partitions,
+            ),
+        ] {
+            if !(1..=100_000).contains(&value) {
+                return bad(name, "must be between 1 and 100000");
+            }
+        }
+        if strata_broker::share::ShareAutoOffsetReset::parse(&self.share_auto_offset_reset)
+            .is_none()
+        {
+            return bad("share_auto_offset_reset", "must be latest or earliest");
         }
         if self.offsets_commit_timeout.is_zero() {
             return bad("offsets_commit_timeout", "must be more than 0");

@@ -52,6 +52,17 @@ pub(crate) async fn consumer_group_heartbeat(
             )
         })
     };
+    let refusal = refusal.or_else(|| {
+        super::share_groups::is_share_group(broker, request.group_id.0.as_str()).then(|| {
+            (
+                code::GROUP_ID_NOT_FOUND,
+                format!(
+                    "Group {} is not a consumer group.",
+                    request.group_id.0.as_str()
+                ),
+            )
+        })
+    });
     if let Some((error, text)) = refusal {
         let mut response = ConsumerGroupHeartbeatResponse::default();
         response.error_code = error;

@@ -200,6 +200,24 @@ pub(crate) async fn join_group(
         r.error_code = code::GROUP_AUTHORIZATION_FAILED;
         return r;
     }
+    if super::share_groups::is_share_group(broker, request.group_id.0.as_str()) {
+        // Kafka: a classic join to a group of another type.
+        let mut r = join_response(
+            groups::JoinResponse {
+                error: Some(GroupError::InconsistentGroupProtocol),
+                generation_id: -1,
+                protocol_type: None,
+                protocol_name: None,
+                leader: String::new(),
+                skip_assignment: false,
+                member_id,
+                members: Vec::new(),
+            },
+            v,
+        );
+        r.error_code = code::INCONSISTENT_GROUP_PROTOCOL;
+        return r;
+    }
     let join = groups::JoinRequest {
         api_version: v,
         group_id: request.group_id.0.to_string(),
@@ -905,7 +923,7 @@ pub(crate) async fn list_groups(
     } else {
         Vec::new()
     };
-    // Classic and KIP-848 "consumer" groups are hosted; KIP-932 "share" groups are not.
+    // Classic, KIP-848 "consumer" and KIP-932 "share" groups.
     let type_wanted = |group_type: &str| {
         type_names.is_empty()
             || type_names
@@ -943,6 +961,34 @@ pub(crate) async fn list_groups(
         }
         Err(error) => response.error_code = group_error_code(&error),
     }
+    if type_wanted("share") {
+        let wanted_state = |state: &str| {
+            state_names.is_empty()
+                || state_names
+                    .iter()
+                    .any(|s| s.as_str().eq_ignore_ascii_case(state))
+        };
+        let shares = broker.share.list(|g| broker.groups.hosts(g));
+        response.groups.extend(
+            shares
+                .into_iter()
+                .filter(|(g, state)| {
+                    wanted_state(state) && (everything || authz.shows(Op::Describe, Res::Group, g))
+                })
+                .map(|(g, state)| {
+                    let mut out = WireListedGroup::default();
+                    out.group_id = GroupId(StrBytes::from_string(g));
+                    out.protocol_type = str_bytes("share");
+                    if v >= 4 {
+                        out.group_state = str_bytes(state);
+                    }
+                    if v >= 5 {
+                        out.group_type = str_bytes("share");
+                    }
+                    out
+                }),
+        );
+    }
     response
 }
 
@@ -959,11 +1005,27 @@ pub(crate) async fn delete_groups(
         .iter()
         .map(|g| g.0.to_string())
         .partition(|g| authz.allows(Op::Delete, Res::Group, g));
-    let deleted = if ids.is_empty() {
-        Vec::new()
-    } else {
-        broker.groups.delete_groups(ids).await.groups
-    };
+    // Share groups are deleted here; the rest go to the coordinator.
+    let mut deleted = Vec::new();
+    let mut others = Vec::new();
+    for g in ids {
+        match super::share_groups::delete_share_group(broker, &g).await {
+            Some(error) => deleted.push((g, error)),
+            None => others.push(g),
+        }
+    }
+    let ids = others;
+    if !ids.is_empty() {
+        deleted.extend(
+            broker
+                .groups
+                .delete_groups(ids)
+                .await
+                .groups
+                .into_iter()
+                .map(|(g, e)| (g, group_code(e))),
+        );
+    }
     let mut response = DeleteGroupsResponse::default();
     response.results = refused
         .into_iter()
@@ -979,7 +1041,7 @@ pub(crate) async fn delete_groups(
         .extend(deleted.into_iter().map(|(group_id, error)| {
             let mut r = DeletableGroupResult::default();
             r.group_id = GroupId(StrBytes::from_string(group_id));
-            r.error_code = group_code(error);
+            r.error_code = error;
             r
         }));
     response

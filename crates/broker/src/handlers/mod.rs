@@ -16,6 +16,8 @@ pub(crate) mod producer;
 pub(crate) mod quotas;
 pub(crate) mod records;
 pub(crate) mod security;
+pub(crate) mod share_groups;
+pub(crate) mod share_offsets;
 pub(crate) mod topics;
 
 use std::collections::{BTreeMap, HashMap};

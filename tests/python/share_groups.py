@@ -1,0 +1,371 @@
+#!/usr/bin/env python3
+"""Share groups (KIP-932, "queues for Kafka") through a Strata broker with confluent-kafka's
+ShareConsumer (confluent-kafka 2.16, librdkafka's share consumer).
+
+The broker is started by the test with `--share-auto-offset-reset earliest`, so records
+produced before a consumer joins are delivered. Every consumer acknowledges explicitly
+(`share.acknowledgement.mode=explicit`) and commits its acknowledgements with commit_sync().
+
+Scenarios (--scenario), each on its own topic with one partition:
+- six:      6 share consumers (threads, one consumer each) take records from one partition
+            while they are produced; all 6 receive records and together accept every record
+            exactly once;
+- release:  a consumer RELEASEs what it got; another consumer gets exactly those records
+            again (delivery count 2);
+- killed:   a consumer in a child process acquires records and is SIGKILLed without
+            acknowledging; another consumer gets those records after the lock duration (the
+            test sets a short one on the broker);
+- reject:   a consumer REJECTs some records and ACCEPTs the rest; another consumer, reading
+            until a later marker record, never sees any of them;
+- poison:   a consumer RELEASEs one record every time it gets it; after the delivery-count
+            limit (3, set by the test) it is archived: a later marker arrives and the poison
+            record never comes again;
+- pubsub:   a consumer group (classic Consumer) and a share group read one topic: each sees
+            every record;
+- restart-a / restart-b: (the test kills and restarts the broker between them) restart-a
+            produces 100 records and accepts offsets 0..49 only, then is SIGKILLed by itself
+            (no close); restart-b must receive exactly offsets 50..99: no accepted record is
+            delivered again after the broker restart.
+Exits 0 when everything holds, 1 with a message otherwise, 2 when confluent-kafka is missing.
+
+Run by tests/tests/share_groups.rs against the real binary:
+    python3 tests/python/share_groups.py --bootstrap 127.0.0.1:9092 --topic t --scenario six
+"""
+
+import argparse
+import faulthandler
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+try:
+    from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer
+    from confluent_kafka.admin import AdminClient, NewTopic
+except ImportError as error:  # pragma: no cover - depends on the machine
+    print(f"confluent-kafka is not installed ({error}); pip install confluent-kafka", file=sys.stderr)
+    sys.exit(2)
+
+DEADLINE_SECONDS = 60.0
+
+faulthandler.dump_traceback_later(110, exit=True)
+
+
+def fail(why):
+    print(f"share groups FAILED: {why}", file=sys.stderr, flush=True)
+    # Not sys.exit: destroying live consumers may wait on the broker and hide this failure.
+    os._exit(1)
+
+
+def deadline(seconds=DEADLINE_SECONDS):
+    return time.monotonic() + seconds
+
+
+def create_topic(bootstrap, topic):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+
+
+def produce(bootstrap, topic, values):
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for v in values:
+        producer.produce(topic, value=v.encode())
+    if producer.flush(30) != 0:
+        fail("produce did not finish")
+
+
+def share_consumer(bootstrap, group, topic, **extra):
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "share.acknowledgement.mode": "explicit",
+    }
+    config.update(extra)
+    consumer = ShareConsumer(config)
+    consumer.subscribe([topic])
+    return consumer
+
+
+def records(consumer, timeout=0.5):
+    batch = consumer.poll(timeout)
+    out = []
+    for m in list(batch or []):
+        if m.error():
+            fail(f"consume error: {m.error()}")
+        out.append(m)
+    return out
+
+
+def six(args):
+    create_topic(args.bootstrap, args.topic)
+    total = 600
+    accepted = {}  # consumer index -> offsets
+    lock = threading.Lock()
+    done = threading.Event()
+    errors = []
+
+    def run(i):
+        try:
+            c = share_consumer(args.bootstrap, "six", args.topic, **{"max.poll.records": 5})
+            mine = []
+            end = deadline()
+            while not done.is_set() and time.monotonic() < end:
+                got = records(c)
+                for m in got:
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+                    mine.append(m.offset())
+                if got:
+                    c.commit_sync()
+                    with lock:
+                        accepted[i] = list(mine)
+                        if sum(len(v) for v in accepted.values()) >= total:
+                            done.set()
+            c.close()
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(f"consumer {i}: {e!r}")
+            done.set()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    # Produce while the consumers run, in small steps, so that every member is fetching.
+    for start in range(0, total, 20):
+        produce(args.bootstrap, args.topic, [f"r{n}" for n in range(start, start + 20)])
+    for t in threads:
+        t.join(DEADLINE_SECONDS + 30)
+    if errors:
+        fail("; ".join(errors))
+    everything = sorted(o for v in accepted.values() for o in v)
+    if everything != list(range(total)):
+        dupes = len(everything) - len(set(everything))
+        fail(f"accepted {len(everything)} records, {dupes} twice, {total - len(set(everything))} missing")
+    counts = {i: len(accepted.get(i, [])) for i in range(6)}
+    if any(n == 0 for n in counts.values()):
+        fail(f"a consumer received nothing: {counts}")
+    print(f"six: every record accepted once; per consumer {counts}")
+
+
+def release(args):
+    create_topic(args.bootstrap, args.topic)
+    produce(args.bootstrap, args.topic, [f"r{n}" for n in range(10)])
+    a = share_consumer(args.bootstrap, "release", args.topic)
+    released = []
+    end = deadline()
+    while not released and time.monotonic() < end:
+        for m in records(a):
+            a.acknowledge(m, AcknowledgeType.RELEASE)
+            released.append(m.offset())
+    if not released:
+        fail("the first consumer got nothing")
+    a.commit_sync()
+    b = share_consumer(args.bootstrap, "release", args.topic)
+    again = {}
+    end = deadline()
+    while not set(released) <= set(again) and time.monotonic() < end:
+        for m in records(b):
+            b.acknowledge(m, AcknowledgeType.ACCEPT)
+            again[m.offset()] = m.delivery_count()
+        b.commit_sync()
+    if not set(released) <= set(again):
+        fail(f"released {released}, second consumer got {sorted(again)}")
+    counts = {again[o] for o in released}
+    if counts != {2}:
+        fail(f"released records came back with delivery counts {counts}, not 2")
+    b.close()
+    a.close()
+    print(f"release: {len(released)} released records delivered again (delivery count 2)")
+
+
+def child_acquire(args):
+    c = share_consumer(args.bootstrap, "killed", args.topic)
+    end = deadline()
+    while time.monotonic() < end:
+        got = records(c)
+        if got:
+            print(json.dumps([m.offset() for m in got]), flush=True)
+            # Holds the records, unacknowledged, until the parent kills this process.
+            signal.pause()
+    fail("the child got nothing")
+
+
+def killed(args):
+    create_topic(args.bootstrap, args.topic)
+    produce(args.bootstrap, args.topic, [f"r{n}" for n in range(10)])
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--bootstrap", args.bootstrap, "--topic", args.topic,
+         "--scenario", "child-acquire"],
+        stdout=subprocess.PIPE, text=True)
+    line = child.stdout.readline()
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    if not line:
+        fail("the child printed nothing")
+    held = json.loads(line)
+    b = share_consumer(args.bootstrap, "killed", args.topic)
+    got = {}
+    end = deadline()
+    while not set(held) <= set(got) and time.monotonic() < end:
+        for m in records(b):
+            b.acknowledge(m, AcknowledgeType.ACCEPT)
+            got[m.offset()] = m.delivery_count()
+        b.commit_sync()
+    if not set(held) <= set(got):
+        fail(f"the killed consumer held {held}; the other got {sorted(got)}")
+    if any(got[o] < 2 for o in held):
+        fail(f"redelivered records should have delivery count 2: {got}")
+    b.close()
+    print(f"killed: {len(held)} records held by a killed consumer were delivered again")
+
+
+def reject(args):
+    create_topic(args.bootstrap, args.topic)
+    produce(args.bootstrap, args.topic, [f"r{n}" for n in range(10)])
+    a = share_consumer(args.bootstrap, "reject", args.topic)
+    seen = set()
+    rejected = set()
+    end = deadline()
+    while len(seen) < 10 and time.monotonic() < end:
+        for m in records(a):
+            if m.offset() % 2 == 0:
+                a.acknowledge(m, AcknowledgeType.REJECT)
+                rejected.add(m.offset())
+            else:
+                a.acknowledge(m, AcknowledgeType.ACCEPT)
+            seen.add(m.offset())
+        a.commit_sync()
+    if len(seen) < 10:
+        fail(f"the first consumer saw only {sorted(seen)}")
+    a.close()
+    produce(args.bootstrap, args.topic, ["marker"])
+    b = share_consumer(args.bootstrap, "reject", args.topic)
+    got = []
+    end = deadline()
+    while 10 not in got and time.monotonic() < end:
+        for m in records(b):
+            b.acknowledge(m, AcknowledgeType.ACCEPT)
+            got.append(m.offset())
+        b.commit_sync()
+    if got != [10]:
+        fail(f"after rejecting {sorted(rejected)} the second consumer got {got}, not only the marker")
+    b.close()
+    print(f"reject: {len(rejected)} rejected records never delivered again")
+
+
+def poison(args):
+    create_topic(args.bootstrap, args.topic)
+    produce(args.bootstrap, args.topic, ["poison"])
+    c = share_consumer(args.bootstrap, "poison", args.topic)
+    deliveries = []
+    marker_sent = False
+    marker_seen = False
+    end = deadline()
+    while not marker_seen and time.monotonic() < end:
+        for m in records(c):
+            if m.value() == b"poison":
+                deliveries.append(m.delivery_count())
+                c.acknowledge(m, AcknowledgeType.RELEASE)
+            else:
+                c.acknowledge(m, AcknowledgeType.ACCEPT)
+                marker_seen = True
+        c.commit_sync()
+        if len(deliveries) >= 3 and not marker_sent:
+            produce(args.bootstrap, args.topic, ["marker"])
+            marker_sent = True
+    if not marker_seen:
+        fail(f"marker never arrived; poison deliveries {deliveries}")
+    if deliveries != [1, 2, 3]:
+        fail(f"poison record delivered with counts {deliveries}, expected [1, 2, 3]")
+    c.close()
+    print("poison: archived after 3 deliveries")
+
+
+def pubsub(args):
+    create_topic(args.bootstrap, args.topic)
+    total = 100
+    produce(args.bootstrap, args.topic, [f"r{n}" for n in range(total)])
+    classic = Consumer({"bootstrap.servers": args.bootstrap, "group.id": "pubsub-consumers",
+                        "auto.offset.reset": "earliest"})
+    classic.subscribe([args.topic])
+    share = share_consumer(args.bootstrap, "pubsub-share", args.topic)
+    from_classic, from_share = set(), set()
+    end = deadline()
+    while (len(from_classic) < total or len(from_share) < total) and time.monotonic() < end:
+        m = classic.poll(0.1)
+        if m is not None and not m.error():
+            from_classic.add(m.offset())
+        for m in records(share, 0.1):
+            share.acknowledge(m, AcknowledgeType.ACCEPT)
+            from_share.add(m.offset())
+        share.commit_sync()
+    if from_classic != set(range(total)) or from_share != set(range(total)):
+        fail(f"consumer group saw {len(from_classic)}, share group {len(from_share)} of {total}")
+    share.close()
+    classic.close()
+    print("pubsub: the consumer group and the share group each saw every record")
+
+
+def restart_a(args):
+    create_topic(args.bootstrap, args.topic)
+    produce(args.bootstrap, args.topic, [f"r{n}" for n in range(100)])
+    c = share_consumer(args.bootstrap, "restart", args.topic)
+    accepted = set()
+    end = deadline()
+    while len(accepted) < 50 and time.monotonic() < end:
+        for m in records(c):
+            if m.offset() < 50:
+                c.acknowledge(m, AcknowledgeType.ACCEPT)
+                accepted.add(m.offset())
+        c.commit_sync()
+    if accepted != set(range(50)):
+        fail(f"accepted {sorted(accepted)}")
+    print("restart-a: accepted 0..49", flush=True)
+    # No close: the broker is killed next, as if consumer and broker died together.
+    os._exit(0)
+
+
+def restart_b(args):
+    c = share_consumer(args.bootstrap, "restart", args.topic)
+    got = set()
+    end = deadline()
+    while len(got) < 50 and time.monotonic() < end:
+        for m in records(c):
+            if m.offset() < 50:
+                fail(f"offset {m.offset()} was accepted before the restart and delivered again")
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+            got.add(m.offset())
+        c.commit_sync()
+    if got != set(range(50, 100)):
+        fail(f"after the restart got {sorted(got)}")
+    c.close()
+    print("restart-b: only the 50 unacknowledged records were delivered after the restart")
+
+
+SCENARIOS = {
+    "six": six,
+    "release": release,
+    "killed": killed,
+    "child-acquire": child_acquire,
+    "reject": reject,
+    "poison": poison,
+    "pubsub": pubsub,
+    "restart-a": restart_a,
+    "restart-b": restart_b,
+}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
+    args = parser.parse_args()
+    SCENARIOS[args.scenario](args)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
