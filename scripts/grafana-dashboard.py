@@ -108,6 +108,14 @@ ROWS = [
         ("Draining", "short",
          [(f"max by (instance) (strata_cluster_draining{SEL})", "{{instance}}")], ""),
     ]),
+    ("Share groups", [
+        ("Share-group records by outcome", "short",
+         [(f"sum by (outcome) (rate(strata_share_records_total{SEL}[$__rate_interval]))", "{{outcome}}")],
+         "Records acquired, accepted, released, rejected and archived per second (KIP-932)."),
+        ("Share-group backlog", "short",
+         [(f"sum by (group) (strata_share_backlog{SEL})", "{{group}}")],
+         "Records not yet acknowledged or archived, per share group."),
+    ]),
     ("Security and quotas", [
         ("Authentications", "short",
          [(f"sum by (mechanism, result) (increase(strata_authentications_total{SEL}[$__rate_interval]))", "{{mechanism}} {{result}}")], ""),
