@@ -264,6 +264,7 @@ fn api_name(key: i16) -> &'static str {
             kafka_protocol::messages::ApiKey::DescribeClientQuotas => "DescribeClientQuotas",
             kafka_protocol::messages::ApiKey::AlterClientQuotas => "AlterClientQuotas",
             kafka_protocol::messages::ApiKey::ConsumerGroupDescribe => "ConsumerGroupDescribe",
+            kafka_protocol::messages::ApiKey::ShareGroupDescribe => "ShareGroupDescribe",
             _ => "a Kafka API",
         })
         .unwrap_or("an unknown API")

@@ -12,8 +12,9 @@ use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 use kafka_protocol::messages::{
     ConsumerGroupDescribeRequest, ConsumerProtocolAssignment, DeleteGroupsRequest,
     DescribeGroupsRequest, GroupId, ListGroupsRequest, OffsetCommitRequest, OffsetFetchRequest,
+    ShareGroupDescribeRequest,
 };
-use kafka_protocol::protocol::Decodable;
+use kafka_protocol::protocol::{Decodable, StrBytes};
 use serde_json::json;
 
 use super::topic::{log_offsets, topic_metadata};
@@ -184,6 +185,21 @@ async fn describe_group(client: &mut Client, group: &str) -> anyhow::Result<Opti
     }
 }
 
+/// A member as ConsumerGroupDescribe and ShareGroupDescribe both describe it.
+fn member(
+    id: &StrBytes,
+    client_id: &StrBytes,
+    host: &StrBytes,
+    assignment: impl Iterator<Item = (String, Vec<i32>)>,
+) -> Member {
+    Member {
+        id: id.to_string(),
+        client_id: client_id.to_string(),
+        host: host.to_string(),
+        partitions: assignment.collect(),
+    }
+}
+
 async fn describe_group_once(
     client: &mut Client,
     group: &str,
@@ -197,16 +213,14 @@ async fn describe_group_once(
                 let members = g
                     .members
                     .iter()
-                    .map(|m| Member {
-                        id: m.member_id.to_string(),
-                        client_id: m.client_id.to_string(),
-                        host: m.client_host.to_string(),
-                        partitions: m
-                            .assignment
-                            .topic_partitions
-                            .iter()
-                            .map(|t| (t.topic_name.to_string(), t.partitions.clone()))
-                            .collect(),
+                    .map(|m| {
+                        let topics = m.assignment.topic_partitions.iter();
+                        member(
+                            &m.member_id,
+                            &m.client_id,
+                            &m.client_host,
+                            topics.map(|t| (t.topic_name.to_string(), t.partitions.clone())),
+                        )
                     })
                     .collect();
                 return Ok(Some(Description {
@@ -216,6 +230,32 @@ async fn describe_group_once(
                     members,
                 }));
             }
+        }
+    }
+    // A share group (KIP-932) answers only ShareGroupDescribe; brokers without share groups
+    // do not offer it.
+    let request = ShareGroupDescribeRequest::default().with_group_ids(vec![group_id(group)]);
+    if let Ok(response) = coordinator.request(1, &request).await {
+        if let Some(g) = response.groups.first().filter(|g| g.error_code == 0) {
+            let members = g
+                .members
+                .iter()
+                .map(|m| {
+                    let topics = m.assignment.topic_partitions.iter();
+                    member(
+                        &m.member_id,
+                        &m.client_id,
+                        &m.client_host,
+                        topics.map(|t| (t.topic_name.to_string(), t.partitions.clone())),
+                    )
+                })
+                .collect();
+            return Ok(Some(Description {
+                state: g.group_state.to_string(),
+                kind: "share",
+                protocol: g.assignor_name.to_string(),
+                members,
+            }));
         }
     }
     let request = DescribeGroupsRequest::default().with_groups(vec![group_id(group)]);
