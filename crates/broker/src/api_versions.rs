@@ -20,8 +20,9 @@ use crate::RequestContext;
 /// because `kafka-protocol` decodes no later request (v10 would name topics by id). KIP-848
 /// consumer groups (ConsumerGroupHeartbeat, ConsumerGroupDescribe) are served; share groups
 /// are not implemented and not advertised.
-/// Transactions (AddPartitionsToTxn, EndTxn, ...) are not implemented and not advertised;
-/// FindCoordinator for a transaction answers COORDINATOR_NOT_AVAILABLE.
+/// Transactions: the coordinator's APIs at the versions of `transaction.version` < 2 (the
+/// feature is not advertised, so clients do not use KIP-890 part 2's AddPartitionsToTxn v5 /
+/// EndTxn v5 semantics).
 const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 13),
     (ApiKey::Fetch, 4, 16),
@@ -67,6 +68,8 @@ const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterUserScramCredentials, 0, 0),
     (ApiKey::DescribeClientQuotas, 0, 1),
     (ApiKey::AlterClientQuotas, 0, 1),
+    (ApiKey::AddPartitionsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 4),
     (ApiKey::ListTransactions, 0, 2),
     (ApiKey::DescribeTransactions, 0, 0),
 ];
@@ -258,12 +261,8 @@ mod tests {
     }
 
     #[test]
-    fn transaction_and_new_group_protocol_apis_are_not_advertised() {
-        for key in [
-            ApiKey::ShareGroupHeartbeat,
-            ApiKey::AddPartitionsToTxn,
-            ApiKey::EndTxn,
-        ] {
+    fn share_group_apis_are_not_advertised() {
+        for key in [ApiKey::ShareGroupHeartbeat] {
             assert!(supported_versions(key).is_none(), "{key:?}");
         }
     }

@@ -299,10 +299,16 @@ async fn route(
         RequestKind::AlterClientQuotas(r) => {
             reply(ctx, &quotas::alter_client_quotas(broker, r, ctx).await)
         }
-        RequestKind::ListTransactions(r) => reply(ctx, &security::list_transactions(r, ctx)),
-        RequestKind::DescribeTransactions(r) => {
-            reply(ctx, &security::describe_transactions(r, ctx))
+        RequestKind::ListTransactions(r) => {
+            reply(ctx, &txn::list_transactions(broker, r, ctx).await)
         }
+        RequestKind::DescribeTransactions(r) => {
+            reply(ctx, &txn::describe_transactions(broker, r, ctx).await)
+        }
+        RequestKind::AddPartitionsToTxn(r) => {
+            reply(ctx, &txn::add_partitions_to_txn(broker, r, ctx).await)
+        }
+        RequestKind::EndTxn(r) => reply(ctx, &txn::end_txn(broker, r, ctx).await),
         RequestKind::DescribeCluster(r) => reply(ctx, &cluster::describe_cluster(broker, r, ctx)),
         RequestKind::AlterPartitionReassignments(r) => reply(
             ctx,

@@ -10,6 +10,7 @@ use kafka_protocol::protocol::StrBytes;
 use strata_groups::GroupError;
 use strata_log::LogError;
 use strata_storage::StorageError;
+use strata_txn::TxnError;
 use strata_wire::batch::BatchError;
 
 use crate::fetch_sessions::FetchSessionError;
@@ -56,6 +57,11 @@ pub mod code {
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
     pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
     pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+    pub const INVALID_TXN_STATE: i16 = 48;
+    pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+    pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+    pub const CONCURRENT_TRANSACTIONS: i16 = 51;
+    pub const PRODUCER_FENCED: i16 = 90;
     pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
     pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
     pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
@@ -241,6 +247,27 @@ pub fn group_error_code(error: &GroupError) -> i16 {
 /// [`group_error_code`] for an optional error: `None` is NONE.
 pub fn group_code(error: Option<GroupError>) -> i16 {
     error.as_ref().map_or(code::NONE, group_error_code)
+}
+
+/// The transaction coordinator's refusals, each named after its Kafka code.
+pub fn txn_error_code(error: &TxnError) -> i16 {
+    match error {
+        TxnError::NotCoordinator => code::NOT_COORDINATOR,
+        TxnError::CoordinatorLoadInProgress => code::COORDINATOR_LOAD_IN_PROGRESS,
+        TxnError::CoordinatorNotAvailable => code::COORDINATOR_NOT_AVAILABLE,
+        TxnError::InvalidRequest => code::INVALID_REQUEST,
+        TxnError::InvalidTransactionTimeout => code::INVALID_TRANSACTION_TIMEOUT,
+        TxnError::InvalidProducerIdMapping => code::INVALID_PRODUCER_ID_MAPPING,
+        TxnError::ProducerFenced => code::PRODUCER_FENCED,
+        TxnError::InvalidProducerEpoch => code::INVALID_PRODUCER_EPOCH,
+        TxnError::ConcurrentTransactions => code::CONCURRENT_TRANSACTIONS,
+        TxnError::InvalidTxnState => code::INVALID_TXN_STATE,
+        TxnError::TransactionalIdNotFound => code::TRANSACTIONAL_ID_NOT_FOUND,
+    }
+}
+
+pub fn txn_code(result: &Result<(), TxnError>) -> i16 {
+    result.as_ref().err().map_or(code::NONE, txn_error_code)
 }
 
 /// Record-batch validation failures: damaged bytes are CORRUPT_MESSAGE (the producer may retry

@@ -28,6 +28,7 @@ pub mod security;
 mod server;
 mod settings;
 pub mod traffic;
+pub mod txn_coordinator;
 
 #[cfg(test)]
 mod tests;

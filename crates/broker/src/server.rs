@@ -19,6 +19,7 @@ use crate::limits::Limits;
 use crate::quotas::{QuotaStore, Quotas, ThrottleStats};
 use crate::security::{AclStore, AuthStats, Listener, SecurityError, UserStore};
 use crate::traffic::Traffic;
+use crate::txn_coordinator::TxnCoordinator;
 use crate::BrokerSettings;
 
 /// Everything a broker is built from: the log it serves, the clock, its settings, and the
@@ -42,6 +43,8 @@ pub struct Broker {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) settings: BrokerSettings,
     pub(crate) groups: Arc<GroupCoordinator>,
+    /// The transaction coordinator, sharded like the groups over `__transaction_state`.
+    pub(crate) txn: Arc<TxnCoordinator>,
     /// Cluster mode: membership, ownership and the cluster view. None for a broker alone on
     /// its storage, which leads every partition.
     pub(crate) cluster: Option<Arc<ClusterNode>>,
@@ -70,6 +73,20 @@ fn fetch_sessions(parts: &BrokerParts) -> FetchSessions {
     FetchSessions::new(parts.settings.fetch_session_limits(), seed)
 }
 
+/// Starts the transaction coordinator (creating `__transaction_state` on first start); a
+/// broker alone on its storage hosts every shard at once.
+async fn start_txn(parts: &BrokerParts, load_all: bool) -> Result<Arc<TxnCoordinator>, LogError> {
+    TxnCoordinator::start(
+        Arc::clone(&parts.log),
+        Arc::clone(&parts.clock),
+        parts.settings.txn_config(),
+        parts.settings.txn_shards,
+        parts.settings.offsets_commit_timeout,
+        load_all,
+    )
+    .await
+}
+
 /// Pause after a failed accept (typically EMFILE): retrying at once would spin.
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -88,6 +105,7 @@ impl Broker {
             true,
         )
         .await?;
+        let txn = start_txn(&parts, true).await?;
         Ok(Self {
             fetch_sessions: fetch_sessions(&parts),
             quotas: Arc::new(Quotas::new(
@@ -99,6 +117,7 @@ impl Broker {
             clock: parts.clock,
             settings: parts.settings,
             groups,
+            txn,
             cluster: None,
             users: None,
             auth_stats: AuthStats::default(),
@@ -151,11 +170,13 @@ impl Broker {
             false,
         )
         .await?;
+        let txn = start_txn(&parts, false).await?;
         let node = ClusterNode::start_joined(
             store,
             Arc::clone(&parts.clock),
             Arc::clone(&parts.log),
             Arc::clone(&groups),
+            Arc::clone(&txn),
             joined,
             cluster_settings,
         )
@@ -171,6 +192,7 @@ impl Broker {
             clock: parts.clock,
             settings: parts.settings,
             groups,
+            txn,
             cluster: Some(node),
             users: None,
             auth_stats: AuthStats::default(),

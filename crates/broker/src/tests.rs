@@ -34,6 +34,7 @@ struct TestBroker {
     served: JoinHandle<()>,
     log: Arc<LogManager>,
     store: Arc<dyn ObjectStore>,
+    txn: Arc<crate::txn_coordinator::TxnCoordinator>,
 }
 
 async fn start_with(tweak: impl FnOnce(&mut BrokerSettings)) -> TestBroker {
@@ -76,6 +77,7 @@ async fn start_on(
     .await
     .unwrap()
     .with_quotas(Arc::clone(&store));
+    let txn = Arc::clone(&broker.txn);
     let (stop, stopped) = oneshot::channel::<()>();
     let served = tokio::spawn(Arc::new(broker).serve(listener, async {
         let _ = stopped.await;
@@ -86,6 +88,7 @@ async fn start_on(
         served,
         log,
         store,
+        txn,
     }
 }
 
@@ -315,6 +318,7 @@ mod fetch_sessions;
 mod groups;
 mod quotas;
 mod security;
+mod txn;
 
 #[tokio::test]
 async fn api_versions_of_an_unknown_version_answers_v0_with_the_supported_list() {

@@ -75,7 +75,9 @@ enum Command {
     /// queued_max_request_bytes, max_connections, max_connections_per_ip, connections_max_idle,
     /// request_read_timeout,
     /// max_request_partition_size_limit, max_inflight_requests_per_connection, shutdown_grace,
-    /// group_shards, group_max_size,
+    /// group_shards, txn_shards, transaction_max_timeout [default: 15m],
+    /// transaction_abort_timed_out_interval [default: 10s], transactional_id_expiration
+    /// [default: 7days], group_max_size,
     /// group_initial_rebalance_delay, group_min_session_timeout, group_max_session_timeout,
     /// offsets_commit_timeout, group_consumer_session_timeout [default: 45s],
     /// group_consumer_heartbeat_interval [default: 5s],
@@ -272,6 +274,21 @@ struct ServeArgs {
     /// topic is first created [default: 8].
     #[arg(long, value_name = "N")]
     group_shards: Option<i32>,
+    /// Partitions of __transaction_state (transaction coordinator shards), used when the
+    /// topic is first created [default: 8].
+    #[arg(long, value_name = "N")]
+    txn_shards: Option<i32>,
+    /// Longest transaction timeout a producer may ask for; larger ones are refused with
+    /// INVALID_TRANSACTION_TIMEOUT (transaction.max.timeout.ms) [default: 15m].
+    #[arg(long, value_name = "DURATION")]
+    transaction_max_timeout: Option<String>,
+    /// How often transactions open past their timeout are looked for and aborted
+    /// [default: 10s].
+    #[arg(long, value_name = "DURATION")]
+    transaction_abort_timed_out_interval: Option<String>,
+    /// How long a transactional id without transactions is remembered [default: 7days].
+    #[arg(long, value_name = "DURATION")]
+    transactional_id_expiration: Option<String>,
     /// Members one consumer group may hold (classic or KIP-848); joins beyond it get
     /// GROUP_MAX_SIZE_REACHED [default: 10000].
     #[arg(long, value_name = "N")]
@@ -457,6 +474,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         default_replication_factor: args.default_replication_factor,
         max_request_partition_size_limit: args.max_request_partition_size_limit,
         group_shards: args.group_shards,
+        txn_shards: args.txn_shards,
+        transaction_max_timeout: args.transaction_max_timeout,
+        transaction_abort_timed_out_interval: args.transaction_abort_timed_out_interval,
+        transactional_id_expiration: args.transactional_id_expiration,
         group_max_size: args.group_max_size,
         group_initial_rebalance_delay: args.group_initial_rebalance_delay,
         group_min_session_timeout: args.group_min_session_timeout,
@@ -642,6 +663,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             auto_create_topics: settings.auto_create_topics,
             shutdown_grace: settings.shutdown_grace,
             group_shards: settings.group_shards,
+            txn_shards: settings.txn_shards,
+            transaction_max_timeout: settings.transaction_max_timeout,
+            transaction_abort_timed_out_interval: settings.transaction_abort_timed_out_interval,
+            transactional_id_expiration: settings.transactional_id_expiration,
             group_max_size: settings.group_max_size,
             group_initial_rebalance_delay: settings.group_initial_rebalance_delay,
             group_min_session_timeout: settings.group_min_session_timeout,

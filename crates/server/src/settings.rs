@@ -159,6 +159,22 @@ pub struct Settings {
     /// their id over the partitions, so an existing topic keeps its count. Every shard is
     /// replayed at startup. Kafka's `offsets.topic.num.partitions` (50 there).
     pub group_shards: i32,
+    /// Partitions of the internal `__transaction_state` topic (one transaction coordinator
+    /// shard each), applied only when the topic is first created: transactional ids are placed
+    /// by hashing over them. Kafka's `transaction.state.log.num.partitions` (50 there).
+    pub txn_shards: i32,
+    /// Longest transaction timeout a producer may ask for (Kafka's
+    /// `transaction.max.timeout.ms`); larger ones are refused with INVALID_TRANSACTION_TIMEOUT.
+    #[serde(with = "humantime_serde")]
+    pub transaction_max_timeout: Duration,
+    /// How often the transaction coordinator aborts transactions open past their timeout
+    /// (Kafka's `transaction.abort.timed.out.transaction.cleanup.interval.ms`).
+    #[serde(with = "humantime_serde")]
+    pub transaction_abort_timed_out_interval: Duration,
+    /// How long a transactional id without transactions is remembered (Kafka's
+    /// `transactional.id.expiration.ms`).
+    #[serde(with = "humantime_serde")]
+    pub transactional_id_expiration: Duration,
     /// Members one consumer group may hold, classic or KIP-848 (Kafka's `group.max.size`,
     /// unbounded there); joins beyond it get GROUP_MAX_SIZE_REACHED.
     pub group_max_size: usize,
@@ -356,6 +372,10 @@ impl Default for Settings {
             max_request_partition_size_limit: broker.max_request_partition_size_limit,
             shutdown_grace: broker.shutdown_grace,
             group_shards: broker.group_shards,
+            txn_shards: broker.txn_shards,
+            transaction_max_timeout: broker.transaction_max_timeout,
+            transaction_abort_timed_out_interval: broker.transaction_abort_timed_out_interval,
+            transactional_id_expiration: broker.transactional_id_expiration,
             group_max_size: broker.group_max_size,
             group_initial_rebalance_delay: broker.group_initial_rebalance_delay,
             group_min_session_timeout: broker.group_min_session_timeout,
@@ -780,6 +800,22 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
     ),
     ("STRATA_SHUTDOWN_GRACE", &["shutdown_grace"], Kind::Text),
     ("STRATA_GROUP_SHARDS", &["group_shards"], Kind::Integer),
+    ("STRATA_TXN_SHARDS", &["txn_shards"], Kind::Integer),
+    (
+        "STRATA_TRANSACTION_MAX_TIMEOUT",
+        &["transaction_max_timeout"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_TRANSACTION_ABORT_TIMED_OUT_INTERVAL",
+        &["transaction_abort_timed_out_interval"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_TRANSACTIONAL_ID_EXPIRATION",
+        &["transactional_id_expiration"],
+        Kind::Text,
+    ),
     ("STRATA_GROUP_MAX_SIZE", &["group_max_size"], Kind::Integer),
     (
         "STRATA_GROUP_INITIAL_REBALANCE_DELAY",
@@ -980,6 +1016,10 @@ pub struct FlagOverrides {
     pub default_replication_factor: Option<i16>,
     pub max_request_partition_size_limit: Option<usize>,
     pub group_shards: Option<i32>,
+    pub txn_shards: Option<i32>,
+    pub transaction_max_timeout: Option<String>,
+    pub transaction_abort_timed_out_interval: Option<String>,
+    pub transactional_id_expiration: Option<String>,
     pub group_max_size: Option<usize>,
     pub group_initial_rebalance_delay: Option<String>,
     pub group_min_session_timeout: Option<String>,
@@ -1257,6 +1297,35 @@ pub fn load(
             flags
                 .group_shards
                 .map(|v| toml::Value::Integer(i64::from(v))),
+        ),
+        (
+            "txn-shards",
+            &["txn_shards"],
+            flags.txn_shards.map(|v| toml::Value::Integer(i64::from(v))),
+        ),
+        (
+            "transaction-max-timeout",
+            &["transaction_max_timeout"],
+            flags
+                .transaction_max_timeout
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
+            "transaction-abort-timed-out-interval",
+            &["transaction_abort_timed_out_interval"],
+            flags
+                .transaction_abort_timed_out_interval
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
+            "transactional-id-expiration",
+            &["transactional_id_expiration"],
+            flags
+                .transactional_id_expiration
+                .clone()
+                .map(toml::Value::String),
         ),
         (
             "group-max-size",
@@ -1548,6 +1617,30 @@ impl Settings {
                 "group_consumer_heartbeat_interval",
                 "must be more than 0 and less than group_consumer_session_timeout",
             );
+        }
+        if !(1..=MAX_GROUP_SHARDS).contains(&self.txn_shards) {
+            return bad(
+                "txn_shards",
+                &format!("must be between 1 and {MAX_GROUP_SHARDS}"),
+            );
+        }
+        // Kafka sends timeouts as i32 milliseconds.
+        if self.transaction_max_timeout.is_zero()
+            || self.transaction_max_timeout.as_millis() > i32::MAX as u128
+        {
+            return bad(
+                "transaction_max_timeout",
+                "must be more than 0 and at most 2147483647ms",
+            );
+        }
+        if self.transaction_abort_timed_out_interval.is_zero() {
+            return bad(
+                "transaction_abort_timed_out_interval",
+                "must be more than 0",
+            );
+        }
+        if self.transactional_id_expiration.is_zero() {
+            return bad("transactional_id_expiration", "must be more than 0");
         }
         if self.offsets_commit_timeout.is_zero() {
             return bad("offsets_commit_timeout", "must be more than 0");

@@ -629,6 +629,11 @@ impl TxnShard {
             if txn.meta.producer_epoch == NO_EPOCH && txn.meta.state == TxnState::Empty {
                 self.txns.remove(&txn_id);
             }
+            // A Complete record that failed leaves the transaction prepared: send its markers
+            // again (they are idempotent) and complete it after.
+            if matches!(pending.then, Then::Complete { .. }) {
+                out.extend(self.retry_prepared(&txn_id));
+            }
             return out;
         }
         match pending.next {
@@ -695,9 +700,7 @@ impl TxnShard {
         vec![self.persist(&job.transactional_id, pending)]
     }
 
-    /// A Complete record that failed to persist leaves the transaction prepared: send its
-    /// markers again (they are idempotent) and retry. Call after a failed completion.
-    pub fn retry_prepared(&self, transactional_id: &str) -> Vec<Output> {
+    fn retry_prepared(&self, transactional_id: &str) -> Vec<Output> {
         match self.txns.get(transactional_id) {
             Some(t)
                 if t.pending.is_none()

@@ -17,6 +17,7 @@ pub(crate) mod quotas;
 pub(crate) mod records;
 pub(crate) mod security;
 pub(crate) mod topics;
+pub(crate) mod txn;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -70,7 +71,7 @@ pub(crate) fn check_leader_epoch(current_leader_epoch: i32, leader_epoch: Option
 /// Whether `name` is a topic the broker writes for itself: `__consumer_offsets`, which holds
 /// committed offsets and group membership. Metadata reports it internal, as Kafka does.
 pub(crate) fn is_internal_topic(name: &str) -> bool {
-    name == OFFSETS_TOPIC
+    name == OFFSETS_TOPIC || name == crate::txn_coordinator::TXN_TOPIC
 }
 
 /// The refusal of a client operation that would corrupt or lose an internal topic's data:
@@ -84,7 +85,7 @@ pub(crate) fn refuse_internal(name: &str, operation: &str) -> Option<(i16, Strin
     is_internal_topic(name).then(|| {
         (
             code::INVALID_TOPIC_EXCEPTION,
-            format!("cannot {operation} internal topic {name}: it holds consumer-group state"),
+            format!("cannot {operation} internal topic {name}: it holds coordinator state"),
         )
     })
 }
