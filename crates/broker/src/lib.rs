@@ -29,6 +29,7 @@ mod server;
 mod settings;
 pub mod traffic;
 pub mod txn_coordinator;
+mod txn_markers;
 
 #[cfg(test)]
 mod tests;

@@ -318,6 +318,23 @@ impl Broker {
         listeners: Vec<(TcpListener, Listener)>,
         shutdown: impl Future<Output = ()>,
     ) {
+        // Markers of transactions coordinated here go to partition owners on the first
+        // PLAINTEXT listener (see txn_markers.rs for why PLAINTEXT only).
+        if let Some(info) = listeners
+            .iter()
+            .map(|(_, info)| info)
+            .find(|info| info.protocol == crate::security::SecurityProtocol::Plaintext)
+        {
+            let own = (info.advertised_host.clone(), info.advertised_port);
+            self.txn
+                .set_default_marker_writer(Arc::new(crate::txn_markers::BrokerMarkers::new(
+                    Arc::downgrade(&self),
+                    info.name.clone(),
+                    own,
+                )));
+        } else {
+            warn!("no PLAINTEXT listener: transactions are refused (brokers send each other transaction markers on a PLAINTEXT listener)");
+        }
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         // Every connection task holds a clone of `done_tx`; when all are dropped, `recv` on
         // `done_rx` returns None: the tokio way of knowing every handler has finished.

@@ -38,9 +38,12 @@ pub trait MarkerWriter: Send + Sync + fmt::Debug {
     /// to be written (a retriable failure: owner unknown or moving, storage error). Writing a
     /// marker twice is harmless: the data partition's owner treats a marker for a producer
     /// epoch it has already ended as done.
+    /// `coordinator_epoch` is the leader epoch of the coordinator's shard partition, so an
+    /// owner can refuse markers from a deposed coordinator.
     async fn write(
         &self,
         job: &MarkerJob,
+        coordinator_epoch: i32,
         partitions: &BTreeSet<TopicPartition>,
     ) -> BTreeSet<TopicPartition>;
 }
@@ -178,12 +181,28 @@ impl TxnCoordinator {
         Ok(coordinator)
     }
 
+    /// Installs `writer` unless one is set already.
+    pub(crate) fn set_default_marker_writer(&self, writer: Arc<dyn MarkerWriter>) {
+        let mut g = match self.markers.write() {
+            Ok(g) => g,
+            Err(e) => e.into_inner(),
+        };
+        if g.is_none() {
+            *g = Some(writer);
+        }
+    }
+
     /// Where markers go. Until set, prepared transactions wait (their marker tasks retry).
     pub fn set_marker_writer(&self, writer: Arc<dyn MarkerWriter>) {
         match self.markers.write() {
             Ok(mut g) => *g = Some(writer),
             Err(e) => *e.into_inner() = Some(writer),
         }
+    }
+
+    /// Whether markers have somewhere to go (a broker serving a PLAINTEXT listener).
+    pub fn can_write_markers(&self) -> bool {
+        self.marker_writer().is_some()
     }
 
     fn marker_writer(&self) -> Option<Arc<dyn MarkerWriter>> {
@@ -476,6 +495,12 @@ async fn run_shard(
     tp: TopicPartition,
 ) {
     let clock = Arc::clone(&coordinator.clock);
+    // Kafka's coordinator epoch is the leader epoch of the shard's partition.
+    let coordinator_epoch = coordinator
+        .log
+        .readable_epoch(&tp)
+        .and_then(|e| i32::try_from(e).ok())
+        .unwrap_or(0);
     let (done_tx, mut done_rx) = mpsc::unbounded_channel();
     let mut waiting: HashMap<RequestToken, oneshot::Sender<Response>> = HashMap::new();
     let mut next_token = 0u64;
@@ -503,6 +528,7 @@ async fn run_shard(
                     tokio::spawn(write_markers(
                         Arc::clone(&coordinator),
                         job,
+                        coordinator_epoch,
                         done_tx.clone(),
                     ));
                 }
@@ -581,6 +607,7 @@ async fn run_shard(
 async fn write_markers(
     coordinator: Arc<TxnCoordinator>,
     job: MarkerJob,
+    coordinator_epoch: i32,
     done: mpsc::UnboundedSender<Done>,
 ) {
     let mut left = job.partitions.clone();
@@ -590,7 +617,7 @@ async fn write_markers(
             return;
         }
         if let Some(writer) = coordinator.marker_writer() {
-            left = writer.write(&job, &left).await;
+            left = writer.write(&job, coordinator_epoch, &left).await;
             if left.is_empty() {
                 break;
             }

@@ -14,7 +14,9 @@ mod admin;
 mod cli;
 mod health;
 mod http;
-mod kafka_client;
+// The client moved to its own crate when the broker needed one (transaction markers); the
+// commands still name it by its old path.
+use strata_client as kafka_client;
 mod listeners;
 mod metrics;
 mod settings;

@@ -61,6 +61,11 @@ mod key_type {
 
 // ----- FindCoordinator -----
 
+/// What a transactional producer is told by a broker that could not send transaction markers
+/// to other brokers (see `txn_markers.rs`).
+pub(crate) const TRANSACTIONS_NEED_PLAINTEXT: &str = "transactions need a PLAINTEXT listener: \
+    Strata brokers send each other transaction markers on one";
+
 /// FindCoordinator v0–v6. Every group is coordinated by this broker: it hosts every shard of
 /// `__consumer_offsets`. Any group id is accepted, the empty one included, as Kafka does (the
 /// group APIs themselves refuse an empty id where it is invalid).
@@ -101,6 +106,13 @@ pub(crate) fn find_coordinator(
     };
     let locate = |key: &str| {
         if kind == key_type::TRANSACTION {
+            if !broker.txn.can_write_markers() {
+                // Fatal at once for both librdkafka and the Java producer, with our message.
+                return Err((
+                    code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    TRANSACTIONS_NEED_PLAINTEXT.to_string(),
+                ));
+            }
             super::cluster::txn_coordinator(broker, key, ctx)
         } else {
             super::cluster::group_coordinator(broker, key, ctx)

@@ -21,6 +21,7 @@ impl MarkerWriter for Recorded {
     async fn write(
         &self,
         job: &MarkerJob,
+        _coordinator_epoch: i32,
         _partitions: &BTreeSet<TopicPartition>,
     ) -> BTreeSet<TopicPartition> {
         self.0.lock().unwrap().push(job.clone());
