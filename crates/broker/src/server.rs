@@ -281,6 +281,11 @@ impl Broker {
     }
 
     /// The fetch session cache's counts, for the metrics endpoint.
+    /// Transactions this broker coordinated: ended by result, and open now.
+    pub fn txn_stats(&self) -> crate::txn_coordinator::TxnStatsSnapshot {
+        self.txn.stats.snapshot()
+    }
+
     pub fn fetch_session_stats(&self) -> FetchSessionStats {
         self.fetch_sessions.stats()
     }

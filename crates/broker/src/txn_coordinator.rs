@@ -58,7 +58,25 @@ pub struct TxnStats {
     open_total: AtomicI64,
 }
 
+/// A reading of [`TxnStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TxnStatsSnapshot {
+    pub committed: u64,
+    pub aborted: u64,
+    pub timed_out: u64,
+    pub open: i64,
+}
+
 impl TxnStats {
+    pub fn snapshot(&self) -> TxnStatsSnapshot {
+        TxnStatsSnapshot {
+            committed: self.committed.load(Ordering::Relaxed),
+            aborted: self.aborted.load(Ordering::Relaxed),
+            timed_out: self.timed_out.load(Ordering::Relaxed),
+            open: self.open(),
+        }
+    }
+
     pub fn open(&self) -> i64 {
         self.open_total.load(Ordering::Relaxed)
     }

@@ -98,6 +98,7 @@ impl MetricsSource {
             log: self.log.get().map(|log| log_snapshot(log)),
             cluster: self.cluster.get().map(|node| node.metrics()),
             fetch_sessions: self.broker.get().map(|broker| broker.fetch_session_stats()),
+            transactions: self.broker.get().map(|broker| broker.txn_stats()),
             authentications: self
                 .broker
                 .get()
@@ -157,6 +158,8 @@ pub struct Snapshot {
     pub cluster: Option<ClusterMetrics>,
     /// None until the broker has started.
     pub fetch_sessions: Option<FetchSessionStats>,
+    /// Transactions coordinated here. None until the broker has started.
+    pub transactions: Option<strata_broker::txn_coordinator::TxnStatsSnapshot>,
     /// Authentication outcomes: (mechanism, result, count).
     pub authentications: Vec<(String, &'static str, u64)>,
     /// Requests per API, traffic per topic, connections. None until the broker has started.
@@ -559,6 +562,27 @@ pub fn render(snapshot: &Snapshot) -> String {
         );
     }
 
+    if let Some(txn) = &snapshot.transactions {
+        out.family(
+            "strata_transactions_total",
+            "counter",
+            "Transactions this broker coordinated that ended, by result (timed_out: aborted by the coordinator after transaction.timeout.ms).",
+        );
+        for (result, n) in [
+            ("committed", txn.committed),
+            ("aborted", txn.aborted),
+            ("timed_out", txn.timed_out),
+        ] {
+            out.sample("strata_transactions_total", &[("result", result)], n);
+        }
+        out.family(
+            "strata_transactions_open",
+            "gauge",
+            "Transactions begun and not yet completed on the coordinator shards this broker hosts.",
+        );
+        out.sample("strata_transactions_open", &[], txn.open);
+    }
+
     out.family(
         "strata_process_uptime_seconds",
         "gauge",
@@ -794,6 +818,7 @@ mod tests {
             log: None,
             cluster: None,
             fetch_sessions: None,
+            transactions: None,
             authentications: Vec::new(),
             traffic: None,
             authorization_denied: vec![("TOPIC", "WRITE", 3)],
@@ -956,7 +981,22 @@ mod tests {
             partitions: 1200,
             evictions: 9,
         });
+        snapshot.transactions = Some(strata_broker::txn_coordinator::TxnStatsSnapshot {
+            committed: 5,
+            aborted: 2,
+            timed_out: 1,
+            open: 3,
+        });
         let text = render(&snapshot);
+        assert_eq!(
+            value_of(&text, "strata_transactions_total{result=\"timed_out\"}"),
+            "1"
+        );
+        assert_eq!(
+            value_of(&text, "strata_transactions_total{result=\"committed\"}"),
+            "5"
+        );
+        assert_eq!(value_of(&text, "strata_transactions_open"), "3");
         assert!(text.ends_with('\n'));
         assert_eq!(value_of(&text, "strata_cluster_live_brokers"), "3");
         assert_eq!(value_of(&text, "strata_fetch_sessions"), "4");

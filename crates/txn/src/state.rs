@@ -161,7 +161,7 @@ pub enum Output {
     Persist { id: PersistId, record: TxnRecord },
     /// Write markers and report with [`TxnShard::markers_written`]; never fails, only retries.
     WriteMarkers(MarkerJob),
-    /// A transaction ended (its Complete record is durable), or was decided aborted on timeout.
+    /// A transaction ended: its Complete record is durable.
     Completed(Completion),
 }
 
@@ -197,6 +197,9 @@ struct Meta {
     partitions: BTreeSet<TopicPartition>,
     start_ms: i64,
     last_update_ms: i64,
+    /// Aborted by the coordinator on timeout, so counted as timed out, not aborted, when it
+    /// completes (not persisted: a replayed one counts as aborted).
+    timed_out: bool,
 }
 
 impl Meta {
@@ -222,6 +225,7 @@ impl Meta {
             partitions: v.partitions,
             start_ms: v.start_ms,
             last_update_ms: v.last_update_ms,
+            timed_out: false,
         }
     }
 }
@@ -230,8 +234,8 @@ impl Meta {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Then {
     Nothing,
-    SendMarkers { timed_out: bool },
-    Complete { commit: bool },
+    SendMarkers,
+    Complete { commit: bool, timed_out: bool },
     Forget,
 }
 
@@ -374,6 +378,7 @@ impl TxnShard {
                 partitions: BTreeSet::new(),
                 start_ms: -1,
                 last_update_ms: now_ms,
+                timed_out: false,
             },
             pending: None,
         });
@@ -403,7 +408,7 @@ impl TxnShard {
                     id: self.next_id(),
                     next: Some(next),
                     reply: None,
-                    then: Then::SendMarkers { timed_out: false },
+                    then: Then::SendMarkers,
                 };
                 let mut out = vec![self.persist(&id, pending)];
                 out.extend(reply(Err(TxnError::ConcurrentTransactions)));
@@ -596,7 +601,7 @@ impl TxnShard {
             id: self.next_id(),
             next: Some(next),
             reply: Some((token, Response::EndTxn(Ok(())))),
-            then: Then::SendMarkers { timed_out: false },
+            then: Then::SendMarkers,
         };
         vec![self.persist(transactional_id, pending)]
     }
@@ -647,16 +652,15 @@ impl TxnShard {
         }
         match pending.then {
             Then::Nothing | Then::Forget => {}
-            Then::SendMarkers { timed_out } => {
+            Then::SendMarkers => {
                 if let Some(txn) = self.txns.get(&txn_id) {
-                    if timed_out {
-                        out.push(Output::Completed(Completion::TimedOut));
-                    }
                     out.push(Output::WriteMarkers(marker_job(&txn_id, &txn.meta)));
                 }
             }
-            Then::Complete { commit } => out.push(Output::Completed(if commit {
+            Then::Complete { commit, timed_out } => out.push(Output::Completed(if commit {
                 Completion::Committed
+            } else if timed_out {
+                Completion::TimedOut
             } else {
                 Completion::Aborted
             })),
@@ -683,6 +687,7 @@ impl TxnShard {
         {
             return Vec::new();
         }
+        let timed_out = meta.timed_out;
         let mut next = meta.clone();
         next.state = if job.commit {
             TxnState::CompleteCommit
@@ -691,11 +696,15 @@ impl TxnShard {
         };
         next.partitions.clear();
         next.last_update_ms = now_ms;
+        next.timed_out = false;
         let pending = Pending {
             id: self.next_id(),
             next: Some(next),
             reply: None,
-            then: Then::Complete { commit: job.commit },
+            then: Then::Complete {
+                commit: job.commit,
+                timed_out,
+            },
         };
         vec![self.persist(&job.transactional_id, pending)]
     }
@@ -761,13 +770,14 @@ impl TxnShard {
             if !exhausted(next.producer_epoch) {
                 next.producer_epoch += 1;
             }
+            next.timed_out = true;
             next.state = TxnState::PrepareAbort;
             next.last_update_ms = now_ms;
             let pending = Pending {
                 id: self.next_id(),
                 next: Some(next),
                 reply: None,
-                then: Then::SendMarkers { timed_out: true },
+                then: Then::SendMarkers,
             };
             out.push(self.persist(&id, pending));
         }

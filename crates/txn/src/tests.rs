@@ -384,10 +384,10 @@ fn a_transaction_open_past_its_timeout_is_aborted_and_its_producer_fenced() {
     let out = h.shard.tick(now);
     h.run(now, out);
     assert_eq!(h.state("tx"), TxnState::PrepareAbort);
-    assert_eq!(h.completions, vec![Completion::TimedOut]);
     assert_eq!(h.markers[0].producer_epoch, pe.1 + 1);
     h.finish_markers(now);
     assert_eq!(h.state("tx"), TxnState::CompleteAbort);
+    assert_eq!(h.completions, vec![Completion::TimedOut]);
     assert_eq!(h.end(now, "tx", pe, true), Err(TxnError::ProducerFenced));
 }
 
