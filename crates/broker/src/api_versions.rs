@@ -20,8 +20,10 @@ use crate::RequestContext;
 /// because `kafka-protocol` decodes no later request (v10 would name topics by id). KIP-848
 /// consumer groups (ConsumerGroupHeartbeat, ConsumerGroupDescribe) are served; share groups
 /// are not implemented and not advertised.
-/// Transactions (AddPartitionsToTxn, EndTxn, ...) are not implemented and not advertised;
-/// FindCoordinator for a transaction answers COORDINATOR_NOT_AVAILABLE.
+/// The transaction coordinator's APIs (AddPartitionsToTxn, EndTxn, ...) are not implemented and
+/// not advertised; FindCoordinator for a transaction answers COORDINATOR_NOT_AVAILABLE. The
+/// partition side is: transactional Produce, read_committed Fetch and ListOffsets, and
+/// WriteTxnMarkers v1 (the coordinator's request to partition owners).
 const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 13),
     (ApiKey::Fetch, 4, 16),
@@ -69,6 +71,7 @@ const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterClientQuotas, 0, 1),
     (ApiKey::ListTransactions, 0, 2),
     (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::WriteTxnMarkers, 1, 1),
 ];
 
 /// One feature flag (KIP-584) as ApiVersions v3+ reports it, and DescribeFeatures in Java's
