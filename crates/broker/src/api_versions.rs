@@ -22,7 +22,9 @@ use crate::RequestContext;
 /// are not implemented and not advertised.
 /// Transactions: the coordinator's APIs at the versions of `transaction.version` < 2 (the
 /// feature is not advertised, so clients do not use KIP-890 part 2's AddPartitionsToTxn v5 /
-/// EndTxn v5 semantics).
+/// EndTxn v5 semantics). The partition side: transactional Produce,
+/// read_committed Fetch and ListOffsets, and WriteTxnMarkers v1 (the coordinator's request to
+/// partition owners).
 const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 13),
     (ApiKey::Fetch, 4, 16),
@@ -72,6 +74,7 @@ const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::EndTxn, 0, 4),
     (ApiKey::ListTransactions, 0, 2),
     (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::WriteTxnMarkers, 1, 1),
 ];
 
 /// One feature flag (KIP-584) as ApiVersions v3+ reports it, and DescribeFeatures in Java's

@@ -448,6 +448,13 @@ async fn replay(log: &LogManager, tp: &TopicPartition) -> Result<Vec<PersistReco
             // batch cannot make the next read return it again forever.
             if let Some(header) = read_batch_header(batch) {
                 at = at.max(Offset(header.last_offset().saturating_add(1)));
+                // A transaction marker (WriteTxnMarkers) holds no group record. Making
+                // transactional offset commits visible on commit and dropping them on abort is
+                // the transaction coordinator's part of issue 15: see
+                // `handlers::txn_markers::offsets_marker_written`.
+                if header.is_control() {
+                    continue;
+                }
             }
             let decoded = match read_records(batch) {
                 Ok(d) => d,

@@ -299,6 +299,7 @@ async fn route(
         RequestKind::AlterClientQuotas(r) => {
             reply(ctx, &quotas::alter_client_quotas(broker, r, ctx).await)
         }
+        RequestKind::WriteTxnMarkers(r) => reply(ctx, &txn_markers::handle(broker, r, ctx).await),
         RequestKind::ListTransactions(r) => {
             reply(ctx, &txn::list_transactions(broker, r, ctx).await)
         }

@@ -61,6 +61,7 @@ pub mod code {
     pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
     pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
     pub const CONCURRENT_TRANSACTIONS: i16 = 51;
+    pub const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
     pub const PRODUCER_FENCED: i16 = 90;
     pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
     pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
@@ -121,11 +122,13 @@ pub fn error_code(error: &LogError) -> i16 {
         LogError::OutOfOrderSequence { .. } => code::OUT_OF_ORDER_SEQUENCE_NUMBER,
         LogError::InvalidProducerEpoch { .. } => code::INVALID_PRODUCER_EPOCH,
         LogError::UnknownProducerId(_) => code::UNKNOWN_PRODUCER_ID,
-        // Transactions are not implemented. INVALID_REQUEST (with an error message where the
-        // response has one) says "this broker cannot do what you asked"; the alternatives
-        // mislead: UNSUPPORTED_FOR_MESSAGE_FORMAT blames the topic's message format, and
-        // TRANSACTIONAL_ID_AUTHORIZATION_FAILED blames ACLs that do not exist.
-        LogError::TransactionsUnsupported => code::INVALID_REQUEST,
+        // Kafka's ProducerAppendInfo: a non-transactional write while the producer's
+        // transaction is open.
+        LogError::InvalidTxnState(_) => code::INVALID_TXN_STATE,
+        LogError::TransactionCoordinatorFenced { .. } => code::TRANSACTION_COORDINATOR_FENCED,
+        // A bound Kafka does not have (its aborted index is per segment): not retriable as
+        // is, and the producer aborts the transaction, which adds nothing here.
+        LogError::TooManyAbortedTransactions { .. } => code::POLICY_VIOLATION,
         LogError::InvalidTimestamp(_) => code::INVALID_TIMESTAMP,
         LogError::InvalidRequest(_) => code::INVALID_REQUEST,
         LogError::Storage(e) => storage_error_code(e),

@@ -118,6 +118,10 @@ pub struct BrokerSettings {
     /// How long a write of the group log may wait to become durable (see
     /// `GroupConfig::offsets_commit_timeout`).
     pub offsets_commit_timeout: Duration,
+    /// How long a transaction marker (WriteTxnMarkers) may wait to become durable before its
+    /// partition is answered REQUEST_TIMED_OUT (the coordinator retries it); Kafka bounds it
+    /// by `request.timeout.ms`, whose default this is.
+    pub txn_marker_timeout: Duration,
     /// KIP-848 member session timeout (`GroupConfig::consumer_session_timeout`).
     pub group_consumer_session_timeout: Duration,
     /// KIP-848 heartbeat interval (`GroupConfig::consumer_heartbeat_interval`).
@@ -310,6 +314,7 @@ impl Default for BrokerSettings {
             group_min_session_timeout: groups.min_session_timeout,
             group_max_session_timeout: groups.max_session_timeout,
             offsets_commit_timeout: groups.offsets_commit_timeout,
+            txn_marker_timeout: Duration::from_secs(30),
             group_consumer_session_timeout: groups.consumer_session_timeout,
             group_consumer_heartbeat_interval: groups.consumer_heartbeat_interval,
             max_incremental_fetch_session_cache_slots: 1000,

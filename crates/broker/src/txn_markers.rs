@@ -76,6 +76,39 @@ impl BrokerMarkers {
             .map(|(h, p)| (h.to_string(), p))
     }
 
+    /// WriteTxnMarkers to another broker over the Kafka protocol, on a connection kept per
+    /// owner.
+    async fn send_remote(
+        &self,
+        broker: &Broker,
+        addr: &(String, u16),
+        request: &WriteTxnMarkersRequest,
+    ) -> Result<kafka_protocol::messages::WriteTxnMarkersResponse, strata_client::ClientError> {
+        let mut connections = self.connections.lock().await;
+        let key = addr.clone();
+        if !connections.contains_key(&key) {
+            let c = Connection::connect(
+                &format!("{}:{}", addr.0, addr.1),
+                Arc::clone(&broker.clock),
+                broker.settings.txn_marker_timeout,
+            )
+            .await?;
+            connections.insert(key.clone(), c);
+        }
+        let Some(connection) = connections.get_mut(&key) else {
+            return Err(strata_client::ClientError::NotFound(format!(
+                "{}:{}",
+                addr.0, addr.1
+            )));
+        };
+        let answer = connection.request(WRITE_TXN_MARKERS_VERSION, request).await;
+        if answer.is_err() {
+            // The connection may be half-used: start afresh next time.
+            connections.remove(&key);
+        }
+        answer
+    }
+
     /// One WriteTxnMarkers to `addr`; answers the partitions that were not written.
     async fn send(
         &self,
@@ -107,30 +140,11 @@ impl BrokerMarkers {
         marker.topics = topics;
         let mut request = WriteTxnMarkersRequest::default();
         request.markers = vec![marker];
-        let mut connections = self.connections.lock().await;
-        let key = addr.clone();
-        if !connections.contains_key(&key) {
-            let c = Connection::connect(
-                &format!("{}:{}", addr.0, addr.1),
-                Arc::clone(&broker.clock),
-                broker.settings.offsets_commit_timeout,
-            )
-            .await?;
-            connections.insert(key.clone(), c);
-        }
-        let Some(connection) = connections.get_mut(&key) else {
-            return Ok(partitions.to_vec());
-        };
-        let answer = connection
-            .request(WRITE_TXN_MARKERS_VERSION, &request)
-            .await;
-        let response = match answer {
-            Ok(r) => r,
-            Err(e) => {
-                // The connection may be half-used: start afresh next time.
-                connections.remove(&key);
-                return Err(e);
-            }
+        let response = if *addr == self.own {
+            // Partitions served here: the partition side's in-process entry point, no socket.
+            crate::handlers::txn_markers::write_markers(broker, request).await
+        } else {
+            self.send_remote(broker, addr, &request).await?
         };
         let mut left = Vec::new();
         let mut answered = BTreeSet::new();

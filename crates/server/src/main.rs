@@ -81,7 +81,8 @@ enum Command {
     /// transaction_abort_timed_out_interval [default: 10s], transactional_id_expiration
     /// [default: 7days], group_max_size,
     /// group_initial_rebalance_delay, group_min_session_timeout, group_max_session_timeout,
-    /// offsets_commit_timeout, group_consumer_session_timeout [default: 45s],
+    /// offsets_commit_timeout, txn_marker_timeout [default: 30s: a transaction marker's wait
+    /// to become durable], group_consumer_session_timeout [default: 45s],
     /// group_consumer_heartbeat_interval [default: 5s],
     /// max_incremental_fetch_session_cache_slots [default: 1000],
     /// max_incremental_fetch_session_partitions [default: 1000000],
@@ -118,7 +119,10 @@ enum Command {
     ///     24 bytes a key; more keys mean more passes [default: 64MiB];
     ///   cleaner_io_max_bytes_per_second: segment bytes the cleaner reads and writes a
     ///     second [default: unlimited];
-    ///   cleaner_threads: cleaning passes at once; 0 turns key compaction off [default: 1].
+    ///   cleaner_threads: cleaning passes at once; 0 turns key compaction off [default: 1];
+    ///   max_aborted_transactions: aborted transactions a partition remembers; at the bound
+    ///     new transactions there are refused until the log start passes older ones
+    ///     [default: 10000].
     ///
     /// Environment variables: STRATA_ + the upper-cased key, STRATA_LOG_ + key for the [log]
     /// section (e.g. STRATA_LISTEN, STRATA_STORAGE, STRATA_NODE_ID, STRATA_LOG_FLUSH_INTERVAL).
@@ -674,6 +678,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             group_min_session_timeout: settings.group_min_session_timeout,
             group_max_session_timeout: settings.group_max_session_timeout,
             offsets_commit_timeout: settings.offsets_commit_timeout,
+            txn_marker_timeout: settings.txn_marker_timeout,
             group_consumer_session_timeout: settings.group_consumer_session_timeout,
             group_consumer_heartbeat_interval: settings.group_consumer_heartbeat_interval,
             max_incremental_fetch_session_cache_slots: settings

@@ -143,6 +143,7 @@ fn log_snapshot(log: &LogManager) -> LogSnapshot {
         high_watermarks,
         cleaner: log.cleaner_stats(),
         dirty_ratios,
+        txn: log.txn_stats(),
     }
 }
 
@@ -181,6 +182,8 @@ pub struct LogSnapshot {
     pub cleaner: strata_log::CleanerSnapshot,
     /// Served partitions of compacted topics and their dirty ratios (same cap, same order).
     pub dirty_ratios: Vec<(TopicPartition, f64)>,
+    /// Transactions on the partition side (open ones, markers written).
+    pub txn: strata_log::TxnSnapshot,
 }
 
 /// A per-topic counter family: name, help, and which count it reports.
@@ -470,6 +473,7 @@ pub fn render(snapshot: &Snapshot) -> String {
             log.partitions_served.saturating_sub(MAX_WATERMARK_SERIES) as u64,
         );
         render_cleaner(&mut out, log);
+        render_txn(&mut out, &log.txn);
     }
 
     if let Some(cluster) = &snapshot.cluster {
@@ -633,6 +637,32 @@ impl Exposition {
         }
         let _ = writeln!(self.text, " {value}");
     }
+}
+
+/// Broker-wide, not per partition: a last-stable-offset lag per partition would be too many
+/// series.
+fn render_txn(out: &mut Exposition, txn: &strata_log::TxnSnapshot) {
+    out.family(
+        "strata_ongoing_transactions",
+        "gauge",
+        "Open transactions over the partitions this broker serves (a transaction open in three partitions counts three): they hold the last stable offset back.",
+    );
+    out.sample("strata_ongoing_transactions", &[], txn.ongoing);
+    out.family(
+        "strata_txn_markers_total",
+        "counter",
+        "Transaction markers (WriteTxnMarkers) this broker wrote, by type.",
+    );
+    out.sample(
+        "strata_txn_markers_total",
+        &[("type", "commit")],
+        txn.commit_markers,
+    );
+    out.sample(
+        "strata_txn_markers_total",
+        &[("type", "abort")],
+        txn.abort_markers,
+    );
 }
 
 /// A label value as the text format wants it: backslash, double quote and line feed escaped.
@@ -963,6 +993,11 @@ mod tests {
                 last_pass_millis: 1_500,
             },
             dirty_ratios: vec![(TopicPartition::new("orders", 0), 0.25)],
+            txn: strata_log::TxnSnapshot {
+                ongoing: 2,
+                commit_markers: 5,
+                abort_markers: 1,
+            },
         });
         snapshot.cluster = Some(ClusterMetrics {
             live_brokers: 3,
@@ -1002,6 +1037,11 @@ mod tests {
         assert_eq!(value_of(&text, "strata_fetch_sessions"), "4");
         assert_eq!(value_of(&text, "strata_fetch_session_partitions"), "1200");
         assert_eq!(value_of(&text, "strata_fetch_session_evictions_total"), "9");
+        assert_eq!(value_of(&text, "strata_ongoing_transactions"), "2");
+        assert_eq!(
+            value_of(&text, "strata_txn_markers_total{type=\"abort\"}"),
+            "1"
+        );
         assert_eq!(
             value_of(
                 &text,

@@ -192,6 +192,11 @@ pub struct Settings {
     /// before the request fails with COORDINATOR_NOT_AVAILABLE (`offsets.commit.timeout.ms`).
     #[serde(with = "humantime_serde")]
     pub offsets_commit_timeout: Duration,
+    /// How long a transaction marker (WriteTxnMarkers) may wait to become durable before its
+    /// partition is answered REQUEST_TIMED_OUT and the coordinator retries it (Kafka:
+    /// `request.timeout.ms`).
+    #[serde(with = "humantime_serde")]
+    pub txn_marker_timeout: Duration,
     /// KIP-848 consumer groups (`group.protocol=consumer`): a member silent for this long is
     /// removed and its partitions go to the others (`group.consumer.session.timeout.ms`).
     #[serde(with = "humantime_serde")]
@@ -328,6 +333,10 @@ pub struct LogSettings {
     pub cleaner_io_max_bytes_per_second: Option<ByteSize>,
     /// Cleaning passes at once (each over one partition); 0 turns key compaction off.
     pub cleaner_threads: usize,
+    /// Aborted transactions one partition remembers (in its manifest, ~60 bytes each); at
+    /// the bound new transactions in that partition are refused (POLICY_VIOLATION) until
+    /// retention or DeleteRecords passes older ones.
+    pub max_aborted_transactions: usize,
 }
 
 impl Default for Settings {
@@ -381,6 +390,7 @@ impl Default for Settings {
             group_min_session_timeout: broker.group_min_session_timeout,
             group_max_session_timeout: broker.group_max_session_timeout,
             offsets_commit_timeout: broker.offsets_commit_timeout,
+            txn_marker_timeout: broker.txn_marker_timeout,
             group_consumer_session_timeout: broker.group_consumer_session_timeout,
             group_consumer_heartbeat_interval: broker.group_consumer_heartbeat_interval,
             max_incremental_fetch_session_cache_slots: broker
@@ -430,6 +440,7 @@ impl Default for LogSettings {
             cleaner_dedupe_buffer_bytes: ByteSize(log.cleaner_dedupe_buffer_bytes as u64),
             cleaner_io_max_bytes_per_second: None,
             cleaner_threads: log.cleaner_threads,
+            max_aborted_transactions: log.max_aborted_transactions,
         }
     }
 }
@@ -483,6 +494,7 @@ impl LogSettings {
                 .cleaner_io_max_bytes_per_second
                 .map_or(u64::MAX, |b| b.0),
             cleaner_threads: self.cleaner_threads,
+            max_aborted_transactions: self.max_aborted_transactions,
             ..LogConfig::default()
         })
     }
@@ -838,6 +850,11 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         Kind::Text,
     ),
     (
+        "STRATA_TXN_MARKER_TIMEOUT",
+        &["txn_marker_timeout"],
+        Kind::Text,
+    ),
+    (
         "STRATA_GROUP_CONSUMER_SESSION_TIMEOUT",
         &["group_consumer_session_timeout"],
         Kind::Text,
@@ -981,6 +998,11 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
     (
         "STRATA_LOG_CLEANER_THREADS",
         &["log", "cleaner_threads"],
+        Kind::Integer,
+    ),
+    (
+        "STRATA_LOG_MAX_ABORTED_TRANSACTIONS",
+        &["log", "max_aborted_transactions"],
         Kind::Integer,
     ),
 ];
@@ -1542,6 +1564,10 @@ impl Settings {
         if self.log.wal_delete_concurrency == 0 {
             return bad("log.wal_delete_concurrency", "must be at least 1");
         }
+        // Zero would refuse every transaction on a partition that ever aborted one.
+        if self.log.max_aborted_transactions == 0 {
+            return bad("log.max_aborted_transactions", "must be at least 1");
+        }
         // Below a megabyte, ordinary producer batches (librdkafka's default batch.size is 1MB
         // uncompressed) would be refused.
         if self.log.max_decompressed_batch_bytes.0 < 1 << 20 {
@@ -1644,6 +1670,9 @@ impl Settings {
         }
         if self.offsets_commit_timeout.is_zero() {
             return bad("offsets_commit_timeout", "must be more than 0");
+        }
+        if self.txn_marker_timeout.is_zero() {
+            return bad("txn_marker_timeout", "must be more than 0");
         }
         // A full cache is searched linearly for a session to evict, once per full fetch
         // that asks for a session; Kafka's own default is 1000.

@@ -18,6 +18,7 @@ pub(crate) mod records;
 pub(crate) mod security;
 pub(crate) mod topics;
 pub(crate) mod txn;
+pub(crate) mod txn_markers;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;

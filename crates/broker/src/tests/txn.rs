@@ -29,6 +29,22 @@ impl MarkerWriter for Recorded {
     }
 }
 
+/// Writes nothing: every attempt leaves every partition to retry.
+#[derive(Debug, Default)]
+struct Never;
+
+#[async_trait]
+impl MarkerWriter for Never {
+    async fn write(
+        &self,
+        _job: &MarkerJob,
+        _coordinator_epoch: i32,
+        partitions: &BTreeSet<TopicPartition>,
+    ) -> BTreeSet<TopicPartition> {
+        partitions.clone()
+    }
+}
+
 impl Recorded {
     fn jobs(&self) -> Vec<MarkerJob> {
         self.0.lock().unwrap().clone()
@@ -209,8 +225,9 @@ async fn a_commit_across_three_partitions_writes_markers_and_survives_a_restart(
 
 #[tokio::test]
 async fn a_transaction_prepared_by_a_coordinator_that_stopped_is_completed_by_the_next() {
-    // No marker writer: the markers of the first coordinator are never written.
+    // The markers of the first coordinator are never written.
     let broker = start().await;
+    broker.txn.set_marker_writer(Arc::new(Never));
     let mut client = broker.client().await;
     create_topic_with(&mut client, "out", 2).await;
     let r = init(&mut client, 4, "tx", 60_000).await;
