@@ -71,9 +71,11 @@ async fn a_transaction_survives_the_sigkill_of_its_coordinators_broker() {
     });
     let asked = cluster.broker(ids[0]).addr();
     let coordinator = tokio::task::block_in_place(|| {
-        wait_until("a transaction coordinator for the id", Duration::from_secs(60), || {
-            coordinator_of(asked, "survive-survivor")
-        })
+        wait_until(
+            "a transaction coordinator for the id",
+            Duration::from_secs(60),
+            || coordinator_of(asked, "survive-survivor"),
+        )
     });
 
     let mut child = Command::new("python3")
@@ -120,6 +122,12 @@ async fn a_transaction_survives_the_sigkill_of_its_coordinators_broker() {
     }
     let status = child.wait().unwrap();
     assert!(killed, "the script never reached the kill: {output:?}");
-    assert!(status.success(), "tests/python/transactions.py failed: {output:?}");
-    assert!(output.iter().any(|l| l == "transaction checks passed"), "{output:?}");
+    assert!(
+        status.success(),
+        "tests/python/transactions.py failed: {output:?}"
+    );
+    assert!(
+        output.iter().any(|l| l == "transaction checks passed"),
+        "{output:?}"
+    );
 }

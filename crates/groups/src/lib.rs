@@ -31,6 +31,7 @@ mod offsets;
 mod record;
 mod state;
 pub mod subscription;
+mod txn_offsets;
 
 pub use api::{
     CommitPartition, ConsumerGroupDescription, ConsumerHeartbeatRequest, ConsumerHeartbeatResponse,
@@ -51,3 +52,4 @@ pub use record::{
     PersistKey, PersistRecord, PersistedMember, RecordBody, TopicId,
 };
 pub use state::GroupsState;
+pub use txn_offsets::TxnOffsetCommitRequest;
