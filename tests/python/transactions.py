@@ -8,6 +8,8 @@ Checks, against Strata brokers (the coordinator and the partition side together)
 - a transaction left open past transaction.timeout.ms is aborted by the coordinator: its
   records are never read committed, and records committed after it in the same partition
   become readable (the last stable offset moves past it only once it is aborted);
+- consume-transform-produce: offsets sent in a transaction (send_offsets_to_transaction) are
+  not the group's committed offsets until the transaction commits, and never if it aborts;
 - a transaction committed while the coordinator's broker is killed (--kill-coordinator: the
   Rust side kills it when this script prints "KILL <port>" and answers on stdin) still
   completes: its records are all read committed.
@@ -153,6 +155,82 @@ def timeout(bootstrap, topic):
         fail("a transaction aborted on timeout committed")
 
 
+def committed_offset(bootstrap, group, topic):
+    # read_uncommitted: librdkafka then does not ask for stable offsets, so a pending
+    # transactional commit shows as the previous committed offset instead of being retried.
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "isolation.level": "read_uncommitted",
+        }
+    )
+    [tp] = c.committed([TopicPartition(topic, 0)], timeout=TIMEOUT_SECONDS)
+    c.close()
+    return tp.offset
+
+
+def consume_transform_produce(bootstrap, topic):
+    source, sink, group = f"{topic}-in", f"{topic}-out", f"{topic}-ctp"
+    plain = Producer({"bootstrap.servers": bootstrap})
+    for i in range(6):
+        plain.produce(source, value=f"in-{i}".encode(), partition=0)
+    plain.flush(TIMEOUT_SECONDS)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.assign([TopicPartition(source, 0, 0)])
+    p = producer(bootstrap, f"{topic}-ctp-tx")
+
+    def process(n, commit):
+        p.begin_transaction()
+        got = 0
+        deadline = time.monotonic() + TIMEOUT_SECONDS
+        while got < n and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None or message.error():
+                continue
+            p.produce(sink, value=message.value().upper(), partition=0)
+            got += 1
+        check(got == n, f"consumed {got} of {n} input records")
+        p.send_offsets_to_transaction(
+            consumer.position(consumer.assignment()),
+            consumer.consumer_group_metadata(),
+            TIMEOUT_SECONDS,
+        )
+        before = committed_offset(bootstrap, group, source)
+        check(before < 0 or before <= 3, f"offsets visible before the transaction ended: {before}")
+        if commit:
+            p.commit_transaction(TIMEOUT_SECONDS)
+        else:
+            p.abort_transaction(TIMEOUT_SECONDS)
+
+    process(3, commit=True)
+    # EndTxn answers once the commit is decided; the markers (and with them the offsets)
+    # land right after, so wait for them with a deadline, as a require_stable fetch would.
+    deadline = time.monotonic() + TIMEOUT_SECONDS
+    while committed_offset(bootstrap, group, source) != 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    seen = committed_offset(bootstrap, group, source)
+    check(seen == 3, f"offsets of a committed transaction: {seen}")
+    process(3, commit=False)
+    check(
+        committed_offset(bootstrap, group, source) == 3,
+        f"offsets of an aborted transaction became visible: {committed_offset(bootstrap, group, source)}",
+    )
+    consumer.close()
+    commit_end_markers(bootstrap, sink, "end", partitions=1)
+    out = drain(bootstrap, sink, "read_committed", "end", partitions=1)
+    check(out[:3] == ["IN-0", "IN-1", "IN-2"] and len(out) == 4, f"read_committed output {out}")
+
+
 def kill_coordinator(bootstrap, topic):
     p = producer(bootstrap, f"{topic}-survivor")
     p.begin_transaction()
@@ -191,6 +269,7 @@ def main():
         commit_and_abort(args.bootstrap, args.topic)
         fencing(args.bootstrap, args.topic + "-f")
         timeout(args.bootstrap, args.topic + "-t")
+        consume_transform_produce(args.bootstrap, args.topic)
     print("transaction checks passed")
 
 

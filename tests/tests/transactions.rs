@@ -1,6 +1,6 @@
 //! Transactions end to end: confluent-kafka's transactional producer and read_committed
 //! consumers (tests/python/transactions.py) against the real binary — one broker for commit,
-//! abort, fencing and timeouts; three brokers with the transaction coordinator's broker
+//! abort, fencing, timeouts and offsets sent in a transaction; three brokers with the transaction coordinator's broker
 //! SIGKILLed mid-transaction.
 
 // A failed expectation in a test is a panic; helpers here are test code too.
@@ -28,7 +28,7 @@ fn script() -> std::path::PathBuf {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_transactions_commit_abort_fence_and_time_out() {
+async fn python_transactions_commit_abort_fence_time_out_and_send_offsets() {
     // Timed-out transactions are looked for every 200 ms instead of every 10 s.
     let broker = StrataProcess::start_with(strata_tests::StrataOptions::default().with_args([
         "--group-initial-rebalance-delay",
@@ -38,6 +38,9 @@ async fn python_transactions_commit_abort_fence_and_time_out() {
     ]));
     for topic in ["txn", "txn-f", "txn-t"] {
         create_topic(&broker.bootstrap(), topic, 3, &[]).await;
+    }
+    for topic in ["txn-in", "txn-out"] {
+        create_topic(&broker.bootstrap(), topic, 1, &[]).await;
     }
     let mut command = Command::new("python3");
     command

@@ -310,6 +310,12 @@ async fn route(
             reply(ctx, &txn::add_partitions_to_txn(broker, r, ctx).await)
         }
         RequestKind::EndTxn(r) => reply(ctx, &txn::end_txn(broker, r, ctx).await),
+        RequestKind::AddOffsetsToTxn(r) => {
+            reply(ctx, &txn::add_offsets_to_txn(broker, r, ctx).await)
+        }
+        RequestKind::TxnOffsetCommit(r) => {
+            reply(ctx, &txn::txn_offset_commit(broker, r, ctx).await)
+        }
         RequestKind::DescribeCluster(r) => reply(ctx, &cluster::describe_cluster(broker, r, ctx)),
         RequestKind::AlterPartitionReassignments(r) => reply(
             ctx,

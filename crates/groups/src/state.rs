@@ -939,6 +939,9 @@ impl GroupsState {
                 results,
             } => {
                 if failure.is_none() {
+                    // A group created only to hold these offsets is trivial, and dropped, until
+                    // they are applied.
+                    self.ensure_group(&group_id);
                     self.with_group(&group_id, now, &mut out, |group, _| {
                         group.apply_txn_offsets(producer_id, staged)
                     });

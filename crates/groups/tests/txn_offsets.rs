@@ -144,3 +144,13 @@ fn pending_transactional_offsets_survive_replay_until_their_end() {
     assert_eq!(fetch(&again, ("in", 0)), 10);
     assert!(again.state.groups_with_txn_offsets(PID).is_empty());
 }
+
+#[test]
+fn a_group_created_by_a_transactional_commit_keeps_its_offsets() {
+    // No plain commit first: the group exists only to hold the transaction's offsets.
+    let mut h = Harness::new();
+    txn_commit(&mut h, PID, &[("in", 0, 3)]);
+    assert_eq!(h.state.groups_with_txn_offsets(PID), vec![G.to_string()]);
+    end(&mut h, PID, true);
+    assert_eq!(fetch(&h, ("in", 0)), 3);
+}

@@ -1041,6 +1041,7 @@ fn variant_name(response: &Response) -> &'static str {
         Response::DeleteGroups(_) => "DeleteGroups",
         Response::ConsumerHeartbeat(_) => "ConsumerHeartbeat",
         Response::OffsetDelete(_) => "OffsetDelete",
+        Response::TxnEnd(_) => "TxnEnd",
     }
 }
 

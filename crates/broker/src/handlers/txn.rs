@@ -384,3 +384,159 @@ pub(crate) async fn list_transactions(
     }
     response
 }
+
+/// AddOffsetsToTxn (v0–v3): adds the group's `__consumer_offsets` partition to the
+/// transaction, so the commit marker reaches the group's coordinator.
+pub(crate) async fn add_offsets_to_txn(
+    broker: &Broker,
+    request: kafka_protocol::messages::AddOffsetsToTxnRequest,
+    ctx: &RequestContext,
+) -> kafka_protocol::messages::AddOffsetsToTxnResponse {
+    let mut response = kafka_protocol::messages::AddOffsetsToTxnResponse::default();
+    let id = request.transactional_id.as_str();
+    let authz = broker.authz(ctx);
+    if !authz.allows(Op::Write, Res::TransactionalId, id) {
+        response.error_code = code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+        return response;
+    }
+    if !authz.allows(Op::Read, Res::Group, request.group_id.as_str()) {
+        response.error_code = code::GROUP_AUTHORIZATION_FAILED;
+        return response;
+    }
+    let shard =
+        crate::coordinator::shard_of(request.group_id.as_str(), broker.groups.shard_count());
+    let partition = TopicPartition::new(crate::coordinator::OFFSETS_TOPIC, shard as i32);
+    let result = broker
+        .txn
+        .add_partitions(
+            id,
+            request.producer_id.0,
+            request.producer_epoch,
+            [partition].into_iter().collect(),
+        )
+        .await;
+    response.error_code = match result {
+        Ok(()) => code::NONE,
+        Err(e) => fenced(txn_error_code(&e), ctx.api_version, 2),
+    };
+    response
+}
+
+/// TxnOffsetCommit (v0–v4): offsets of a group committed inside the producer's transaction,
+/// pending at the group's coordinator until the transaction's marker arrives.
+pub(crate) async fn txn_offset_commit(
+    broker: &Broker,
+    request: kafka_protocol::messages::TxnOffsetCommitRequest,
+    ctx: &RequestContext,
+) -> kafka_protocol::messages::TxnOffsetCommitResponse {
+    use kafka_protocol::messages::txn_offset_commit_response::{
+        TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+    };
+    let mut response = kafka_protocol::messages::TxnOffsetCommitResponse::default();
+    let authz = broker.authz(ctx);
+    let group_id = request.group_id.to_string();
+    // Kafka's order: the transactional id, then the group, then each topic.
+    let refused_all = if !authz.allows(
+        Op::Write,
+        Res::TransactionalId,
+        request.transactional_id.as_str(),
+    ) {
+        Some(code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    } else if !authz.allows(Op::Read, Res::Group, &group_id) {
+        Some(code::GROUP_AUTHORIZATION_FAILED)
+    } else {
+        None
+    };
+    let mut codes: std::collections::HashMap<TopicPartition, i16> = Default::default();
+    let mut partitions = Vec::new();
+    for topic in &request.topics {
+        let name = topic.name.0.as_str();
+        let refused = refused_all.or_else(|| {
+            (!authz.allows(Op::Read, Res::Topic, name)).then_some(code::TOPIC_AUTHORIZATION_FAILED)
+        });
+        for p in &topic.partitions {
+            let tp = TopicPartition::new(name, p.partition_index);
+            match refused {
+                Some(c) => {
+                    codes.insert(tp, c);
+                }
+                None => partitions.push(strata_groups::CommitPartition {
+                    partition: tp,
+                    offset: strata_core::Offset(p.committed_offset),
+                    leader_epoch: (ctx.api_version >= 2 && p.committed_leader_epoch >= 0)
+                        .then_some(p.committed_leader_epoch),
+                    metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                }),
+            }
+        }
+    }
+    if !partitions.is_empty() {
+        let answer = broker
+            .groups
+            .txn_offset_commit(strata_groups::TxnOffsetCommitRequest {
+                group_id,
+                producer_id: request.producer_id.0,
+                generation_id: if ctx.api_version >= 3 {
+                    request.generation_id
+                } else {
+                    -1
+                },
+                member_id: if ctx.api_version >= 3 {
+                    request.member_id.to_string()
+                } else {
+                    String::new()
+                },
+                group_instance_id: request
+                    .group_instance_id
+                    .as_ref()
+                    .filter(|_| ctx.api_version >= 3)
+                    .map(|s| s.to_string()),
+                commit_timestamp_ms: broker.clock.wall_millis(),
+                partitions: partitions.clone(),
+            })
+            .await;
+        match answer {
+            Ok(strata_groups::Response::OffsetCommit(r)) => {
+                for (tp, e) in r.partitions {
+                    codes.insert(tp, crate::errors::group_code(e));
+                }
+            }
+            Ok(_) => {
+                for p in &partitions {
+                    codes.insert(p.partition.clone(), code::UNKNOWN_SERVER_ERROR);
+                }
+            }
+            Err(e) => {
+                for p in &partitions {
+                    codes.insert(p.partition.clone(), crate::errors::group_error_code(&e));
+                }
+            }
+        }
+    }
+    response.topics = request
+        .topics
+        .iter()
+        .map(|topic| {
+            let mut t = TxnOffsetCommitResponseTopic::default();
+            t.name = topic.name.clone();
+            t.partitions = topic
+                .partitions
+                .iter()
+                .map(|p| {
+                    let mut r = TxnOffsetCommitResponsePartition::default();
+                    r.partition_index = p.partition_index;
+                    r.error_code = codes
+                        .get(&TopicPartition::new(
+                            topic.name.0.as_str(),
+                            p.partition_index,
+                        ))
+                        .copied()
+                        .unwrap_or(code::UNKNOWN_SERVER_ERROR);
+                    r
+                })
+                .collect();
+            t
+        })
+        .collect();
+    response
+}

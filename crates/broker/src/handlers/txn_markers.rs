@@ -94,7 +94,11 @@ async fn write_one(broker: &Broker, tp: &TopicPartition, m: &WritableTxnMarker) 
     match written {
         Ok(offset) => {
             if tp.topic.as_ref() == OFFSETS_TOPIC {
-                offsets_marker_written(broker, tp, m.producer_id.0, m.transaction_result);
+                let code =
+                    offsets_marker_written(broker, tp, m.producer_id.0, m.transaction_result).await;
+                if code != code::NONE {
+                    return code;
+                }
             }
             debug!(partition = %tp, producer_id = m.producer_id.0, commit = m.transaction_result,
                 offset = offset.get(), "transaction marker written");
@@ -108,17 +112,26 @@ async fn write_one(broker: &Broker, tp: &TopicPartition, m: &WritableTxnMarker) 
     }
 }
 
-/// Hook point for the transaction coordinator's part of issue 15: a marker is durable in a
-/// `__consumer_offsets` partition, so the group coordinator must make the producer's pending
-/// transactional offset commits (TxnOffsetCommit) of that shard visible (commit) or drop them
-/// (abort). Nothing is pending before TxnOffsetCommit exists, so there is nothing to do yet;
-/// the group replay already skips marker batches.
-fn offsets_marker_written(
-    _broker: &Broker,
-    _tp: &TopicPartition,
-    _producer_id: i64,
-    _commit: bool,
-) {
+/// A marker is durable in a `__consumer_offsets` partition: the group coordinator makes the
+/// producer's pending transactional offset commits (TxnOffsetCommit) of that shard visible
+/// (commit) or drops them (abort) before the marker is reported written, so the transaction
+/// coordinator completes the transaction only once its offsets are settled. A failure is
+/// reported for the partition and the coordinator sends the marker again (a repeated marker
+/// is harmless, and the offsets are still pending).
+async fn offsets_marker_written(
+    broker: &Broker,
+    tp: &TopicPartition,
+    producer_id: i64,
+    commit: bool,
+) -> i16 {
+    match broker
+        .groups
+        .complete_txn_offsets(tp.partition, producer_id, commit)
+        .await
+    {
+        Ok(()) => code::NONE,
+        Err(e) => crate::errors::group_error_code(&e),
+    }
 }
 
 fn refuse_all(request: &WriteTxnMarkersRequest, error: i16) -> WriteTxnMarkersResponse {
