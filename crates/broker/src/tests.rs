@@ -668,8 +668,8 @@ async fn metadata_auto_creates_all_its_topics_in_one_catalog_change() {
     assert!(response.topics.iter().all(|t| t.error_code == 0));
     assert_eq!(
         broker.log.topics().len(),
-        51,
-        "50 topics and __consumer_offsets"
+        52,
+        "50 topics, __consumer_offsets and __transaction_state"
     );
     // One change for the whole request, not one per topic (each rewrites the whole catalog).
     assert_eq!(catalog_version(broker.store.as_ref()).await, before + 1);
