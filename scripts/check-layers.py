@@ -22,6 +22,8 @@ LAYERS = {
     "strata-cluster": 4,
     "strata-log": 5,
     "strata-groups": 5,
+    "strata-txn": 5,
+    "strata-client": 5,
     "strata-broker": 6,
     "strata": 7,
     # Drivers of the whole system: they may use any crate, and nothing may use them (the

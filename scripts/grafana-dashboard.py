@@ -108,6 +108,18 @@ ROWS = [
         ("Draining", "short",
          [(f"max by (instance) (strata_cluster_draining{SEL})", "{{instance}}")], ""),
     ]),
+    ("Transactions", [
+        ("Transactions ended", "short",
+         [(f"sum by (result) (rate(strata_transactions_total{SEL}[$__rate_interval]))", "{{result}}")],
+         "Per second, on the transaction-coordinator shards of each broker."),
+        ("Open transactions", "short",
+         [(f"sum(strata_transactions_open{SEL})", "coordinated"),
+          (f"sum(strata_ongoing_transactions{SEL})", "open in partitions")],
+         "A transaction open for long holds back read_committed consumers (the last stable offset)."),
+        ("Transaction markers", "short",
+         [(f"sum by (type) (rate(strata_txn_markers_total{SEL}[$__rate_interval]))", "{{type}}")],
+         "Commit and abort markers written into partitions per second."),
+    ]),
     ("Share groups", [
         ("Share-group records by outcome", "short",
          [(f"sum by (outcome) (rate(strata_share_records_total{SEL}[$__rate_interval]))", "{{outcome}}")],

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The admin calls current tools make, through confluent-kafka's AdminClient and Producer.
+"""The admin calls current tools make, through confluent-kafka's AdminClient.
 
 Checks, against a Strata broker:
 - describe_configs of the BROKER resource: Kafka's standard keys, filled from the broker's
@@ -8,10 +8,8 @@ Checks, against a Strata broker:
   list_consumer_group_offsets of an unknown group, list_offsets;
 - create_acls: SECURITY_DISABLED, as a Kafka broker without an authorizer (describe_acls
   answers too: librdkafka reports no bindings);
-- describe_user_scram_credentials: no users;
-- a transactional producer's init_transactions fails at once with a fatal
-  TRANSACTIONAL_ID_AUTHORIZATION_FAILED saying transactions are not supported, instead of
-  retrying until its timeout.
+- describe_user_scram_credentials: no users.
+(Transactions have their own script, tests/python/transactions.py.)
 
 Exits 0 when every check passes, 1 with a message otherwise, 2 when confluent-kafka is missing.
 Run by tests/tests/other_clients.rs against the real binary:
@@ -26,7 +24,6 @@ try:
         ConsumerGroupTopicPartitions,
         KafkaError,
         KafkaException,
-        Producer,
         TopicCollection,
         TopicPartition,
     )
@@ -47,8 +44,7 @@ except ImportError as error:  # pragma: no cover - depends on the machine
     print(f"confluent-kafka is not installed ({error}); pip install confluent-kafka", file=sys.stderr)
     sys.exit(2)
 
-# Every call gets this long; a broker that answers at once needs a fraction of it, and the
-# transactional producer's check fails if the answer is the timeout instead.
+# Every call gets this long; a broker that answers at once needs a fraction of it.
 TIMEOUT_SECONDS = 30.0
 
 
@@ -155,22 +151,6 @@ def acls_and_users(admin):
     check(users == {}, f"describe_user_scram_credentials: {users}")
 
 
-def transactional_producer_fails_at_once(bootstrap):
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "admin-py-tx"})
-    try:
-        producer.init_transactions(TIMEOUT_SECONDS)
-    except KafkaException as exception:
-        error = exception.args[0]
-        check(
-            error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and error.fatal(),
-            f"init_transactions: {error} (fatal={error.fatal()}); expected a fatal "
-            "TRANSACTIONAL_ID_AUTHORIZATION_FAILED, not a timeout",
-        )
-        check("transactions" in error.str(), f"the error does not say why: {error.str()}")
-        return
-    fail("init_transactions succeeded against a broker without transactions")
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bootstrap", required=True)
@@ -185,7 +165,6 @@ def main():
     broker_configs(admin, args.port, broker_id)
     topics_and_offsets(admin, args.topic, broker_id)
     acls_and_users(admin)
-    transactional_producer_fails_at_once(args.bootstrap)
     print("admin checks passed")
 
 

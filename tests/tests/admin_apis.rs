@@ -1,5 +1,5 @@
 //! The admin APIs current tools call, against the real binary: confluent-kafka's AdminClient
-//! and transactional Producer (tests/python/admin.py), and, for the APIs librdkafka does not
+//! (tests/python/admin.py), and, for the APIs librdkafka does not
 //! send (it describes topics with Metadata and has no DescribeLogDirs), hand-built requests.
 
 // A failed expectation in a test is a panic; helpers here are test code too.
@@ -26,7 +26,7 @@ use strata_tests::StrataProcess;
 const CLIENT_DEADLINE: Duration = Duration::from_secs(120);
 
 #[test]
-fn python_admin_client_describes_the_broker_and_a_transactional_producer_fails_at_once() {
+fn python_admin_client_describes_the_broker() {
     let broker = StrataProcess::start_with(
         strata_tests::StrataOptions::default().with_args(["--group-initial-rebalance-delay", "0s"]),
     );

@@ -22,8 +22,11 @@ use crate::RequestContext;
 /// share groups (ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge) at v1,
 /// the only version `kafka-protocol` decodes and the one Kafka 4.1+ clients send, and their
 /// offsets APIs (Describe/Alter/DeleteShareGroupOffsets) at v0, likewise the only one decoded.
-/// Transactions (AddPartitionsToTxn, EndTxn, ...) are not implemented and not advertised;
-/// FindCoordinator for a transaction answers COORDINATOR_NOT_AVAILABLE.
+/// Transactions: the coordinator's APIs at the versions of `transaction.version` < 2 (the
+/// feature is not advertised, so clients do not use KIP-890 part 2's AddPartitionsToTxn v5 /
+/// EndTxn v5 semantics). The partition side: transactional Produce,
+/// read_committed Fetch and ListOffsets, and WriteTxnMarkers v1 (the coordinator's request to
+/// partition owners).
 const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 13),
     (ApiKey::Fetch, 4, 16),
@@ -76,8 +79,13 @@ const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterUserScramCredentials, 0, 0),
     (ApiKey::DescribeClientQuotas, 0, 1),
     (ApiKey::AlterClientQuotas, 0, 1),
+    (ApiKey::AddPartitionsToTxn, 0, 4),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 4),
     (ApiKey::ListTransactions, 0, 2),
     (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::WriteTxnMarkers, 1, 1),
 ];
 
 /// One feature flag (KIP-584) as ApiVersions v3+ reports it, and DescribeFeatures in Java's
@@ -266,13 +274,6 @@ mod tests {
             (ApiKey::ShareAcknowledge, 1),
         ] {
             assert_eq!(supported_versions(key).map(|r| r.max), Some(max), "{key:?}");
-        }
-    }
-
-    #[test]
-    fn transaction_apis_are_not_advertised() {
-        for key in [ApiKey::AddPartitionsToTxn, ApiKey::EndTxn] {
-            assert!(supported_versions(key).is_none(), "{key:?}");
         }
     }
 

@@ -17,7 +17,7 @@ use strata_groups::{
     GroupDescription, GroupError, GroupState, GroupsState, HeartbeatRequest, JoinRequest,
     LeaveRequest, ListedGroup, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
     OffsetFetchResponse, Output, PersistFailure, PersistOutcome, PersistRecord, RequestToken,
-    Response, SeededMemberIds, SyncRequest, TopicCatalog, TopicId,
+    Response, SeededMemberIds, SyncRequest, TopicCatalog, TopicId, TxnOffsetCommitRequest,
 };
 use strata_log::{Acks, LogError, LogManager};
 use strata_wire::builder::{build_batch, read_records, SimpleRecord};
@@ -37,6 +37,8 @@ enum Command {
     Describe(String, oneshot::Sender<GroupDescription>),
     List(Vec<GroupState>, oneshot::Sender<Vec<ListedGroup>>),
     ConsumerDescribe(String, oneshot::Sender<ConsumerGroupDescription>),
+    /// The groups of the shard holding offsets of a producer's open transaction.
+    TxnGroups(i64, oneshot::Sender<Vec<String>>),
 }
 
 /// Requests whose answer may be held back by the state machine.
@@ -50,6 +52,12 @@ enum Request {
     DeleteGroups(Vec<String>),
     // Boxed: the largest request by far, and the channel holds one slot per command.
     ConsumerHeartbeat(Box<ConsumerHeartbeatRequest>),
+    TxnOffsetCommit(TxnOffsetCommitRequest),
+    TxnEnd {
+        group_id: String,
+        producer_id: i64,
+        commit: bool,
+    },
 }
 
 /// The log's topic catalog as KIP-848 groups see it: an in-memory lookup, no IO.
@@ -292,6 +300,57 @@ impl GroupCoordinator {
         self.ask(&group, Request::OffsetCommit(req)).await
     }
 
+    /// TxnOffsetCommit: the offsets stay pending until the transaction's marker reaches the
+    /// group's shard ([`Self::complete_txn_offsets`]).
+    pub async fn txn_offset_commit(
+        &self,
+        req: TxnOffsetCommitRequest,
+    ) -> Result<Response, GroupError> {
+        let group = req.group_id.clone();
+        self.ask(&group, Request::TxnOffsetCommit(req)).await
+    }
+
+    /// A transaction marker of `producer_id` is durable in shard `p`'s partition: the
+    /// producer's pending offsets in that shard become visible (commit) or are dropped, and
+    /// this returns once that is durable too, so a WriteTxnMarkers answered OK leaves nothing
+    /// pending. An error leaves them pending; the coordinator retries the marker.
+    pub async fn complete_txn_offsets(
+        &self,
+        p: i32,
+        producer_id: i64,
+        commit: bool,
+    ) -> Result<(), GroupError> {
+        let sender = self
+            .read_shards()
+            .get(&(p.max(0) as usize))
+            .cloned()
+            .ok_or(GroupError::NotCoordinator)?;
+        let (tx, rx) = oneshot::channel();
+        sender
+            .send(Command::TxnGroups(producer_id, tx))
+            .await
+            .map_err(|_| GroupError::CoordinatorNotAvailable)?;
+        let groups = rx.await.map_err(|_| GroupError::CoordinatorNotAvailable)?;
+        for group_id in groups {
+            let answer = self
+                .ask(
+                    &group_id.clone(),
+                    Request::TxnEnd {
+                        group_id,
+                        producer_id,
+                        commit,
+                    },
+                )
+                .await?;
+            match answer {
+                Response::TxnEnd(None) => {}
+                Response::TxnEnd(Some(e)) => return Err(e),
+                _ => return Err(GroupError::CoordinatorNotAvailable),
+            }
+        }
+        Ok(())
+    }
+
     pub async fn offset_delete(&self, req: OffsetDeleteRequest) -> Result<Response, GroupError> {
         let group = req.group_id.clone();
         self.ask(&group, Request::OffsetDelete(req)).await
@@ -448,6 +507,13 @@ async fn replay(log: &LogManager, tp: &TopicPartition) -> Result<Vec<PersistReco
             // batch cannot make the next read return it again forever.
             if let Some(header) = read_batch_header(batch) {
                 at = at.max(Offset(header.last_offset().saturating_add(1)));
+                // A transaction marker (WriteTxnMarkers) holds no group record. Making
+                // transactional offset commits visible on commit and dropping them on abort is
+                // the transaction coordinator's part of issue 15: see
+                // `handlers::txn_markers::offsets_marker_written`.
+                if header.is_control() {
+                    continue;
+                }
             }
             let decoded = match read_records(batch) {
                 Ok(d) => d,
@@ -518,6 +584,10 @@ async fn run_shard(
                             Request::OffsetCommit(r) => state.handle_offset_commit(now, token, r),
                             Request::OffsetDelete(r) => state.handle_offset_delete(now, token, r),
                             Request::DeleteGroups(ids) => state.handle_delete_groups(now, token, ids),
+                            Request::TxnOffsetCommit(r) => state.handle_txn_offset_commit(now, token, r),
+                            Request::TxnEnd { group_id, producer_id, commit } => {
+                                state.handle_txn_end(now, token, &group_id, producer_id, commit)
+                            }
                             Request::ConsumerHeartbeat(r) => {
                                 state.handle_consumer_heartbeat(now, token, *r, &LogCatalog(&log))
                             }
@@ -537,6 +607,10 @@ async fn run_shard(
                     }
                     Command::ConsumerDescribe(g, reply) => {
                         let _ = reply.send(state.describe_consumer_group(&g));
+                        Vec::new()
+                    }
+                    Command::TxnGroups(producer_id, reply) => {
+                        let _ = reply.send(state.groups_with_txn_offsets(producer_id));
                         Vec::new()
                     }
                 }

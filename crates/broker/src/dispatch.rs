@@ -299,9 +299,22 @@ async fn route(
         RequestKind::AlterClientQuotas(r) => {
             reply(ctx, &quotas::alter_client_quotas(broker, r, ctx).await)
         }
-        RequestKind::ListTransactions(r) => reply(ctx, &security::list_transactions(r, ctx)),
+        RequestKind::WriteTxnMarkers(r) => reply(ctx, &txn_markers::handle(broker, r, ctx).await),
+        RequestKind::ListTransactions(r) => {
+            reply(ctx, &txn::list_transactions(broker, r, ctx).await)
+        }
         RequestKind::DescribeTransactions(r) => {
-            reply(ctx, &security::describe_transactions(r, ctx))
+            reply(ctx, &txn::describe_transactions(broker, r, ctx).await)
+        }
+        RequestKind::AddPartitionsToTxn(r) => {
+            reply(ctx, &txn::add_partitions_to_txn(broker, r, ctx).await)
+        }
+        RequestKind::EndTxn(r) => reply(ctx, &txn::end_txn(broker, r, ctx).await),
+        RequestKind::AddOffsetsToTxn(r) => {
+            reply(ctx, &txn::add_offsets_to_txn(broker, r, ctx).await)
+        }
+        RequestKind::TxnOffsetCommit(r) => {
+            reply(ctx, &txn::txn_offset_commit(broker, r, ctx).await)
         }
         RequestKind::DescribeCluster(r) => reply(ctx, &cluster::describe_cluster(broker, r, ctx)),
         RequestKind::AlterPartitionReassignments(r) => reply(

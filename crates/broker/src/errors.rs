@@ -11,6 +11,7 @@ use strata_groups::share_partition::ShareAckError;
 use strata_groups::GroupError;
 use strata_log::LogError;
 use strata_storage::StorageError;
+use strata_txn::TxnError;
 use strata_wire::batch::BatchError;
 
 use crate::fetch_sessions::FetchSessionError;
@@ -58,6 +59,12 @@ pub mod code {
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
     pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
     pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+    pub const INVALID_TXN_STATE: i16 = 48;
+    pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+    pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+    pub const CONCURRENT_TRANSACTIONS: i16 = 51;
+    pub const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
+    pub const PRODUCER_FENCED: i16 = 90;
     pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
     pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
     pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
@@ -121,11 +128,13 @@ pub fn error_code(error: &LogError) -> i16 {
         LogError::OutOfOrderSequence { .. } => code::OUT_OF_ORDER_SEQUENCE_NUMBER,
         LogError::InvalidProducerEpoch { .. } => code::INVALID_PRODUCER_EPOCH,
         LogError::UnknownProducerId(_) => code::UNKNOWN_PRODUCER_ID,
-        // Transactions are not implemented. INVALID_REQUEST (with an error message where the
-        // response has one) says "this broker cannot do what you asked"; the alternatives
-        // mislead: UNSUPPORTED_FOR_MESSAGE_FORMAT blames the topic's message format, and
-        // TRANSACTIONAL_ID_AUTHORIZATION_FAILED blames ACLs that do not exist.
-        LogError::TransactionsUnsupported => code::INVALID_REQUEST,
+        // Kafka's ProducerAppendInfo: a non-transactional write while the producer's
+        // transaction is open.
+        LogError::InvalidTxnState(_) => code::INVALID_TXN_STATE,
+        LogError::TransactionCoordinatorFenced { .. } => code::TRANSACTION_COORDINATOR_FENCED,
+        // A bound Kafka does not have (its aborted index is per segment): not retriable as
+        // is, and the producer aborts the transaction, which adds nothing here.
+        LogError::TooManyAbortedTransactions { .. } => code::POLICY_VIOLATION,
         LogError::InvalidTimestamp(_) => code::INVALID_TIMESTAMP,
         LogError::InvalidRequest(_) => code::INVALID_REQUEST,
         LogError::Storage(e) => storage_error_code(e),
@@ -271,6 +280,27 @@ pub fn share_error_code(error: &ShareError) -> i16 {
 /// [`group_error_code`] for an optional error: `None` is NONE.
 pub fn group_code(error: Option<GroupError>) -> i16 {
     error.as_ref().map_or(code::NONE, group_error_code)
+}
+
+/// The transaction coordinator's refusals, each named after its Kafka code.
+pub fn txn_error_code(error: &TxnError) -> i16 {
+    match error {
+        TxnError::NotCoordinator => code::NOT_COORDINATOR,
+        TxnError::CoordinatorLoadInProgress => code::COORDINATOR_LOAD_IN_PROGRESS,
+        TxnError::CoordinatorNotAvailable => code::COORDINATOR_NOT_AVAILABLE,
+        TxnError::InvalidRequest => code::INVALID_REQUEST,
+        TxnError::InvalidTransactionTimeout => code::INVALID_TRANSACTION_TIMEOUT,
+        TxnError::InvalidProducerIdMapping => code::INVALID_PRODUCER_ID_MAPPING,
+        TxnError::ProducerFenced => code::PRODUCER_FENCED,
+        TxnError::InvalidProducerEpoch => code::INVALID_PRODUCER_EPOCH,
+        TxnError::ConcurrentTransactions => code::CONCURRENT_TRANSACTIONS,
+        TxnError::InvalidTxnState => code::INVALID_TXN_STATE,
+        TxnError::TransactionalIdNotFound => code::TRANSACTIONAL_ID_NOT_FOUND,
+    }
+}
+
+pub fn txn_code(result: &Result<(), TxnError>) -> i16 {
+    result.as_ref().err().map_or(code::NONE, txn_error_code)
 }
 
 /// Record-batch validation failures: damaged bytes are CORRUPT_MESSAGE (the producer may retry

@@ -29,6 +29,8 @@ mod server;
 mod settings;
 pub mod share;
 pub mod traffic;
+pub mod txn_coordinator;
+mod txn_markers;
 
 #[cfg(test)]
 mod tests;

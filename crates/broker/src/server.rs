@@ -19,6 +19,7 @@ use crate::limits::Limits;
 use crate::quotas::{QuotaStore, Quotas, ThrottleStats};
 use crate::security::{AclStore, AuthStats, Listener, SecurityError, UserStore};
 use crate::traffic::Traffic;
+use crate::txn_coordinator::TxnCoordinator;
 use crate::BrokerSettings;
 
 /// Everything a broker is built from: the log it serves, the clock, its settings, and the
@@ -42,6 +43,8 @@ pub struct Broker {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) settings: BrokerSettings,
     pub(crate) groups: Arc<GroupCoordinator>,
+    /// The transaction coordinator, sharded like the groups over `__transaction_state`.
+    pub(crate) txn: Arc<TxnCoordinator>,
     /// Cluster mode: membership, ownership and the cluster view. None for a broker alone on
     /// its storage, which leads every partition.
     pub(crate) cluster: Option<Arc<ClusterNode>>,
@@ -90,6 +93,20 @@ fn fetch_sessions(parts: &BrokerParts) -> FetchSessions {
     FetchSessions::new(parts.settings.fetch_session_limits(), seed)
 }
 
+/// Starts the transaction coordinator (creating `__transaction_state` on first start); a
+/// broker alone on its storage hosts every shard at once.
+async fn start_txn(parts: &BrokerParts, load_all: bool) -> Result<Arc<TxnCoordinator>, LogError> {
+    TxnCoordinator::start(
+        Arc::clone(&parts.log),
+        Arc::clone(&parts.clock),
+        parts.settings.txn_config(),
+        parts.settings.txn_shards,
+        parts.settings.offsets_commit_timeout,
+        load_all,
+    )
+    .await
+}
+
 /// Pause after a failed accept (typically EMFILE): retrying at once would spin.
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -109,6 +126,7 @@ impl Broker {
         )
         .await?;
         let share_seed = parts.member_id_seed.rotate_left(43) ^ 0x9e37_79b9_7f4a_7c15;
+        let txn = start_txn(&parts, true).await?;
         Ok(Self {
             fetch_sessions: fetch_sessions(&parts),
             share: Arc::new(share_state(
@@ -128,6 +146,7 @@ impl Broker {
             clock: parts.clock,
             settings: parts.settings,
             groups,
+            txn,
             cluster: None,
             users: None,
             auth_stats: AuthStats::default(),
@@ -180,11 +199,13 @@ impl Broker {
             false,
         )
         .await?;
+        let txn = start_txn(&parts, false).await?;
         let node = ClusterNode::start_joined(
             store,
             Arc::clone(&parts.clock),
             Arc::clone(&parts.log),
             Arc::clone(&groups),
+            Arc::clone(&txn),
             joined,
             cluster_settings,
         )
@@ -209,6 +230,7 @@ impl Broker {
             clock: parts.clock,
             settings: parts.settings,
             groups,
+            txn,
             cluster: Some(node),
             users: None,
             auth_stats: AuthStats::default(),
@@ -315,6 +337,11 @@ impl Broker {
     }
 
     /// The fetch session cache's counts, for the metrics endpoint.
+    /// Transactions this broker coordinated: ended by result, and open now.
+    pub fn txn_stats(&self) -> crate::txn_coordinator::TxnStatsSnapshot {
+        self.txn.stats.snapshot()
+    }
+
     pub fn fetch_session_stats(&self) -> FetchSessionStats {
         self.fetch_sessions.stats()
     }
@@ -352,6 +379,23 @@ impl Broker {
         listeners: Vec<(TcpListener, Listener)>,
         shutdown: impl Future<Output = ()>,
     ) {
+        // Markers of transactions coordinated here go to partition owners on the first
+        // PLAINTEXT listener (see txn_markers.rs for why PLAINTEXT only).
+        if let Some(info) = listeners
+            .iter()
+            .map(|(_, info)| info)
+            .find(|info| info.protocol == crate::security::SecurityProtocol::Plaintext)
+        {
+            let own = (info.advertised_host.clone(), info.advertised_port);
+            self.txn
+                .set_default_marker_writer(Arc::new(crate::txn_markers::BrokerMarkers::new(
+                    Arc::downgrade(&self),
+                    info.name.clone(),
+                    own,
+                )));
+        } else {
+            warn!("no PLAINTEXT listener: transactions are refused (brokers send each other transaction markers on a PLAINTEXT listener)");
+        }
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         // Every connection task holds a clone of `done_tx`; when all are dropped, `recv` on
         // `done_rx` returns None: the tokio way of knowing every handler has finished.

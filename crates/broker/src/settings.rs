@@ -88,6 +88,20 @@ pub struct BrokerSettings {
     /// over it, so changing it would orphan them). Each is one coordinator shard, replayed from
     /// its start when the broker starts, so more shards cost startup time, not throughput.
     pub group_shards: i32,
+    /// Partitions of the internal `__transaction_state` topic (Kafka's
+    /// `transaction.state.log.num.partitions`), used only when this broker creates it: one
+    /// transaction coordinator shard each, placed by hashing the transactional id.
+    pub txn_shards: i32,
+    /// `transaction.max.timeout.ms`: InitProducerId asking for a longer transaction timeout is
+    /// refused with INVALID_TRANSACTION_TIMEOUT. Bounds how long an abandoned transaction
+    /// holds back read_committed consumers.
+    pub transaction_max_timeout: Duration,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`: how often each shard
+    /// looks for transactions past their timeout (and idle ids past expiry).
+    pub transaction_abort_timed_out_interval: Duration,
+    /// `transactional.id.expiration.ms`: a transactional id with no transaction for this long
+    /// is forgotten (a tombstone in its shard), bounding coordinator memory.
+    pub transactional_id_expiration: Duration,
     /// `group.max.size` (and `group.consumer.max.size`): members one group may hold, classic or
     /// KIP-848; joins beyond it get GROUP_MAX_SIZE_REACHED. Each member is coordinator memory
     /// and a share of every rebalance's work.
@@ -104,6 +118,10 @@ pub struct BrokerSettings {
     /// How long a write of the group log may wait to become durable (see
     /// `GroupConfig::offsets_commit_timeout`).
     pub offsets_commit_timeout: Duration,
+    /// How long a transaction marker (WriteTxnMarkers) may wait to become durable before its
+    /// partition is answered REQUEST_TIMED_OUT (the coordinator retries it); Kafka bounds it
+    /// by `request.timeout.ms`, whose default this is.
+    pub txn_marker_timeout: Duration,
     /// KIP-848 member session timeout (`GroupConfig::consumer_session_timeout`).
     pub group_consumer_session_timeout: Duration,
     /// KIP-848 heartbeat interval (`GroupConfig::consumer_heartbeat_interval`).
@@ -279,6 +297,15 @@ impl BrokerSettings {
     }
 
     /// The group coordinator's configuration: the settings above over Kafka's defaults.
+    pub fn txn_config(&self) -> strata_txn::TxnConfig {
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        strata_txn::TxnConfig {
+            max_timeout_ms: ms(self.transaction_max_timeout),
+            expiration_ms: ms(self.transactional_id_expiration),
+            abort_check_interval_ms: ms(self.transaction_abort_timed_out_interval).max(1),
+        }
+    }
+
     pub fn group_config(&self) -> GroupConfig {
         GroupConfig {
             min_session_timeout: self.group_min_session_timeout,
@@ -324,6 +351,12 @@ impl Default for BrokerSettings {
             // Kafka uses 50; every shard is a partition replayed at startup, and one broker
             // rarely hosts enough groups to need more than a handful.
             group_shards: 8,
+            // Same reasoning as group_shards (Kafka uses 50).
+            txn_shards: 8,
+            // Kafka's defaults.
+            transaction_max_timeout: Duration::from_secs(15 * 60),
+            transaction_abort_timed_out_interval: Duration::from_secs(10),
+            transactional_id_expiration: Duration::from_secs(7 * 24 * 3600),
             // Kafka leaves groups unbounded; no real workload comes near ten thousand members,
             // and a bound keeps one client from growing the coordinator without end.
             group_max_size: 10_000,
@@ -331,6 +364,7 @@ impl Default for BrokerSettings {
             group_min_session_timeout: groups.min_session_timeout,
             group_max_session_timeout: groups.max_session_timeout,
             offsets_commit_timeout: groups.offsets_commit_timeout,
+            txn_marker_timeout: Duration::from_secs(30),
             group_consumer_session_timeout: groups.consumer_session_timeout,
             group_consumer_heartbeat_interval: groups.consumer_heartbeat_interval,
             group_share_session_timeout: Duration::from_secs(45),

@@ -34,6 +34,7 @@ struct TestBroker {
     served: JoinHandle<()>,
     log: Arc<LogManager>,
     store: Arc<dyn ObjectStore>,
+    txn: Arc<crate::txn_coordinator::TxnCoordinator>,
 }
 
 async fn start_with(tweak: impl FnOnce(&mut BrokerSettings)) -> TestBroker {
@@ -77,6 +78,7 @@ async fn start_on(
     .await
     .unwrap()
     .with_quotas(Arc::clone(&store));
+    let txn = Arc::clone(&broker.txn);
     let (stop, stopped) = oneshot::channel::<()>();
     let served = tokio::spawn(Arc::new(broker).serve(listener, async {
         let _ = stopped.await;
@@ -87,6 +89,7 @@ async fn start_on(
         served,
         log,
         store,
+        txn,
     }
 }
 
@@ -317,6 +320,7 @@ mod groups;
 mod quotas;
 mod security;
 mod share;
+mod txn;
 
 #[tokio::test]
 async fn api_versions_of_an_unknown_version_answers_v0_with_the_supported_list() {
@@ -666,8 +670,8 @@ async fn metadata_auto_creates_all_its_topics_in_one_catalog_change() {
     assert!(response.topics.iter().all(|t| t.error_code == 0));
     assert_eq!(
         broker.log.topics().len(),
-        51,
-        "50 topics and __consumer_offsets"
+        52,
+        "50 topics, __consumer_offsets and __transaction_state"
     );
     // One change for the whole request, not one per topic (each rewrites the whole catalog).
     assert_eq!(catalog_version(broker.store.as_ref()).await, before + 1);

@@ -82,6 +82,8 @@ pub enum Response {
     OffsetDelete(OffsetDeleteResponse),
     DeleteGroups(DeleteGroupsResponse),
     ConsumerHeartbeat(ConsumerHeartbeatResponse),
+    /// A transaction's offsets of one group were made visible or dropped (None), or not.
+    TxnEnd(Option<GroupError>),
 }
 
 /// One protocol a member supports, with its protocol-specific metadata (for "consumer": a

@@ -214,6 +214,8 @@ pub(crate) struct Group {
     pub offsets: BTreeMap<TopicPartition, StoredOffset>,
     /// Partitions with a commit being written → sequence number of the newest such commit.
     pub pending_offset_commits: HashMap<TopicPartition, u64>,
+    /// Offsets committed inside open transactions, by producer id (`txn_offsets.rs`).
+    pub pending_txn_offsets: BTreeMap<i64, BTreeMap<TopicPartition, OffsetValue>>,
     next_join_seq: u64,
     /// Set while the group is a KIP-848 consumer group (see `consumer.rs`); the classic state
     /// above then stays Empty.
@@ -248,6 +250,7 @@ impl Group {
             subscribed_topics: None,
             offsets: BTreeMap::new(),
             pending_offset_commits: HashMap::new(),
+            pending_txn_offsets: BTreeMap::new(),
             next_join_seq: 0,
             consumer: None,
         }
@@ -712,6 +715,7 @@ impl Group {
             && self.pending_members.is_empty()
             && self.offsets.is_empty()
             && self.pending_offset_commits.is_empty()
+            && self.pending_txn_offsets.is_empty()
             && self
                 .consumer
                 .as_ref()

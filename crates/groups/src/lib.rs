@@ -33,6 +33,7 @@ pub mod share;
 pub mod share_partition;
 mod state;
 pub mod subscription;
+mod txn_offsets;
 
 pub use api::{
     CommitPartition, ConsumerGroupDescription, ConsumerHeartbeatRequest, ConsumerHeartbeatResponse,
@@ -53,3 +54,4 @@ pub use record::{
     PersistKey, PersistRecord, PersistedMember, RecordBody, TopicId,
 };
 pub use state::GroupsState;
+pub use txn_offsets::TxnOffsetCommitRequest;

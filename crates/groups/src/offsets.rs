@@ -23,7 +23,7 @@ impl Group {
     /// Kafka's `validateOffsetCommit`. Members commit with their member id and generation; a
     /// consumer outside group management (generation -1, no member id) may commit only while
     /// the group has no members, so it cannot clobber a live group's progress.
-    fn validate_offset_commit(
+    pub(crate) fn validate_offset_commit(
         &self,
         generation_id: i32,
         member_id: &str,
@@ -201,7 +201,13 @@ impl Group {
         partitions
             .iter()
             .map(|partition| {
-                if require_stable && self.pending_offset_commits.contains_key(partition) {
+                if require_stable
+                    && (self.pending_offset_commits.contains_key(partition)
+                        || self
+                            .pending_txn_offsets
+                            .values()
+                            .any(|p| p.contains_key(partition)))
+                {
                     return unknown_offset(partition, Some(GroupError::UnstableOffsetCommit));
                 }
                 match self.offsets.get(partition) {

@@ -48,6 +48,14 @@ pub enum RecordBody {
         member_id: String,
         value: Option<ConsumerMemberValue>,
     },
+    /// An offset committed inside a transaction (TxnOffsetCommit), pending until the
+    /// transaction's marker reaches this shard; `None` once the transaction ended (on commit
+    /// written in the same batch as the offset it became).
+    TxnOffset {
+        producer_id: i64,
+        partition: TopicPartition,
+        value: Option<OffsetValue>,
+    },
 }
 
 /// A topic id (the catalog's UUID), written as 32 hex digits so it can key JSON maps.
@@ -157,6 +165,7 @@ pub enum PersistKey {
     GroupMetadata(String),
     Offset(String, TopicPartition),
     ConsumerMember(String, String),
+    TxnOffset(String, i64, TopicPartition),
 }
 
 impl PersistRecord {
@@ -173,6 +182,11 @@ impl PersistRecord {
             RecordBody::ConsumerMember { member_id, .. } => {
                 PersistKey::ConsumerMember(self.group_id.clone(), member_id.clone())
             }
+            RecordBody::TxnOffset {
+                producer_id,
+                partition,
+                ..
+            } => PersistKey::TxnOffset(self.group_id.clone(), *producer_id, partition.clone()),
         }
     }
 
@@ -183,6 +197,7 @@ impl PersistRecord {
             RecordBody::GroupTombstone
                 | RecordBody::OffsetTombstone { .. }
                 | RecordBody::ConsumerMember { value: None, .. }
+                | RecordBody::TxnOffset { value: None, .. }
         )
     }
 }

@@ -51,6 +51,21 @@ pub(crate) enum Pending {
         leader_before: Option<String>,
         supports_skip_assignment: bool,
     },
+    /// Transactional offsets that become pending once durable (`txn_offsets.rs`).
+    TxnOffsetCommit {
+        group_id: String,
+        token: RequestToken,
+        producer_id: i64,
+        staged: Vec<(TopicPartition, OffsetValue)>,
+        results: Vec<(TopicPartition, Option<GroupError>)>,
+    },
+    /// A transaction's pending offsets of one group, made visible (or dropped) once durable.
+    TxnEnd {
+        group_id: String,
+        token: RequestToken,
+        producer_id: i64,
+        commit: bool,
+    },
     /// Offsets that become visible once durable, and the commit's answer.
     OffsetCommit {
         group_id: String,
@@ -87,6 +102,8 @@ impl Pending {
         matches!(
             self,
             Pending::OffsetCommit { .. }
+                | Pending::TxnOffsetCommit { .. }
+                | Pending::TxnEnd { .. }
                 | Pending::OffsetDelete { .. }
                 | Pending::DeleteGroups { .. }
         )
@@ -216,6 +233,7 @@ impl GroupsState {
             consumer: Option<ConsumerGroupValue>,
             consumer_members: BTreeMap<String, ConsumerMemberValue>,
             offsets: BTreeMap<TopicPartition, StoredOffset>,
+            txn_offsets: BTreeMap<i64, BTreeMap<TopicPartition, OffsetValue>>,
         }
         let mut loaded: BTreeMap<String, Loaded> = BTreeMap::new();
         let mut max_seq = 0;
@@ -257,6 +275,24 @@ impl GroupsState {
                 RecordBody::OffsetTombstone { partition } => {
                     entry.offsets.remove(&partition);
                 }
+                RecordBody::TxnOffset {
+                    producer_id,
+                    partition,
+                    value,
+                } => {
+                    let pending = entry.txn_offsets.entry(producer_id).or_default();
+                    match value {
+                        Some(v) => {
+                            pending.insert(partition, v);
+                        }
+                        None => {
+                            pending.remove(&partition);
+                        }
+                    }
+                    if pending.is_empty() {
+                        entry.txn_offsets.remove(&producer_id);
+                    }
+                }
             }
         }
         // Sequence numbers continue past everything already written, so this coordinator's
@@ -269,11 +305,16 @@ impl GroupsState {
             .collect();
         let mut out = self.unload(&replaced);
         for (group_id, entry) in loaded {
-            if entry.metadata.is_none() && entry.consumer.is_none() && entry.offsets.is_empty() {
+            if entry.metadata.is_none()
+                && entry.consumer.is_none()
+                && entry.offsets.is_empty()
+                && entry.txn_offsets.is_empty()
+            {
                 continue;
             }
             let mut group = Group::from_record(group_id.clone(), entry.metadata);
             group.offsets = entry.offsets;
+            group.pending_txn_offsets = entry.txn_offsets;
             match entry.consumer {
                 Some(value) => {
                     group.consumer = Some(ConsumerGroup::from_records(
@@ -890,6 +931,46 @@ impl GroupsState {
                     )
                 });
             }
+            Pending::TxnOffsetCommit {
+                group_id,
+                token,
+                producer_id,
+                staged,
+                results,
+            } => {
+                if failure.is_none() {
+                    // A group created only to hold these offsets is trivial, and dropped, until
+                    // they are applied.
+                    self.ensure_group(&group_id);
+                    self.with_group(&group_id, now, &mut out, |group, _| {
+                        group.apply_txn_offsets(producer_id, staged)
+                    });
+                }
+                let partitions = results
+                    .into_iter()
+                    .map(|(partition, error)| (partition, error.or(failure)))
+                    .collect();
+                out.push(Output::Respond {
+                    token,
+                    response: Response::OffsetCommit(OffsetCommitResponse { partitions }),
+                });
+            }
+            Pending::TxnEnd {
+                group_id,
+                token,
+                producer_id,
+                commit,
+            } => {
+                if failure.is_none() {
+                    self.with_group(&group_id, now, &mut out, |group, _| {
+                        group.end_txn_offsets(id.0, producer_id, commit)
+                    });
+                }
+                out.push(Output::Respond {
+                    token,
+                    response: Response::TxnEnd(failure),
+                });
+            }
             Pending::OffsetCommit {
                 group_id,
                 token,
@@ -1057,6 +1138,30 @@ impl GroupsState {
     /// Runs `f` on the group with its timers brought up to `now` before and after (an event
     /// at `now` happens after everything due by then, and a timer it sets for `now` fires at
     /// once), then drops the group if nothing is left of it and re-indexes its deadline.
+    /// Creates an Empty group `group_id` unless it exists (`txn_offsets.rs`).
+    pub(crate) fn ensure_group(&mut self, group_id: &str) {
+        if !self.groups.contains_key(group_id) {
+            self.groups
+                .insert(group_id.to_string(), Group::new(group_id.to_string()));
+        }
+    }
+
+    pub(crate) fn groups_iter(&self) -> impl Iterator<Item = &Group> {
+        self.groups.values()
+    }
+
+    /// [`Self::with_group`] at `now` for the other modules of the crate.
+    pub(crate) fn with_group_at<R>(
+        &mut self,
+        group_id: &str,
+        now: Duration,
+        out: &mut Vec<Output>,
+        f: impl FnOnce(&mut Group, &mut Ctx<'_>) -> R,
+    ) -> Option<R> {
+        let now = self.advance(now);
+        self.with_group(group_id, now, out, f)
+    }
+
     fn with_group<R>(
         &mut self,
         group_id: &str,

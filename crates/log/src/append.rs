@@ -16,7 +16,7 @@ use crate::cache::CachedBatch;
 use crate::config::TimestampType;
 use crate::manager::LogManager;
 use crate::partition::{Serving, TailEntry};
-use crate::producer::{ProducerStates, SeqCheck};
+use crate::producer::{BatchInfo, ProducerStates, SeqCheck, TxnKind};
 use crate::shared::{lock_mutex, spawn_delete, Shared};
 use crate::wal::{self, WalEntry};
 use crate::writer::PendingAppend;
@@ -104,6 +104,18 @@ impl LogManager {
         records: Bytes,
         acks: Acks,
     ) -> LogResult<AppendTicket> {
+        self.enqueue_from(tp, records, acks, Origin::Client).await
+    }
+
+    /// [`Self::enqueue`] for batches of either origin: the coordinator's (transaction markers)
+    /// skip the rules Kafka applies to producers' batches only, and nothing else.
+    pub(crate) async fn enqueue_from(
+        &self,
+        tp: &TopicPartition,
+        records: Bytes,
+        acks: Acks,
+        origin: Origin,
+    ) -> LogResult<AppendTicket> {
         let shared = &self.shared;
         let part = self.partition_readable(tp)?;
         if part.lock().serving.is_suspended() {
@@ -133,10 +145,15 @@ impl LogManager {
                     max,
                 });
             }
-            if b.is_transactional() || b.is_control() {
-                return Err(LogError::TransactionsUnsupported);
+            if origin == Origin::Client {
+                // Refuses control batches (INVALID_RECORD, as Kafka 4's LogValidator does).
+                wire_batch::validate_client_batch(b)?;
+                if b.is_transactional() && b.producer_id() < 0 {
+                    return Err(LogError::InvalidTxnState(
+                        "a transactional batch without a producer id".into(),
+                    ));
+                }
             }
-            wire_batch::validate_client_batch(b)?;
             // Like Kafka, trust the records over the header for an uncompressed batch's max
             // timestamp: it drives retention and timestamp lookups.
             max_timestamps.push(match wire_batch::validate_records(b)? {
@@ -194,7 +211,24 @@ impl LogManager {
             if st.serving != Serving::Active {
                 return Err(LogError::NotOwner);
             }
-            let decisions = check_producers(&st.producers, &batches)?;
+            let infos: Vec<BatchInfo> = batches
+                .iter()
+                .zip(&max_timestamps)
+                .map(|(b, max_ts)| BatchInfo {
+                    producer_id: b.producer_id(),
+                    producer_epoch: b.producer_epoch(),
+                    base_sequence: b.base_sequence(),
+                    record_count: b.record_count(),
+                    base_offset: 0,
+                    max_timestamp: log_append_time.unwrap_or(*max_ts),
+                    kind: kind_of(b),
+                })
+                .collect();
+            let decisions = check_producers(
+                &st.producers,
+                &infos,
+                shared.config.max_aborted_transactions,
+            )?;
             for (b, decision) in batches.iter().zip(&decisions) {
                 if let SeqCheck::Duplicate { base_offset } = decision {
                     let end = base_offset + b.last_offset_delta() as i64 + 1;
@@ -208,7 +242,7 @@ impl LogManager {
             let mut permit = Some(permit);
             let appended = decisions.iter().filter(|d| **d == SeqCheck::Append).count();
             let mut seen = 0;
-            for ((b, decision), max_ts) in batches.iter().zip(decisions).zip(&max_timestamps) {
+            for ((b, decision), info) in batches.iter().zip(decisions).zip(&infos) {
                 if let SeqCheck::Duplicate { base_offset } = decision {
                     first_base.get_or_insert(base_offset);
                     continue;
@@ -223,16 +257,10 @@ impl LogManager {
                     log_append_time,
                 );
                 st.next_offset += b.last_offset_delta() as i64 + 1;
-                if b.producer_id() >= 0 {
-                    st.producers.record(
-                        b.producer_id(),
-                        b.producer_epoch(),
-                        b.base_sequence(),
-                        b.record_count(),
-                        base_offset,
-                        log_append_time.unwrap_or(*max_ts),
-                    );
-                }
+                st.producers.apply(&BatchInfo {
+                    base_offset,
+                    ..*info
+                });
                 let done = match acks {
                     Acks::None { .. } => None,
                     Acks::Durable { .. } => {
@@ -248,11 +276,12 @@ impl LogManager {
                     last_offset_delta: b.last_offset_delta() as u32,
                     position: 0,
                     length: 0,
-                    max_timestamp: log_append_time.unwrap_or(*max_ts),
+                    max_timestamp: info.max_timestamp,
                     producer_id: b.producer_id(),
                     producer_epoch: b.producer_epoch(),
                     base_sequence: b.base_sequence(),
                     record_count: b.record_count(),
+                    kind: info.kind,
                 };
                 let (header, body) = stored.into_parts();
                 shared.queue.push(
@@ -364,28 +393,55 @@ async fn check_compressed(
     }
 }
 
-/// Checks every idempotent batch of one append against a scratch copy of the producers'
-/// state, so that either all batches are acceptable or none is appended.
-fn check_producers(states: &ProducerStates, batches: &[BatchView]) -> LogResult<Vec<SeqCheck>> {
+/// Who a batch comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// A producer's Produce request.
+    Client,
+    /// The transaction coordinator's marker (WriteTxnMarkers), built by this broker.
+    Coordinator,
+}
+
+fn kind_of(b: &BatchView) -> TxnKind {
+    if b.is_control() {
+        TxnKind::of_stored(b.bytes())
+    } else if b.is_transactional() {
+        TxnKind::Data
+    } else {
+        TxnKind::None
+    }
+}
+
+/// Checks every idempotent or transactional batch of one append against a scratch copy of the
+/// producers' state, so that either all batches are acceptable or none is appended. A batch
+/// that would start a transaction is refused once the partition remembers
+/// `max_aborted` aborted ones.
+fn check_producers(
+    states: &ProducerStates,
+    batches: &[BatchInfo],
+    max_aborted: usize,
+) -> LogResult<Vec<SeqCheck>> {
     let mut scratch: Option<ProducerStates> = None;
     let mut out = Vec::with_capacity(batches.len());
     for b in batches {
-        let (pid, epoch, seq, count) = (
-            b.producer_id(),
-            b.producer_epoch(),
-            b.base_sequence(),
-            b.record_count(),
-        );
-        if pid < 0 {
+        if b.producer_id < 0 {
             out.push(SeqCheck::Append);
             continue;
         }
         let view = scratch.as_ref().unwrap_or(states);
-        let decision = view.check(pid, epoch, seq, count)?;
-        if decision == SeqCheck::Append && batches.len() > 1 {
-            scratch
-                .get_or_insert_with(|| states.clone())
-                .record(pid, epoch, seq, count, 0, -1);
+        let decision = view.check_batch(b)?;
+        if decision == SeqCheck::Append {
+            if view.opens_txn(b) && states.aborted.len() >= max_aborted {
+                return Err(LogError::TooManyAbortedTransactions { max: max_aborted });
+            }
+            if batches.len() > 1 {
+                // The aborted list is not needed to check the request's next batches.
+                let copy = || ProducerStates {
+                    producers: states.producers.clone(),
+                    aborted: Vec::new(),
+                };
+                scratch.get_or_insert_with(copy).apply(b);
+            }
         }
         out.push(decision);
     }
@@ -423,7 +479,9 @@ pub(crate) fn publish(
                     producer_epoch: entry.producer_epoch,
                     base_sequence: entry.base_sequence,
                     record_count: entry.record_count,
+                    kind: entry.kind,
                 };
+                st.txns.apply(&tail.info());
                 st.tail.push_back(tail);
                 st.tail_bytes += entry.length as usize;
                 st.tail_since.get_or_insert(now);

@@ -333,6 +333,15 @@ async fn read_segment(shared: &Shared, part: &Partition, s: &SegmentMeta) -> Log
     Ok(shared.store.get(&key).await?.0)
 }
 
+/// Transactional batches (data and markers) are neither mapped nor filtered: the cleaner
+/// keeps them all, as they were written. Kafka's cleaner instead drops aborted records and,
+/// after `delete.retention.ms`, markers whose transaction's data is gone; that needs the
+/// aborted index per cleaned range and is not done. Keeping them cannot corrupt anything:
+/// committed transactional values are never removed, and they never remove older values.
+fn in_transaction(batch: &strata_wire::BatchView) -> bool {
+    batch.is_transactional() || batch.is_control()
+}
+
 fn batches_of(bytes: &Bytes) -> LogResult<Vec<strata_wire::BatchView>> {
     strata_wire::split_batches(bytes)
         .map_err(|e| LogError::CorruptStorage(format!("segment does not parse: {e}")))
@@ -375,6 +384,12 @@ async fn clean_pass(
         bytes_read += bytes.len() as u64;
         throttle.charge(bytes.len()).await;
         for batch in batches_of(&bytes)? {
+            if in_transaction(&batch) {
+                // Not mapped: an aborted record must not shadow a committed value of its
+                // key, and markers (all keyed by their type) must not shadow each other.
+                mapped_end = mapped_end.max(batch.header().last_offset() + 1);
+                continue;
+            }
             let records = wire_clean::records(&batch, limit)?;
             for r in &records {
                 if let Some(key) = &r.key {
@@ -422,21 +437,26 @@ async fn clean_pass(
                     .and_then(|p| p.batches.back())
                     .is_some_and(|b| b.base_offset == h.base_offset);
             let mut dropped = 0u64;
-            let filtered = wire_clean::filter_batch(&batch, limit, last_of_producer, |r| {
-                let keep = match &r.key {
-                    // Keyless records predate the compact policy; Kafka's cleaner drops them.
-                    None => false,
-                    Some(key) => {
-                        r.offset >= mapped_end
-                            || (map.get(key).is_none_or(|latest| r.offset >= latest)
-                                && !(r.is_tombstone && tombstones_expire))
+            let filtered = if in_transaction(&batch) {
+                // Transactional data and markers are kept whole (see `in_transaction`).
+                Ok(Filtered::Unchanged)
+            } else {
+                wire_clean::filter_batch(&batch, limit, last_of_producer, |r| {
+                    let keep = match &r.key {
+                        // Keyless records predate the compact policy; Kafka's cleaner drops them.
+                        None => false,
+                        Some(key) => {
+                            r.offset >= mapped_end
+                                || (map.get(key).is_none_or(|latest| r.offset >= latest)
+                                    && !(r.is_tombstone && tombstones_expire))
+                        }
+                    };
+                    if !keep {
+                        dropped += 1;
                     }
-                };
-                if !keep {
-                    dropped += 1;
-                }
-                keep
-            })?;
+                    keep
+                })
+            }?;
             removed += dropped;
             let out = match filtered {
                 Filtered::Unchanged => batch.bytes().clone(),

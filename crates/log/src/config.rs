@@ -64,6 +64,11 @@ pub struct LogConfig {
     pub cleaner_io_max_bytes_per_second: u64,
     /// Cleaning passes running at once, each over one partition; 0 turns the cleaner off.
     pub cleaner_threads: usize,
+    /// Aborted transactions a partition remembers (in its manifest, about 60 bytes each,
+    /// rewritten by every compaction). At the bound a transactional batch that would start a
+    /// new transaction in the partition is refused until retention or DeleteRecords moves the
+    /// log start past older ones; markers are always accepted, so open transactions can end.
+    pub max_aborted_transactions: usize,
 }
 
 impl Default for LogConfig {
@@ -87,6 +92,7 @@ impl Default for LogConfig {
             cleaner_dedupe_buffer_bytes: 64 << 20,
             cleaner_io_max_bytes_per_second: u64::MAX,
             cleaner_threads: 1,
+            max_aborted_transactions: 10_000,
         }
     }
 }

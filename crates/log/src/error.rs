@@ -42,8 +42,16 @@ pub enum LogError {
     },
     #[error("unknown producer id {0}")]
     UnknownProducerId(i64),
-    #[error("transactional or control batches are not supported")]
-    TransactionsUnsupported,
+    #[error("invalid transaction state: {0}")]
+    InvalidTxnState(String),
+    #[error("marker for producer {producer_id} from coordinator epoch {got}, older than the last seen {current}")]
+    TransactionCoordinatorFenced {
+        producer_id: i64,
+        got: i32,
+        current: i32,
+    },
+    #[error("the partition keeps {max} aborted transactions (max_aborted_transactions): no new transaction is started until retention or DeleteRecords passes older ones")]
+    TooManyAbortedTransactions { max: usize },
     #[error("invalid timestamp: {0}")]
     InvalidTimestamp(String),
     #[error("invalid request: {0}")]

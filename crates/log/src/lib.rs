@@ -28,6 +28,7 @@ mod producer;
 mod read;
 mod shared;
 mod topics;
+mod txn;
 mod wal;
 mod writer;
 
@@ -46,3 +47,4 @@ pub use producer::ProducerSummary;
 pub use read::{ReadOutcome, Watermarks};
 pub use shared::Ownership;
 pub use topics::NewTopic;
+pub use txn::{Isolation, TxnSnapshot};

@@ -307,17 +307,9 @@ async fn compact_pass(
         cleaned_at: None,
     });
     for e in &entries {
-        if e.producer_id >= 0 {
-            next.producers.record(
-                e.producer_id,
-                e.producer_epoch,
-                e.base_sequence,
-                e.record_count,
-                e.base_offset,
-                e.max_timestamp,
-            );
-        }
+        next.producers.apply(&e.info());
     }
+    next.producers.prune_aborted(next.log_start);
     let version = match put_manifest(shared, part, &next, manifest_version).await {
         Ok(v) => v,
         Err(LogError::Fenced) => {
@@ -652,6 +644,8 @@ async fn truncate_front(
         .partition(|s| s.last_offset < new_start);
     next.segments = kept;
     next.writer_stream = shared.stream;
+    // Aborted transactions wholly below the new start can overlap no fetch any more.
+    next.producers.prune_aborted(new_start);
     let new_version = put_manifest(shared, part, &next, version).await?;
     let span = shared.config.index_chunk_span;
     let old_chunk = index::chunk_of(manifest.log_start, span);
@@ -662,6 +656,9 @@ async fn truncate_front(
         st.manifest = next;
         st.manifest_version = Some(new_version);
         st.chunks.retain(|k, _| *k >= new_chunk - 1);
+        let start = st.log_start;
+        st.txns.prune(start);
+        st.producers.prune_aborted(start);
     }
     tracing::info!(partition = %part.tp, log_start = new_start, segments_deleted = gone.len(), "log start moved");
     for s in gone {

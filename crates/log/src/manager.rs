@@ -93,6 +93,7 @@ impl LogManager {
             cleaner_inflight: Mutex::new(Default::default()),
             cleaner_generation: std::sync::atomic::AtomicU32::new(1),
             cleaner_stats: Default::default(),
+            txn_stats: Default::default(),
         });
 
         if mode == Ownership::All {

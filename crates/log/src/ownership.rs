@@ -365,17 +365,11 @@ async fn replay_stream(
                 producer_epoch: e.producer_epoch,
                 base_sequence: e.base_sequence,
                 record_count: e.record_count,
+                kind: e.kind,
             };
-            if e.producer_id >= 0 {
-                st.producers.record(
-                    e.producer_id,
-                    e.producer_epoch,
-                    e.base_sequence,
-                    e.record_count,
-                    e.base_offset,
-                    e.max_timestamp,
-                );
-            }
+            // Replayed batches are durable: both views of the producers follow them.
+            st.producers.apply(&tail.info());
+            st.txns.apply(&tail.info());
             st.next_offset = tail.last_offset + 1;
             st.high_watermark = st.next_offset;
             st.tail_bytes += e.length as usize;

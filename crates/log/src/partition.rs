@@ -15,7 +15,7 @@ use crate::cache::CachedBatch;
 use crate::catalog::TopicId;
 use crate::index::{ChunkStamp, IndexEntry};
 use crate::manifest::Manifest;
-use crate::producer::ProducerStates;
+use crate::producer::{BatchInfo, ProducerStates, TxnKind, TxnView};
 
 /// Where a durable but not yet compacted batch lives: a range of a write-ahead object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +31,21 @@ pub struct TailEntry {
     pub producer_epoch: i16,
     pub base_sequence: i32,
     pub record_count: i32,
+    pub kind: TxnKind,
+}
+
+impl TailEntry {
+    pub fn info(&self) -> BatchInfo {
+        BatchInfo {
+            producer_id: self.producer_id,
+            producer_epoch: self.producer_epoch,
+            base_sequence: self.base_sequence,
+            record_count: self.record_count,
+            base_offset: self.base_offset,
+            max_timestamp: self.max_timestamp,
+            kind: self.kind,
+        }
+    }
 }
 
 /// A loaded index chunk, who wrote it, and the version to compare-and-swap it against.
@@ -91,6 +106,8 @@ pub struct PartState {
     pub cache: VecDeque<CachedBatch>,
     /// Producer state including appends not yet durable: used to check new appends.
     pub producers: ProducerStates,
+    /// Transactions of the durable batches: the last stable offset and aborted lists.
+    pub txns: TxnView,
     pub manifest: Manifest,
     pub manifest_version: Option<Version>,
     pub chunks: BTreeMap<i64, LoadedChunk>,
@@ -172,6 +189,7 @@ impl PartState {
             tail_since: None,
             cache: VecDeque::new(),
             producers: manifest.producers.clone(),
+            txns: TxnView::from_snapshot(&manifest.producers),
             manifest,
             manifest_version,
             chunks: BTreeMap::new(),
@@ -185,6 +203,14 @@ impl PartState {
             .binary_search_by_key(&base_offset, |c| c.base_offset)
             .ok()
             .map(|i| self.cache[i].bytes.clone())
+    }
+
+    /// Kafka's last stable offset (read_committed consumers read below it).
+    pub fn last_stable(&self) -> i64 {
+        // A transaction DeleteRecords cut into starts, for readers, at the log start (Kafka).
+        self.txns
+            .last_stable(self.high_watermark)
+            .max(self.log_start)
     }
 
     pub fn checkpoint(&self) -> i64 {

@@ -4,6 +4,12 @@
 //!
 //! The state is rebuilt on recovery from the manifest's snapshot plus the producer fields of
 //! replayed write-ahead entries, so it survives restarts and moves with the partition.
+//!
+//! Transactions, the partition side (Kafka's ProducerStateManager): a producer's first
+//! transactional batch opens its ongoing transaction at that batch's offset; a marker (a
+//! control batch the coordinator has the partition owner append) closes it, and an abort
+//! marker records the aborted range (producer, first offset, marker offset) that read_committed
+//! fetches list. The snapshot carries both, so a new owner knows them.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -25,7 +31,7 @@ pub struct BatchSeq {
     pub base_offset: i64,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProducerEntry {
     pub epoch: i16,
     pub batches: VecDeque<BatchSeq>,
@@ -33,10 +39,92 @@ pub struct ProducerEntry {
     /// written before it existed read as -1, unknown, until the producer appends again.
     #[serde(default = "unknown_timestamp")]
     pub last_timestamp: i64,
+    /// First offset of the producer's ongoing transaction in this partition, if one is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub txn_first_offset: Option<i64>,
+    /// Epoch of the transaction coordinator that wrote the producer's last marker (-1: none);
+    /// a marker from an older coordinator is refused (a zombie coordinator).
+    #[serde(default = "no_coordinator_epoch")]
+    pub coordinator_epoch: i32,
+}
+
+impl Default for ProducerEntry {
+    fn default() -> Self {
+        Self {
+            epoch: 0,
+            batches: VecDeque::new(),
+            last_timestamp: unknown_timestamp(),
+            txn_first_offset: None,
+            coordinator_epoch: no_coordinator_epoch(),
+        }
+    }
 }
 
 fn unknown_timestamp() -> i64 {
     -1
+}
+
+fn no_coordinator_epoch() -> i32 {
+    -1
+}
+
+/// What a batch means to transactions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TxnKind {
+    /// Not part of a transaction.
+    #[default]
+    None,
+    /// Transactional data.
+    Data,
+    /// A commit or abort marker (a control batch).
+    Marker {
+        commit: bool,
+        coordinator_epoch: i32,
+    },
+}
+
+impl TxnKind {
+    /// Reads a stored batch's attributes (and a marker's record). The write-ahead header does
+    /// not carry attributes: replay reads them from the batch itself, so objects written before
+    /// transactions existed read unchanged (as plain batches, which they are).
+    pub fn of_stored(batch: &[u8]) -> TxnKind {
+        match strata_wire::batch::read_batch_header(batch) {
+            // A marker is a few dozen bytes: copied to be parsed.
+            Some(h) if h.is_control() => {
+                match strata_wire::builder::read_txn_marker(&Bytes::copy_from_slice(batch)) {
+                    Some(m) => TxnKind::Marker {
+                        commit: m.commit,
+                        coordinator_epoch: m.coordinator_epoch,
+                    },
+                    // A control record of a type we do not know changes no state, as in Kafka.
+                    None => TxnKind::None,
+                }
+            }
+            Some(h) if h.is_transactional() => TxnKind::Data,
+            _ => TxnKind::None,
+        }
+    }
+}
+
+/// An aborted transaction of one partition: read_committed fetches that overlap it are told
+/// to drop the producer's records from `first_offset` up to the marker at `last_offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AbortedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    pub last_offset: i64,
+}
+
+/// One appended batch as producer state sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchInfo {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+    pub record_count: i32,
+    pub base_offset: i64,
+    pub max_timestamp: i64,
+    pub kind: TxnKind,
 }
 
 /// One idempotent producer's state in a partition, as DescribeProducers reports it.
@@ -48,6 +136,10 @@ pub struct ProducerSummary {
     pub last_sequence: i32,
     /// Max timestamp of the last batch; -1 when unknown.
     pub last_timestamp: i64,
+    /// Epoch of the coordinator that wrote the producer's last marker; -1 when none.
+    pub coordinator_epoch: i32,
+    /// First offset of the producer's ongoing transaction; -1 when none is open.
+    pub current_txn_start_offset: i64,
 }
 
 /// What to do with an incoming idempotent batch.
@@ -62,6 +154,89 @@ pub enum SeqCheck {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProducerStates {
     pub producers: BTreeMap<i64, ProducerEntry>,
+    /// Aborted transactions whose markers are at or past the log start, in marker order
+    /// (pruned as the log start passes them; bounded by `max_aborted_transactions`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub aborted: Vec<AbortedTxn>,
+}
+
+/// The transactions of a partition's durable batches: what the last stable offset and the
+/// aborted lists of read_committed fetches are computed from. The append path's
+/// [`ProducerStates`] runs ahead of it (it includes batches not yet durable); a marker must be
+/// durable before the transaction it closes stops holding the last stable offset back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TxnView {
+    /// Producer id → first offset of its ongoing transaction.
+    pub ongoing: BTreeMap<i64, i64>,
+    pub aborted: Vec<AbortedTxn>,
+}
+
+impl TxnView {
+    pub fn from_snapshot(states: &ProducerStates) -> Self {
+        Self {
+            ongoing: states
+                .producers
+                .iter()
+                .filter_map(|(id, e)| e.txn_first_offset.map(|first| (*id, first)))
+                .collect(),
+            aborted: states.aborted.clone(),
+        }
+    }
+
+    /// Follows one durable batch.
+    pub fn apply(&mut self, b: &BatchInfo) {
+        if b.producer_id < 0 {
+            return;
+        }
+        match b.kind {
+            TxnKind::None => {}
+            TxnKind::Data => {
+                self.ongoing.entry(b.producer_id).or_insert(b.base_offset);
+            }
+            TxnKind::Marker { commit, .. } => {
+                if let Some(first) = self.ongoing.remove(&b.producer_id) {
+                    if !commit {
+                        self.aborted.push(AbortedTxn {
+                            producer_id: b.producer_id,
+                            first_offset: first,
+                            last_offset: b.base_offset,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Kafka's last stable offset: the first offset of the oldest ongoing transaction, or the
+    /// high watermark when none is open.
+    pub fn last_stable(&self, high_watermark: i64) -> i64 {
+        self.ongoing
+            .values()
+            .copied()
+            .min()
+            .map_or(high_watermark, |first| first.min(high_watermark))
+    }
+
+    /// The aborted transactions a read_committed fetch of `[from, to)` must be told about
+    /// (Kafka's rule: every one whose marker is at or past `from` and that starts before `to`),
+    /// as (producer id, first offset).
+    pub fn aborted_between(&self, from: i64, to: i64) -> Vec<(i64, i64)> {
+        let start = self.aborted.partition_point(|a| a.last_offset < from);
+        self.aborted[start..]
+            .iter()
+            .filter(|a| a.first_offset < to)
+            .map(|a| (a.producer_id, a.first_offset))
+            .collect()
+    }
+
+    pub fn prune(&mut self, log_start: i64) {
+        prune_aborted(&mut self.aborted, log_start);
+    }
+}
+
+fn prune_aborted(aborted: &mut Vec<AbortedTxn>, log_start: i64) {
+    let gone = aborted.partition_point(|a| a.last_offset < log_start);
+    aborted.drain(..gone);
 }
 
 fn next_seq(seq: i32) -> i32 {
@@ -135,6 +310,115 @@ impl ProducerStates {
         }
     }
 
+    /// Checks a batch of any kind without changing state: sequences for data (as
+    /// [`Self::check`]), Kafka's transaction rules on top. A marker from an older producer
+    /// epoch is refused (INVALID_PRODUCER_EPOCH), one from an older coordinator epoch too
+    /// (TRANSACTION_COORDINATOR_FENCED); a non-transactional batch of a producer whose
+    /// transaction is open here is refused (INVALID_TXN_STATE), as Kafka's ProducerAppendInfo
+    /// does.
+    pub fn check_batch(&self, b: &BatchInfo) -> LogResult<SeqCheck> {
+        let entry = self.producers.get(&b.producer_id);
+        if let TxnKind::Marker {
+            coordinator_epoch, ..
+        } = b.kind
+        {
+            if let Some(entry) = entry {
+                if b.producer_epoch < entry.epoch {
+                    return Err(LogError::InvalidProducerEpoch {
+                        producer_id: b.producer_id,
+                        got: b.producer_epoch,
+                        current: entry.epoch,
+                    });
+                }
+                if coordinator_epoch < entry.coordinator_epoch {
+                    return Err(LogError::TransactionCoordinatorFenced {
+                        producer_id: b.producer_id,
+                        got: coordinator_epoch,
+                        current: entry.coordinator_epoch,
+                    });
+                }
+            }
+            return Ok(SeqCheck::Append);
+        }
+        let decision = self.check(
+            b.producer_id,
+            b.producer_epoch,
+            b.base_sequence,
+            b.record_count,
+        )?;
+        if decision == SeqCheck::Append
+            && b.kind == TxnKind::None
+            && entry.is_some_and(|e| e.txn_first_offset.is_some())
+        {
+            return Err(LogError::InvalidTxnState(format!(
+                "producer {} sent a non-transactional batch while its transaction is open",
+                b.producer_id
+            )));
+        }
+        Ok(decision)
+    }
+
+    /// Whether this transactional batch would open a new transaction here.
+    pub fn opens_txn(&self, b: &BatchInfo) -> bool {
+        b.kind == TxnKind::Data
+            && self
+                .producers
+                .get(&b.producer_id)
+                .is_none_or(|e| e.txn_first_offset.is_none())
+    }
+
+    /// Records an appended batch of any kind (after `check_batch` said Append, or on replay).
+    pub fn apply(&mut self, b: &BatchInfo) {
+        if b.producer_id < 0 {
+            return;
+        }
+        match b.kind {
+            TxnKind::None | TxnKind::Data => {
+                self.record(
+                    b.producer_id,
+                    b.producer_epoch,
+                    b.base_sequence,
+                    b.record_count,
+                    b.base_offset,
+                    b.max_timestamp,
+                );
+                if b.kind == TxnKind::Data {
+                    if let Some(entry) = self.producers.get_mut(&b.producer_id) {
+                        entry.txn_first_offset.get_or_insert(b.base_offset);
+                    }
+                }
+            }
+            TxnKind::Marker {
+                commit,
+                coordinator_epoch,
+            } => {
+                let entry = self.producers.entry(b.producer_id).or_default();
+                if b.producer_epoch != entry.epoch {
+                    // A marker at a bumped epoch (the coordinator's abort of a fenced or
+                    // timed-out producer): the new epoch starts its sequences afresh.
+                    entry.epoch = b.producer_epoch;
+                    entry.batches.clear();
+                }
+                entry.coordinator_epoch = coordinator_epoch;
+                entry.last_timestamp = b.max_timestamp;
+                if let Some(first) = entry.txn_first_offset.take() {
+                    if !commit {
+                        self.aborted.push(AbortedTxn {
+                            producer_id: b.producer_id,
+                            first_offset: first,
+                            last_offset: b.base_offset,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Forgets aborted transactions wholly below the log start: no fetch can overlap them.
+    pub fn prune_aborted(&mut self, log_start: i64) {
+        prune_aborted(&mut self.aborted, log_start);
+    }
+
     /// Every producer with state, by id.
     pub fn summaries(&self) -> Vec<ProducerSummary> {
         self.producers
@@ -144,6 +428,8 @@ impl ProducerStates {
                 epoch: entry.epoch,
                 last_sequence: entry.batches.back().map_or(-1, |b| b.last_seq),
                 last_timestamp: entry.last_timestamp,
+                coordinator_epoch: entry.coordinator_epoch,
+                current_txn_start_offset: entry.txn_first_offset.unwrap_or(-1),
             })
             .collect()
     }
@@ -255,6 +541,23 @@ mod tests {
         ));
         assert_eq!(s.check(1, 3, 0, 1).unwrap(), SeqCheck::Append);
         assert!(s.check(1, 3, 1, 1).is_err());
+    }
+
+    /// A producer snapshot as manifests stored it before transactions: it loads with no
+    /// transaction open, no coordinator epoch and no aborted transactions.
+    #[test]
+    fn a_snapshot_from_before_transactions_loads() {
+        let old = r#"{"producers":{"7":{"epoch":2,"batches":[{"first_seq":0,"last_seq":4,"base_offset":10}],"last_timestamp":99}}}"#;
+        let s: ProducerStates = serde_json::from_str(old).unwrap();
+        let e = &s.producers[&7];
+        assert_eq!(
+            (e.epoch, e.txn_first_offset, e.coordinator_epoch),
+            (2, None, -1)
+        );
+        assert!(s.aborted.is_empty());
+        assert_eq!(TxnView::from_snapshot(&s), TxnView::default());
+        // And a snapshot without transactional state is written as before.
+        assert!(!serde_json::to_string(&s).unwrap().contains("aborted"));
     }
 
     #[test]

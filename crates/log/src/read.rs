@@ -16,6 +16,7 @@ use crate::partition::LoadedChunk;
 use crate::partition::{Partition, TailEntry};
 use crate::producer::ProducerSummary;
 use crate::shared::Shared;
+use crate::txn::Isolation;
 use crate::wal;
 use crate::{LogError, LogResult};
 
@@ -25,6 +26,9 @@ pub struct Watermarks {
     pub log_start: Offset,
     /// One past the last durable offset: readers never see beyond it.
     pub high: Offset,
+    /// Kafka's last stable offset: the first offset of the oldest transaction still open (its
+    /// marker not yet durable), or the high watermark; never below the log start.
+    pub last_stable: Offset,
 }
 
 /// Record batches read from a partition, as stored (the client's bytes, base offset rewritten).
@@ -32,6 +36,9 @@ pub struct Watermarks {
 pub struct ReadOutcome {
     pub batches: Vec<Bytes>,
     pub watermarks: Option<Watermarks>,
+    /// For a read_committed read: the aborted transactions (producer id, first offset) the
+    /// returned batches overlap. None for read_uncommitted.
+    pub aborted: Option<Vec<(i64, i64)>>,
 }
 
 /// Adds batches to a response while they fit; the first always fits when `min_one`.
@@ -62,6 +69,39 @@ pub(crate) async fn read(
     offset: i64,
     max_bytes: usize,
     min_one: bool,
+    isolation: Isolation,
+) -> LogResult<ReadOutcome> {
+    let mut outcome = read_upto(shared, part, offset, max_bytes, min_one, isolation).await?;
+    if isolation == Isolation::ReadCommitted {
+        let Some(wm) = outcome.watermarks else {
+            return Ok(outcome);
+        };
+        // Batches never straddle the last stable offset (it is a batch's first offset or
+        // the high watermark), so dropping the batches from it on leaves whole batches.
+        let stable = wm.last_stable.0;
+        outcome
+            .batches
+            .retain(|b| strata_wire::read_batch_header(b).is_some_and(|h| h.base_offset < stable));
+        let end = outcome
+            .batches
+            .last()
+            .and_then(|b| strata_wire::read_batch_header(b))
+            .map(|h| h.last_offset() + 1);
+        outcome.aborted = Some(match end {
+            Some(end) => part.lock().txns.aborted_between(offset, end),
+            None => Vec::new(),
+        });
+    }
+    Ok(outcome)
+}
+
+async fn read_upto(
+    shared: &Shared,
+    part: &Arc<Partition>,
+    offset: i64,
+    max_bytes: usize,
+    min_one: bool,
+    isolation: Isolation,
 ) -> LogResult<ReadOutcome> {
     let mut budget = Budget {
         max: max_bytes,
@@ -73,6 +113,11 @@ pub(crate) async fn read(
         let wm = Watermarks {
             log_start: Offset(st.log_start),
             high: Offset(st.high_watermark),
+            last_stable: Offset(st.last_stable()),
+        };
+        let end = match isolation {
+            Isolation::ReadUncommitted => st.high_watermark,
+            Isolation::ReadCommitted => wm.last_stable.0,
         };
         if offset < st.log_start || offset > st.high_watermark {
             return Err(LogError::OffsetOutOfRange {
@@ -98,7 +143,9 @@ pub(crate) async fn read(
         } else {
             Vec::new()
         };
-        let plan = if offset == st.high_watermark || !from_cache.is_empty() {
+        let plan = if offset >= end {
+            Plan::Done(Vec::new())
+        } else if !from_cache.is_empty() {
             Plan::Done(from_cache)
         } else if offset >= st.checkpoint() {
             let i = st.tail.partition_point(|t| t.last_offset < offset);
@@ -125,13 +172,17 @@ pub(crate) async fn read(
                 // The cleaner removed every batch from `offset` to the checkpoint: the next
                 // surviving one is in the tail (or nothing is, yet).
                 let checkpoint = part.lock().checkpoint();
-                return Box::pin(read(shared, part, checkpoint, max_bytes, min_one)).await;
+                return Box::pin(read_upto(
+                    shared, part, checkpoint, max_bytes, min_one, isolation,
+                ))
+                .await;
             }
         },
     };
     Ok(ReadOutcome {
         batches,
         watermarks: Some(wm),
+        aborted: None,
     })
 }
 
@@ -394,8 +445,36 @@ impl LogManager {
         max_bytes: usize,
         min_one_batch: bool,
     ) -> LogResult<ReadOutcome> {
+        self.read_isolated(
+            tp,
+            offset,
+            max_bytes,
+            min_one_batch,
+            Isolation::ReadUncommitted,
+        )
+        .await
+    }
+
+    /// [`Self::read`] at an isolation level: read_committed returns only batches below the
+    /// last stable offset and lists the aborted transactions they overlap.
+    pub async fn read_isolated(
+        &self,
+        tp: &TopicPartition,
+        offset: Offset,
+        max_bytes: usize,
+        min_one_batch: bool,
+        isolation: Isolation,
+    ) -> LogResult<ReadOutcome> {
         let part = self.partition_readable(tp)?;
-        crate::read::read(&self.shared, &part, offset.0, max_bytes, min_one_batch).await
+        crate::read::read(
+            &self.shared,
+            &part,
+            offset.0,
+            max_bytes,
+            min_one_batch,
+            isolation,
+        )
+        .await
     }
 
     pub fn watermarks(&self, tp: &TopicPartition) -> LogResult<Watermarks> {
@@ -404,6 +483,7 @@ impl LogManager {
         Ok(Watermarks {
             log_start: Offset(st.log_start),
             high: Offset(st.high_watermark),
+            last_stable: Offset(st.last_stable()),
         })
     }
 

@@ -58,6 +58,7 @@ pub(crate) struct Shared {
     /// Names cleaned segments uniquely within this process (with the claim and stream).
     pub cleaner_generation: std::sync::atomic::AtomicU32,
     pub cleaner_stats: crate::cleaner::CleanerStats,
+    pub txn_stats: crate::txn::TxnStats,
 }
 
 /// Who decides which partitions this broker serves.

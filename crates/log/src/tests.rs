@@ -1085,6 +1085,7 @@ async fn suspended_writes_keep_reads_and_resume_under_the_same_epoch() {
 mod cleaner;
 mod deposed;
 mod moves;
+mod txn;
 
 #[tokio::test]
 async fn partition_size_and_producer_state_survive_compaction_and_restart() {
@@ -1112,6 +1113,8 @@ async fn partition_size_and_producer_state_survive_compaction_and_restart() {
             last_sequence: 7,
             // The batch's max timestamp: its first plus one per later record.
             last_timestamp: 1_004,
+            coordinator_epoch: -1,
+            current_txn_start_offset: -1,
         }]
     );
     // In a compacted segment, read back from the manifest after a restart.

@@ -11,6 +11,7 @@ use strata_core::{BrokerId, Clock};
 use strata_storage::ObjectStore;
 
 use crate::catalog::TopicId;
+use crate::producer::TxnKind;
 use crate::{LogError, LogResult};
 
 use strata_layout::wal::DATA_MAGIC as MAGIC;
@@ -31,6 +32,9 @@ pub struct WalEntry {
     pub producer_epoch: i16,
     pub base_sequence: i32,
     pub record_count: i32,
+    /// Not stored in the header: read from the batch's own attributes (see
+    /// [`TxnKind::of_stored`]), so the format is unchanged.
+    pub kind: TxnKind,
 }
 
 impl WalEntry {
@@ -128,10 +132,16 @@ pub fn decode(object: &[u8]) -> LogResult<WalHeader> {
             producer_epoch: b.get_i16(),
             base_sequence: b.get_i32(),
             record_count: b.get_i32(),
+            kind: TxnKind::None,
         };
         let end = e.position as usize + e.length as usize;
         if (e.position as usize) < header || end > object.len() {
             return Err(corrupt("entry points outside the object"));
+        }
+        let mut e = e;
+        // Only batches with a producer can belong to a transaction: skip the others' bytes.
+        if e.producer_id >= 0 {
+            e.kind = TxnKind::of_stored(&object[e.position as usize..end]);
         }
         entries.push(e);
     }
@@ -194,6 +204,7 @@ mod tests {
             producer_epoch: -1,
             base_sequence: -1,
             record_count: 2,
+            kind: TxnKind::None,
         }
     }
 

@@ -99,6 +99,7 @@ impl MetricsSource {
             cluster: self.cluster.get().map(|node| node.metrics()),
             fetch_sessions: self.broker.get().map(|broker| broker.fetch_session_stats()),
             share: self.broker.get().map(|broker| broker.share_state().stats()),
+            transactions: self.broker.get().map(|broker| broker.txn_stats()),
             authentications: self
                 .broker
                 .get()
@@ -143,6 +144,7 @@ fn log_snapshot(log: &LogManager) -> LogSnapshot {
         high_watermarks,
         cleaner: log.cleaner_stats(),
         dirty_ratios,
+        txn: log.txn_stats(),
     }
 }
 
@@ -160,6 +162,8 @@ pub struct Snapshot {
     pub fetch_sessions: Option<FetchSessionStats>,
     /// Share groups (KIP-932); None until the broker has started.
     pub share: Option<strata_broker::share::ShareStats>,
+    /// Transactions coordinated here. None until the broker has started.
+    pub transactions: Option<strata_broker::txn_coordinator::TxnStatsSnapshot>,
     /// Authentication outcomes: (mechanism, result, count).
     pub authentications: Vec<(String, &'static str, u64)>,
     /// Requests per API, traffic per topic, connections. None until the broker has started.
@@ -181,6 +185,8 @@ pub struct LogSnapshot {
     pub cleaner: strata_log::CleanerSnapshot,
     /// Served partitions of compacted topics and their dirty ratios (same cap, same order).
     pub dirty_ratios: Vec<(TopicPartition, f64)>,
+    /// Transactions on the partition side (open ones, markers written).
+    pub txn: strata_log::TxnSnapshot,
 }
 
 /// A per-topic counter family: name, help, and which count it reports.
@@ -470,6 +476,7 @@ pub fn render(snapshot: &Snapshot) -> String {
             log.partitions_served.saturating_sub(MAX_WATERMARK_SERIES) as u64,
         );
         render_cleaner(&mut out, log);
+        render_txn(&mut out, &log.txn);
     }
 
     if let Some(cluster) = &snapshot.cluster {
@@ -581,6 +588,27 @@ pub fn render(snapshot: &Snapshot) -> String {
         );
     }
 
+    if let Some(txn) = &snapshot.transactions {
+        out.family(
+            "strata_transactions_total",
+            "counter",
+            "Transactions this broker coordinated that ended, by result (timed_out: aborted by the coordinator after transaction.timeout.ms).",
+        );
+        for (result, n) in [
+            ("committed", txn.committed),
+            ("aborted", txn.aborted),
+            ("timed_out", txn.timed_out),
+        ] {
+            out.sample("strata_transactions_total", &[("result", result)], n);
+        }
+        out.family(
+            "strata_transactions_open",
+            "gauge",
+            "Transactions begun and not yet completed on the coordinator shards this broker hosts.",
+        );
+        out.sample("strata_transactions_open", &[], txn.open);
+    }
+
     out.family(
         "strata_process_uptime_seconds",
         "gauge",
@@ -631,6 +659,32 @@ impl Exposition {
         }
         let _ = writeln!(self.text, " {value}");
     }
+}
+
+/// Broker-wide, not per partition: a last-stable-offset lag per partition would be too many
+/// series.
+fn render_txn(out: &mut Exposition, txn: &strata_log::TxnSnapshot) {
+    out.family(
+        "strata_ongoing_transactions",
+        "gauge",
+        "Open transactions over the partitions this broker serves (a transaction open in three partitions counts three): they hold the last stable offset back.",
+    );
+    out.sample("strata_ongoing_transactions", &[], txn.ongoing);
+    out.family(
+        "strata_txn_markers_total",
+        "counter",
+        "Transaction markers (WriteTxnMarkers) this broker wrote, by type.",
+    );
+    out.sample(
+        "strata_txn_markers_total",
+        &[("type", "commit")],
+        txn.commit_markers,
+    );
+    out.sample(
+        "strata_txn_markers_total",
+        &[("type", "abort")],
+        txn.abort_markers,
+    );
 }
 
 /// A label value as the text format wants it: backslash, double quote and line feed escaped.
@@ -817,6 +871,7 @@ mod tests {
             cluster: None,
             fetch_sessions: None,
             share: None,
+            transactions: None,
             authentications: Vec::new(),
             traffic: None,
             authorization_denied: vec![("TOPIC", "WRITE", 3)],
@@ -961,6 +1016,11 @@ mod tests {
                 last_pass_millis: 1_500,
             },
             dirty_ratios: vec![(TopicPartition::new("orders", 0), 0.25)],
+            txn: strata_log::TxnSnapshot {
+                ongoing: 2,
+                commit_markers: 5,
+                abort_markers: 1,
+            },
         });
         snapshot.cluster = Some(ClusterMetrics {
             live_brokers: 3,
@@ -983,7 +1043,22 @@ mod tests {
             records: vec![("accepted", 12), ("archived", 1)],
             backlog: vec![("workers".to_string(), 30)],
         });
+        snapshot.transactions = Some(strata_broker::txn_coordinator::TxnStatsSnapshot {
+            committed: 5,
+            aborted: 2,
+            timed_out: 1,
+            open: 3,
+        });
         let text = render(&snapshot);
+        assert_eq!(
+            value_of(&text, "strata_transactions_total{result=\"timed_out\"}"),
+            "1"
+        );
+        assert_eq!(
+            value_of(&text, "strata_transactions_total{result=\"committed\"}"),
+            "5"
+        );
+        assert_eq!(value_of(&text, "strata_transactions_open"), "3");
         assert!(text.ends_with('\n'));
         assert!(
             text.contains("strata_share_records_total{outcome=\"accepted\"} 12\n"),
@@ -997,6 +1072,11 @@ mod tests {
         assert_eq!(value_of(&text, "strata_fetch_sessions"), "4");
         assert_eq!(value_of(&text, "strata_fetch_session_partitions"), "1200");
         assert_eq!(value_of(&text, "strata_fetch_session_evictions_total"), "9");
+        assert_eq!(value_of(&text, "strata_ongoing_transactions"), "2");
+        assert_eq!(
+            value_of(&text, "strata_txn_markers_total{type=\"abort\"}"),
+            "1"
+        );
         assert_eq!(
             value_of(
                 &text,

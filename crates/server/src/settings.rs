@@ -159,6 +159,22 @@ pub struct Settings {
     /// their id over the partitions, so an existing topic keeps its count. Every shard is
     /// replayed at startup. Kafka's `offsets.topic.num.partitions` (50 there).
     pub group_shards: i32,
+    /// Partitions of the internal `__transaction_state` topic (one transaction coordinator
+    /// shard each), applied only when the topic is first created: transactional ids are placed
+    /// by hashing over them. Kafka's `transaction.state.log.num.partitions` (50 there).
+    pub txn_shards: i32,
+    /// Longest transaction timeout a producer may ask for (Kafka's
+    /// `transaction.max.timeout.ms`); larger ones are refused with INVALID_TRANSACTION_TIMEOUT.
+    #[serde(with = "humantime_serde")]
+    pub transaction_max_timeout: Duration,
+    /// How often the transaction coordinator aborts transactions open past their timeout
+    /// (Kafka's `transaction.abort.timed.out.transaction.cleanup.interval.ms`).
+    #[serde(with = "humantime_serde")]
+    pub transaction_abort_timed_out_interval: Duration,
+    /// How long a transactional id without transactions is remembered (Kafka's
+    /// `transactional.id.expiration.ms`).
+    #[serde(with = "humantime_serde")]
+    pub transactional_id_expiration: Duration,
     /// Members one consumer group may hold, classic or KIP-848 (Kafka's `group.max.size`,
     /// unbounded there); joins beyond it get GROUP_MAX_SIZE_REACHED.
     pub group_max_size: usize,
@@ -176,6 +192,11 @@ pub struct Settings {
     /// before the request fails with COORDINATOR_NOT_AVAILABLE (`offsets.commit.timeout.ms`).
     #[serde(with = "humantime_serde")]
     pub offsets_commit_timeout: Duration,
+    /// How long a transaction marker (WriteTxnMarkers) may wait to become durable before its
+    /// partition is answered REQUEST_TIMED_OUT and the coordinator retries it (Kafka:
+    /// `request.timeout.ms`).
+    #[serde(with = "humantime_serde")]
+    pub txn_marker_timeout: Duration,
     /// KIP-848 consumer groups (`group.protocol=consumer`): a member silent for this long is
     /// removed and its partitions go to the others (`group.consumer.session.timeout.ms`).
     #[serde(with = "humantime_serde")]
@@ -341,6 +362,10 @@ pub struct LogSettings {
     pub cleaner_io_max_bytes_per_second: Option<ByteSize>,
     /// Cleaning passes at once (each over one partition); 0 turns key compaction off.
     pub cleaner_threads: usize,
+    /// Aborted transactions one partition remembers (in its manifest, ~60 bytes each); at
+    /// the bound new transactions in that partition are refused (POLICY_VIOLATION) until
+    /// retention or DeleteRecords passes older ones.
+    pub max_aborted_transactions: usize,
 }
 
 impl Default for Settings {
@@ -385,11 +410,16 @@ impl Default for Settings {
             max_request_partition_size_limit: broker.max_request_partition_size_limit,
             shutdown_grace: broker.shutdown_grace,
             group_shards: broker.group_shards,
+            txn_shards: broker.txn_shards,
+            transaction_max_timeout: broker.transaction_max_timeout,
+            transaction_abort_timed_out_interval: broker.transaction_abort_timed_out_interval,
+            transactional_id_expiration: broker.transactional_id_expiration,
             group_max_size: broker.group_max_size,
             group_initial_rebalance_delay: broker.group_initial_rebalance_delay,
             group_min_session_timeout: broker.group_min_session_timeout,
             group_max_session_timeout: broker.group_max_session_timeout,
             offsets_commit_timeout: broker.offsets_commit_timeout,
+            txn_marker_timeout: broker.txn_marker_timeout,
             group_consumer_session_timeout: broker.group_consumer_session_timeout,
             group_consumer_heartbeat_interval: broker.group_consumer_heartbeat_interval,
             group_share_session_timeout: broker.group_share_session_timeout,
@@ -450,6 +480,7 @@ impl Default for LogSettings {
             cleaner_dedupe_buffer_bytes: ByteSize(log.cleaner_dedupe_buffer_bytes as u64),
             cleaner_io_max_bytes_per_second: None,
             cleaner_threads: log.cleaner_threads,
+            max_aborted_transactions: log.max_aborted_transactions,
         }
     }
 }
@@ -503,6 +534,7 @@ impl LogSettings {
                 .cleaner_io_max_bytes_per_second
                 .map_or(u64::MAX, |b| b.0),
             cleaner_threads: self.cleaner_threads,
+            max_aborted_transactions: self.max_aborted_transactions,
             ..LogConfig::default()
         })
     }
@@ -820,6 +852,22 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
     ),
     ("STRATA_SHUTDOWN_GRACE", &["shutdown_grace"], Kind::Text),
     ("STRATA_GROUP_SHARDS", &["group_shards"], Kind::Integer),
+    ("STRATA_TXN_SHARDS", &["txn_shards"], Kind::Integer),
+    (
+        "STRATA_TRANSACTION_MAX_TIMEOUT",
+        &["transaction_max_timeout"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_TRANSACTION_ABORT_TIMED_OUT_INTERVAL",
+        &["transaction_abort_timed_out_interval"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_TRANSACTIONAL_ID_EXPIRATION",
+        &["transactional_id_expiration"],
+        Kind::Text,
+    ),
     ("STRATA_GROUP_MAX_SIZE", &["group_max_size"], Kind::Integer),
     (
         "STRATA_GROUP_INITIAL_REBALANCE_DELAY",
@@ -839,6 +887,11 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
     (
         "STRATA_OFFSETS_COMMIT_TIMEOUT",
         &["offsets_commit_timeout"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_TXN_MARKER_TIMEOUT",
+        &["txn_marker_timeout"],
         Kind::Text,
     ),
     (
@@ -1038,6 +1091,11 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         &["log", "cleaner_threads"],
         Kind::Integer,
     ),
+    (
+        "STRATA_LOG_MAX_ABORTED_TRANSACTIONS",
+        &["log", "max_aborted_transactions"],
+        Kind::Integer,
+    ),
 ];
 
 /// Values given on the command line (the top layer).
@@ -1071,6 +1129,10 @@ pub struct FlagOverrides {
     pub default_replication_factor: Option<i16>,
     pub max_request_partition_size_limit: Option<usize>,
     pub group_shards: Option<i32>,
+    pub txn_shards: Option<i32>,
+    pub transaction_max_timeout: Option<String>,
+    pub transaction_abort_timed_out_interval: Option<String>,
+    pub transactional_id_expiration: Option<String>,
     pub group_max_size: Option<usize>,
     pub group_initial_rebalance_delay: Option<String>,
     pub group_min_session_timeout: Option<String>,
@@ -1359,6 +1421,35 @@ pub fn load(
             flags
                 .group_shards
                 .map(|v| toml::Value::Integer(i64::from(v))),
+        ),
+        (
+            "txn-shards",
+            &["txn_shards"],
+            flags.txn_shards.map(|v| toml::Value::Integer(i64::from(v))),
+        ),
+        (
+            "transaction-max-timeout",
+            &["transaction_max_timeout"],
+            flags
+                .transaction_max_timeout
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
+            "transaction-abort-timed-out-interval",
+            &["transaction_abort_timed_out_interval"],
+            flags
+                .transaction_abort_timed_out_interval
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
+            "transactional-id-expiration",
+            &["transactional_id_expiration"],
+            flags
+                .transactional_id_expiration
+                .clone()
+                .map(toml::Value::String),
         ),
         (
             "group-max-size",
@@ -1654,6 +1745,10 @@ impl Settings {
         if self.log.wal_delete_concurrency == 0 {
             return bad("log.wal_delete_concurrency", "must be at least 1");
         }
+        // Zero would refuse every transaction on a partition that ever aborted one.
+        if self.log.max_aborted_transactions == 0 {
+            return bad("log.max_aborted_transactions", "must be at least 1");
+        }
         // Below a megabyte, ordinary producer batches (librdkafka's default batch.size is 1MB
         // uncompressed) would be refused.
         if self.log.max_decompressed_batch_bytes.0 < 1 << 20 {
@@ -1807,8 +1902,35 @@ impl Settings {
         {
             return bad("share_auto_offset_reset", "must be latest or earliest");
         }
+        if !(1..=MAX_GROUP_SHARDS).contains(&self.txn_shards) {
+            return bad(
+                "txn_shards",
+                &format!("must be between 1 and {MAX_GROUP_SHARDS}"),
+            );
+        }
+        // Kafka sends timeouts as i32 milliseconds.
+        if self.transaction_max_timeout.is_zero()
+            || self.transaction_max_timeout.as_millis() > i32::MAX as u128
+        {
+            return bad(
+                "transaction_max_timeout",
+                "must be more than 0 and at most 2147483647ms",
+            );
+        }
+        if self.transaction_abort_timed_out_interval.is_zero() {
+            return bad(
+                "transaction_abort_timed_out_interval",
+                "must be more than 0",
+            );
+        }
+        if self.transactional_id_expiration.is_zero() {
+            return bad("transactional_id_expiration", "must be more than 0");
+        }
         if self.offsets_commit_timeout.is_zero() {
             return bad("offsets_commit_timeout", "must be more than 0");
+        }
+        if self.txn_marker_timeout.is_zero() {
+            return bad("txn_marker_timeout", "must be more than 0");
         }
         // A full cache is searched linearly for a session to evict, once per full fetch
         // that asks for a session; Kafka's own default is 1000.

@@ -57,6 +57,85 @@ fn put_bytes(buf: &mut BytesMut, b: &Option<Bytes>) {
 /// Encodes `records` as one uncompressed v2 batch with base offset 0 and every record
 /// stamped `timestamp_ms`.
 pub fn build_batch(records: &[SimpleRecord], timestamp_ms: i64) -> Bytes {
+    build(records, timestamp_ms, 0, (-1, -1))
+}
+
+/// A transaction marker as Kafka's `EndTransactionMarker` writes it: a control batch
+/// (attributes: control + transactional) of the producer's id and epoch, sequence -1, holding
+/// one record whose key is (version 0, type: 0 abort, 1 commit) and whose value is
+/// (version 0, coordinator epoch).
+pub fn build_txn_marker(
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    coordinator_epoch: i32,
+    timestamp_ms: i64,
+) -> Bytes {
+    let mut key = BytesMut::with_capacity(4);
+    key.put_i16(0);
+    key.put_i16(i16::from(commit));
+    let mut value = BytesMut::with_capacity(6);
+    value.put_i16(0);
+    value.put_i32(coordinator_epoch);
+    let record = SimpleRecord {
+        key: Some(key.freeze()),
+        value: Some(value.freeze()),
+    };
+    build(
+        &[record],
+        timestamp_ms,
+        CONTROL_ATTRIBUTES,
+        (producer_id, producer_epoch),
+    )
+}
+
+const CONTROL_ATTRIBUTES: i16 = 0x20 | 0x10;
+
+/// A transaction marker's contents, read back from a stored control batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnMarker {
+    pub commit: bool,
+    pub coordinator_epoch: i32,
+}
+
+/// Reads the marker of a stored control batch; None for any other batch, or a control record
+/// of another type (Kafka skips unknown control types too).
+pub fn read_txn_marker(batch: &Bytes) -> Option<TxnMarker> {
+    if batch.len() < BATCH_HEADER_LEN {
+        return None;
+    }
+    let attributes = i16::from_be_bytes([batch[21], batch[22]]);
+    if attributes & 0x20 == 0 || attributes & 0x7 != 0 {
+        return None;
+    }
+    let (_, record) = read_records(batch).ok()?.into_iter().next()?;
+    let key = record.key?;
+    let value = record.value.unwrap_or_default();
+    if key.len() < 4 {
+        return None;
+    }
+    let commit = match i16::from_be_bytes([key[2], key[3]]) {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
+    // A value without the epoch reads as -1, as Kafka's EndTransactionMarker does for a short one.
+    let coordinator_epoch = value
+        .get(2..6)
+        .and_then(|b| b.try_into().ok())
+        .map_or(-1, i32::from_be_bytes);
+    Some(TxnMarker {
+        commit,
+        coordinator_epoch,
+    })
+}
+
+fn build(
+    records: &[SimpleRecord],
+    timestamp_ms: i64,
+    attributes: i16,
+    (producer_id, producer_epoch): (i64, i16),
+) -> Bytes {
     let mut body = BytesMut::new();
     for (i, r) in records.iter().enumerate() {
         let mut rec = BytesMut::new();
@@ -71,12 +150,12 @@ pub fn build_batch(records: &[SimpleRecord], timestamp_ms: i64) -> Bytes {
     }
     let count = records.len() as i32;
     let mut covered = BytesMut::with_capacity(BATCH_HEADER_LEN - 21 + body.len());
-    covered.put_i16(0); // attributes: no compression, CreateTime
+    covered.put_i16(attributes);
     covered.put_i32(count - 1);
     covered.put_i64(timestamp_ms);
     covered.put_i64(timestamp_ms);
-    covered.put_i64(-1); // producer id
-    covered.put_i16(-1);
+    covered.put_i64(producer_id);
+    covered.put_i16(producer_epoch);
     covered.put_i32(-1);
     covered.put_i32(count);
     covered.put_slice(&body);
@@ -180,6 +259,28 @@ pub fn first_record_at_or_after(batch: &[u8], target: i64) -> Option<(i64, i64)>
 mod tests {
     use super::*;
     use crate::batch::{split_batches, validate_records, RecordsCheck};
+
+    #[test]
+    fn txn_markers_read_back_as_kafka_lays_them_out() {
+        let marker = build_txn_marker(42, 3, true, 7, 1000);
+        let views = split_batches(&marker).unwrap();
+        assert!(views[0].is_control() && views[0].is_transactional());
+        assert_eq!((views[0].producer_id(), views[0].producer_epoch()), (42, 3));
+        assert_eq!(views[0].base_sequence(), -1);
+        let (_, record) = read_records(&marker).unwrap().remove(0);
+        assert_eq!(record.key.as_deref(), Some(&[0, 0, 0, 1][..]));
+        assert_eq!(record.value.as_deref(), Some(&[0, 0, 0, 0, 0, 7][..]));
+        assert_eq!(
+            read_txn_marker(&marker),
+            Some(TxnMarker {
+                commit: true,
+                coordinator_epoch: 7
+            })
+        );
+        let abort = build_txn_marker(42, 3, false, 0, 1000);
+        assert_eq!(read_txn_marker(&abort).map(|m| m.commit), Some(false));
+        assert_eq!(read_txn_marker(&build_batch(&[], 1)), None);
+    }
 
     #[test]
     fn built_batches_validate_and_read_back() {

@@ -14,10 +14,13 @@ use tracing::{info, warn};
 use super::node::{parse_resource, resource_name};
 use super::stats::OwnershipStats;
 use crate::coordinator::{GroupCoordinator, OFFSETS_TOPIC};
+use crate::txn_coordinator::{TxnCoordinator, TXN_TOPIC};
 
 pub(super) struct LogHost {
     pub(super) log: Arc<LogManager>,
     pub(super) groups: Arc<GroupCoordinator>,
+    /// None only in tests that drive the host by hand.
+    pub(super) txn: Option<Arc<TxnCoordinator>>,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) stats: Arc<OwnershipStats>,
     /// What we serve, by resource: a deleted topic's id no longer names its partitions.
@@ -65,6 +68,7 @@ pub(crate) fn log_host(
     LogHost {
         log,
         groups,
+        txn: None,
         clock,
         stats: Arc::new(OwnershipStats::default()),
         served: std::sync::Mutex::new(HashMap::new()),
@@ -155,6 +159,14 @@ impl ResourceHost for LogHost {
                 return Err(self.cluster_error(resource, e));
             }
         }
+        if let (true, Some(txn)) = (&*info.name == TXN_TOPIC, &self.txn) {
+            if let Err(e) = txn.load_shard(partition).await {
+                warn!(partition, error = %e, "could not load the transaction coordinator shard");
+                self.log.abandon(&tp);
+                self.stats.acquire_failed.fetch_add(1, Ordering::Relaxed);
+                return Err(self.cluster_error(resource, e));
+            }
+        }
         self.served().insert(resource.to_string(), tp.clone());
         let elapsed = self.clock.monotonic().saturating_sub(started);
         OwnershipStats::record(
@@ -195,6 +207,9 @@ impl ResourceHost for LogHost {
             // Before the log stops: the shard's pending writes then fail as NOT_COORDINATOR
             // instead of racing the handover.
             self.groups.unload_shard(tp.partition);
+        }
+        if let (true, Some(txn)) = (&*tp.topic == TXN_TOPIC, &self.txn) {
+            txn.unload_shard(tp.partition);
         }
         let started = self.clock.monotonic();
         let outcome = if reason == StopReason::Handover {

@@ -200,6 +200,7 @@ impl ClusterNode {
         clock: Arc<dyn Clock>,
         log: Arc<LogManager>,
         groups: Arc<GroupCoordinator>,
+        txn: Arc<crate::txn_coordinator::TxnCoordinator>,
         joined: Joined,
         settings: ClusterSettings,
     ) -> Result<Arc<Self>, ClusterStartError> {
@@ -214,6 +215,7 @@ impl ClusterNode {
         let host = LogHost {
             log: Arc::clone(&log),
             groups,
+            txn: Some(txn),
             clock: Arc::clone(&clock),
             stats: Arc::clone(&stats),
             served: std::sync::Mutex::new(HashMap::new()),

@@ -377,8 +377,8 @@ pub(crate) fn describe_producers(
                                     state.producer_epoch = i32::from(s.epoch);
                                     state.last_sequence = s.last_sequence;
                                     state.last_timestamp = s.last_timestamp;
-                                    state.coordinator_epoch = -1;
-                                    state.current_txn_start_offset = -1;
+                                    state.coordinator_epoch = s.coordinator_epoch;
+                                    state.current_txn_start_offset = s.current_txn_start_offset;
                                     state
                                 })
                                 .collect();

@@ -110,6 +110,27 @@ pub(crate) fn group_coordinator(
     group: &str,
     ctx: &RequestContext,
 ) -> Result<(i32, String, u16), (i16, String)> {
+    let shard = shard_of(group, broker.groups.shard_count()) as i32;
+    shard_owner(broker, OFFSETS_TOPIC, shard, ctx)
+}
+
+/// The broker hosting the transaction coordinator shard of `transactional_id`: the owner of
+/// its `__transaction_state` partition, found exactly as a group's.
+pub(crate) fn txn_coordinator(
+    broker: &Broker,
+    transactional_id: &str,
+    ctx: &RequestContext,
+) -> Result<(i32, String, u16), (i16, String)> {
+    let shard = crate::txn_coordinator::shard_of(transactional_id, broker.txn.shard_count()) as i32;
+    shard_owner(broker, crate::txn_coordinator::TXN_TOPIC, shard, ctx)
+}
+
+fn shard_owner(
+    broker: &Broker,
+    internal_topic: &str,
+    shard: i32,
+    ctx: &RequestContext,
+) -> Result<(i32, String, u16), (i16, String)> {
     let me = (
         broker.settings.node_id.0,
         ctx.listener.advertised_host.clone(),
@@ -121,20 +142,19 @@ pub(crate) fn group_coordinator(
     let unavailable = |why: &str| (code::COORDINATOR_NOT_AVAILABLE, why.to_string());
     let topic = broker
         .log
-        .topic(OFFSETS_TOPIC)
-        .ok_or_else(|| unavailable("the consumer offsets topic does not exist yet"))?;
-    let shard = shard_of(group, broker.groups.shard_count()) as i32;
+        .topic(internal_topic)
+        .ok_or_else(|| unavailable("the coordinator's internal topic does not exist yet"))?;
     let tp = TopicPartition::new(Arc::clone(&topic.name), shard);
     let view = node.view();
     let (leader, _) = node
         .leader_of(&view, &node.owners(), topic.id, &tp)
-        .ok_or_else(|| unavailable("the group's coordinator shard is between owners"))?;
+        .ok_or_else(|| unavailable("the coordinator shard is between owners"))?;
     let (host, port) = view
         .members
         .get(&leader)
         .map(|m| m.registration.endpoint(&ctx.listener.name))
         .map(|(h, p)| (h.to_string(), p))
-        .ok_or_else(|| unavailable("the group's coordinator is not live"))?;
+        .ok_or_else(|| unavailable("the coordinator is not live"))?;
     if leader == broker.settings.node_id {
         return Ok(me);
     }

@@ -12,6 +12,12 @@
 //! picks which of them the answer lists; a full fetch asking for a session gets one if the
 //! cache has room. An incremental fetch with nothing to list waits for data like any other.
 //!
+//! Transactions: isolation_level 1 (read_committed) reads only below each partition's last
+//! stable offset and lists the aborted transactions the returned batches overlap; both levels
+//! report the last stable offset. A read_committed long poll waits on the high watermark like
+//! any other: the last stable offset only moves when a marker becomes durable, which moves the
+//! high watermark too, so every move of it wakes the fetch.
+//!
 //! Zero copy: each partition's records are the list of batches the log returned, and
 //! strata-wire's Fetch encoder ([`FetchResponseChunks`]) writes every batch of 512 bytes or more
 //! to the socket from its own buffer; only smaller ones are copied into the response buffer.
@@ -22,9 +28,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::select_all;
-use kafka_protocol::messages::{FetchRequest, TopicName};
+use kafka_protocol::messages::fetch_response::AbortedTransaction;
+use kafka_protocol::messages::{FetchRequest, ProducerId, TopicName};
 use strata_core::{Offset, TopicPartition};
-use strata_log::{LogError, TopicInfo, Watermarks};
+use strata_log::{Isolation, LogError, ReadOutcome, TopicInfo, Watermarks};
 use strata_wire::{FetchPartitionChunks, FetchResponseChunks, FetchTopicChunks};
 use tokio::sync::watch;
 
@@ -72,6 +79,8 @@ struct Found {
     error: i16,
     watermarks: Option<Watermarks>,
     batches: Vec<Bytes>,
+    /// read_committed: aborted transactions (producer id, first offset) the batches overlap.
+    aborted: Option<Vec<(i64, i64)>>,
 }
 
 /// The request's partitions and forgotten partitions, keyed as the session cache keys them.
@@ -197,6 +206,11 @@ async fn fetch(
     };
     let wanted = resolve(broker, &broker.authz(ctx), v, partitions);
 
+    let isolation = if request.isolation_level == 1 {
+        Isolation::ReadCommitted
+    } else {
+        Isolation::ReadUncommitted
+    };
     let max_bytes = usize::try_from(request.max_bytes).unwrap_or(0);
     let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
     let max_wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
@@ -219,7 +233,7 @@ async fn fetch(
     let mut shutdown = ctx.shutdown.clone();
 
     let found = loop {
-        let (found, bytes, any_error) = read_pass(broker, &wanted, max_bytes).await;
+        let (found, bytes, any_error) = read_pass(broker, &wanted, max_bytes, isolation).await;
         if !may_wait || bytes >= min_bytes || any_error || *shutdown.borrow() {
             break found;
         }
@@ -227,7 +241,7 @@ async fn fetch(
             Wake::Appended => continue,
             Wake::Deadline | Wake::Shutdown => {
                 // Read once more: data may have landed as the wait ended.
-                break read_pass(broker, &wanted, max_bytes).await.0;
+                break read_pass(broker, &wanted, max_bytes, isolation).await.0;
             }
         }
     };
@@ -307,8 +321,7 @@ fn answer(v: i16, w: &Wanted, f: Found) -> (FetchPartitionChunks, Seen) {
     match (f.error, f.watermarks) {
         (code::NONE, Some(marks)) => {
             p.high_watermark = marks.high.get();
-            // No transactions: everything below the high watermark is stable.
-            p.last_stable_offset = marks.high.get();
+            p.last_stable_offset = marks.last_stable.get();
             if v >= 5 {
                 p.log_start_offset = marks.log_start.get();
             }
@@ -319,6 +332,17 @@ fn answer(v: i16, w: &Wanted, f: Found) -> (FetchPartitionChunks, Seen) {
             p.last_stable_offset = -1;
         }
     }
+    p.aborted_transactions = f.aborted.map(|aborted| {
+        aborted
+            .into_iter()
+            .map(|(producer_id, first_offset)| {
+                let mut a = AbortedTransaction::default();
+                a.producer_id = ProducerId(producer_id);
+                a.first_offset = first_offset;
+                a
+            })
+            .collect()
+    });
     let seen = Seen {
         record_bytes: f.batches.iter().map(Bytes::len).sum(),
         error: p.error_code,
@@ -336,6 +360,7 @@ async fn read_pass(
     broker: &Broker,
     wanted: &[Wanted],
     max_bytes: usize,
+    isolation: Isolation,
 ) -> (Vec<Found>, usize, bool) {
     let mut found = Vec::with_capacity(wanted.len());
     let mut total = 0usize;
@@ -349,6 +374,7 @@ async fn read_pass(
                     error: *error,
                     watermarks: None,
                     batches: Vec::new(),
+                    aborted: None,
                 });
                 continue;
             }
@@ -358,20 +384,30 @@ async fn read_pass(
         // Only the first partition with data may exceed the limits (by one batch).
         let min_one_batch = total == 0;
         let result = if limit == 0 && !min_one_batch {
-            broker
-                .log
-                .watermarks(tp)
-                .map(|marks| (Vec::new(), Some(marks)))
+            broker.log.watermarks(tp).map(|marks| ReadOutcome {
+                watermarks: Some(marks),
+                aborted: (isolation == Isolation::ReadCommitted).then(Vec::new),
+                ..ReadOutcome::default()
+            })
         } else {
-            read_partition(broker, tp, w.wants.fetch_offset, limit, min_one_batch).await
+            read_partition(
+                broker,
+                tp,
+                w.wants.fetch_offset,
+                limit,
+                min_one_batch,
+                isolation,
+            )
+            .await
         };
         match result {
-            Ok((batches, watermarks)) => {
-                total += batches.iter().map(Bytes::len).sum::<usize>();
+            Ok(outcome) => {
+                total += outcome.batches.iter().map(Bytes::len).sum::<usize>();
                 found.push(Found {
                     error: code::NONE,
-                    watermarks,
-                    batches,
+                    watermarks: outcome.watermarks,
+                    batches: outcome.batches,
+                    aborted: outcome.aborted,
                 });
             }
             Err(e) => {
@@ -383,6 +419,7 @@ async fn read_pass(
                     error: error_code(&e),
                     watermarks: None,
                     batches: Vec::new(),
+                    aborted: None,
                 });
             }
         }
@@ -396,16 +433,16 @@ async fn read_partition(
     offset: i64,
     limit: usize,
     min_one_batch: bool,
-) -> Result<(Vec<Bytes>, Option<Watermarks>), LogError> {
-    let outcome = broker
+    isolation: Isolation,
+) -> Result<ReadOutcome, LogError> {
+    let mut outcome = broker
         .log
-        .read(tp, Offset(offset), limit, min_one_batch)
+        .read_isolated(tp, Offset(offset), limit, min_one_batch, isolation)
         .await?;
-    let watermarks = match outcome.watermarks {
-        Some(marks) => Some(marks),
-        None => Some(broker.log.watermarks(tp)?),
-    };
-    Ok((outcome.batches, watermarks))
+    if outcome.watermarks.is_none() {
+        outcome.watermarks = Some(broker.log.watermarks(tp)?);
+    }
+    Ok(outcome)
 }
 
 enum Wake {

@@ -61,9 +61,10 @@ mod key_type {
 
 // ----- FindCoordinator -----
 
-/// What a transactional producer is told when it looks for its transaction coordinator.
-pub(crate) const TRANSACTIONS_UNSUPPORTED: &str = "Strata does not support transactions \
-    (transactional.id); use an idempotent producer (enable.idempotence=true) instead";
+/// What a transactional producer is told by a broker that could not send transaction markers
+/// to other brokers (see `txn_markers.rs`).
+pub(crate) const TRANSACTIONS_NEED_PLAINTEXT: &str = "transactions need a PLAINTEXT listener: \
+    Strata brokers send each other transaction markers on one";
 
 /// FindCoordinator v0–v6. Every group is coordinated by this broker: it hosts every shard of
 /// `__consumer_offsets`. Any group id is accepted, the empty one included, as Kafka does (the
@@ -81,8 +82,19 @@ pub(crate) fn find_coordinator(
     };
     let found = coordinator_for(kind);
     let authz = broker.authz(ctx);
-    // DESCRIBE on the group: without it the coordinator's address is not given out.
+    // DESCRIBE on the group (or transactional id): without it the coordinator's address is
+    // not given out.
     let described = |key: &str| {
+        if kind == key_type::TRANSACTION {
+            return if authz.allows(Op::Describe, Res::TransactionalId, key) {
+                Ok(())
+            } else {
+                Err((
+                    code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    "Transactional Id authorization failed.".to_string(),
+                ))
+            };
+        }
         if authz.allows(Op::Describe, Res::Group, key) {
             Ok(())
         } else {
@@ -90,6 +102,20 @@ pub(crate) fn find_coordinator(
                 code::GROUP_AUTHORIZATION_FAILED,
                 "Group authorization failed.".to_string(),
             ))
+        }
+    };
+    let locate = |key: &str| {
+        if kind == key_type::TRANSACTION {
+            if !broker.txn.can_write_markers() {
+                // Fatal at once for both librdkafka and the Java producer, with our message.
+                return Err((
+                    code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    TRANSACTIONS_NEED_PLAINTEXT.to_string(),
+                ));
+            }
+            super::cluster::txn_coordinator(broker, key, ctx)
+        } else {
+            super::cluster::group_coordinator(broker, key, ctx)
         }
     };
     let mut response = FindCoordinatorResponse::default();
@@ -102,7 +128,7 @@ pub(crate) fn find_coordinator(
                 let found = found
                     .clone()
                     .and_then(|()| described(key.as_str()))
-                    .and_then(|()| super::cluster::group_coordinator(broker, key.as_str(), ctx));
+                    .and_then(|()| locate(key.as_str()));
                 c.key = key;
                 match &found {
                     Ok((id, host, port)) => {
@@ -124,7 +150,7 @@ pub(crate) fn find_coordinator(
     }
     let found = found
         .and_then(|()| described(request.key.as_str()))
-        .and_then(|()| super::cluster::group_coordinator(broker, request.key.as_str(), ctx));
+        .and_then(|()| locate(request.key.as_str()));
     match found {
         Ok((id, host, port)) => {
             response.node_id = WireBrokerId(id);
@@ -146,18 +172,7 @@ pub(crate) fn find_coordinator(
 
 fn coordinator_for(kind: i8) -> Result<(), (i16, String)> {
     match kind {
-        key_type::GROUP => Ok(()),
-        // Transactions are not implemented. COORDINATOR_NOT_AVAILABLE is retriable: a
-        // transactional producer retried it until init_transactions timed out. The one answer
-        // both librdkafka and the Java producer treat as fatal at once is
-        // TRANSACTIONAL_ID_AUTHORIZATION_FAILED (measured with confluent-kafka 2.16: 0 s
-        // instead of the whole timeout; INVALID_REQUEST and UNSUPPORTED_VERSION are retried
-        // like COORDINATOR_NOT_AVAILABLE). Its name blames authorization; the message, which
-        // both clients print, says what is really missing.
-        key_type::TRANSACTION => Err((
-            code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            TRANSACTIONS_UNSUPPORTED.to_string(),
-        )),
+        key_type::GROUP | key_type::TRANSACTION => Ok(()),
         key_type::SHARE => Err((
             code::INVALID_REQUEST,
             "share groups are not supported".to_string(),
@@ -1088,6 +1103,7 @@ fn variant_name(response: &Response) -> &'static str {
         Response::DeleteGroups(_) => "DeleteGroups",
         Response::ConsumerHeartbeat(_) => "ConsumerHeartbeat",
         Response::OffsetDelete(_) => "OffsetDelete",
+        Response::TxnEnd(_) => "TxnEnd",
     }
 }
 
@@ -1152,10 +1168,7 @@ mod tests {
     #[test]
     fn coordinator_key_types() {
         assert!(coordinator_for(key_type::GROUP).is_ok());
-        assert_eq!(
-            coordinator_for(key_type::TRANSACTION).unwrap_err().0,
-            code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        );
+        assert!(coordinator_for(key_type::TRANSACTION).is_ok());
         assert_eq!(coordinator_for(7).unwrap_err().0, code::INVALID_REQUEST);
     }
 }

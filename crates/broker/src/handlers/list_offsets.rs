@@ -1,7 +1,7 @@
 //! ListOffsets (v1–v8): earliest, latest, max-timestamp and by-timestamp lookups.
 //!
-//! The isolation level is ignored: without transactions the last stable offset is the high
-//! watermark. Partitions are looked up concurrently.
+//! With isolation_level 1 (read_committed, v2+) "latest" is the last stable offset, as in
+//! Kafka; the other lookups do not depend on it. Partitions are looked up concurrently.
 
 use std::sync::Arc;
 
@@ -32,6 +32,7 @@ pub(crate) async fn handle(
     ctx: &RequestContext,
 ) -> ListOffsetsResponse {
     let v = ctx.api_version;
+    let committed = v >= 2 && request.isolation_level == 1;
     let authz = &broker.authz(ctx);
     let topics = join_all(request.topics.into_iter().map(|topic| async move {
         let info = broker.log.topic(topic.name.0.as_str());
@@ -40,7 +41,7 @@ pub(crate) async fn handle(
             topic
                 .partitions
                 .into_iter()
-                .map(|p| list_partition(broker, info.clone(), allowed, p, v)),
+                .map(|p| list_partition(broker, info.clone(), allowed, p, v, committed)),
         )
         .await;
         let mut out = ListOffsetsTopicResponse::default();
@@ -60,6 +61,7 @@ async fn list_partition(
     allowed: bool,
     partition: ListOffsetsPartition,
     v: i16,
+    committed: bool,
 ) -> ListOffsetsPartitionResponse {
     let mut out = ListOffsetsPartitionResponse::default();
     out.partition_index = partition.partition_index;
@@ -84,7 +86,7 @@ async fn list_partition(
             return out;
         }
     }
-    match lookup(broker, &tp, partition.timestamp).await {
+    match lookup(broker, &tp, partition.timestamp, committed).await {
         Ok(Some((offset, timestamp))) => {
             out.offset = offset;
             out.timestamp = timestamp;
@@ -104,8 +106,10 @@ async fn lookup(
     broker: &Broker,
     tp: &TopicPartition,
     timestamp: i64,
+    committed: bool,
 ) -> Result<Option<(i64, i64)>, LogError> {
     match timestamp {
+        LATEST if committed => Ok(Some((broker.log.watermarks(tp)?.last_stable.get(), -1))),
         LATEST => Ok(Some((broker.log.watermarks(tp)?.high.get(), -1))),
         EARLIEST | EARLIEST_LOCAL => Ok(Some((broker.log.watermarks(tp)?.log_start.get(), -1))),
         MAX_TIMESTAMP => Ok(broker

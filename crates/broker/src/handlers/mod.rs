@@ -19,6 +19,8 @@ pub(crate) mod security;
 pub(crate) mod share_groups;
 pub(crate) mod share_offsets;
 pub(crate) mod topics;
+pub(crate) mod txn;
+pub(crate) mod txn_markers;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -72,7 +74,7 @@ pub(crate) fn check_leader_epoch(current_leader_epoch: i32, leader_epoch: Option
 /// Whether `name` is a topic the broker writes for itself: `__consumer_offsets`, which holds
 /// committed offsets and group membership. Metadata reports it internal, as Kafka does.
 pub(crate) fn is_internal_topic(name: &str) -> bool {
-    name == OFFSETS_TOPIC
+    name == OFFSETS_TOPIC || name == crate::txn_coordinator::TXN_TOPIC
 }
 
 /// The refusal of a client operation that would corrupt or lose an internal topic's data:
@@ -86,7 +88,7 @@ pub(crate) fn refuse_internal(name: &str, operation: &str) -> Option<(i16, Strin
     is_internal_topic(name).then(|| {
         (
             code::INVALID_TOPIC_EXCEPTION,
-            format!("cannot {operation} internal topic {name}: it holds consumer-group state"),
+            format!("cannot {operation} internal topic {name}: it holds coordinator state"),
         )
     })
 }

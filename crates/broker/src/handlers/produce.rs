@@ -23,7 +23,7 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use strata_core::TopicPartition;
 use strata_log::{Acks, AppendOutcome, AppendTicket, LogError, TopicInfo};
-use strata_wire::batch::BatchError;
+use strata_wire::batch::{read_batch_header, BatchError};
 use tracing::debug;
 
 use super::{refuse_internal, topic_id_of, topics_or_auto_create};
@@ -98,18 +98,30 @@ pub(crate) async fn handle(
             Some(format!("acks must be 0, 1 or -1, got {other}")),
         ))),
     };
-    // Transactions are not implemented (InitProducerId refuses transactional ids), so a
-    // transactional produce can only come from a confused client: refuse it per partition.
-    let transactional = request
+    // Kafka: a request carrying transactional batches needs a transactional id, and WRITE on
+    // it; otherwise every partition is refused. (KIP-890 part 1's check that the partition was
+    // added to the transaction, AddPartitionsToTxn verifyOnly, is not made yet.)
+    let authz = broker.authz(ctx);
+    let transactional_id = request
         .transactional_id
         .as_ref()
-        .is_some_and(|id| !id.0.is_empty());
+        .map(|id| id.0.as_str())
+        .filter(|id| !id.is_empty());
     let refusal = match &acks {
         Err(e) => Some(e.clone()),
-        Ok(_) if transactional => Some(PartitionError::from((
-            code::INVALID_REQUEST,
-            Some("transactions are not supported by this broker".to_string()),
-        ))),
+        Ok(_)
+            if has_transactional_batches(&request)
+                && !transactional_id
+                    .is_some_and(|id| authz.allows(Op::Write, Res::TransactionalId, id)) =>
+        {
+            Some(PartitionError::from((
+                code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                Some(match transactional_id {
+                    None => "transactional batches need the request's transactional_id".into(),
+                    Some(id) => format!("no WRITE permission on transactional id {id}"),
+                }),
+            )))
+        }
         Ok(_) => None,
     };
     let acks = acks.unwrap_or(Acks::None { timeout });
@@ -134,7 +146,6 @@ pub(crate) async fn handle(
     };
     // WRITE on the topic, checked before the topic is looked up (or created), so a client
     // cannot learn which topics exist from the error; creating also needs CREATE.
-    let authz = broker.authz(ctx);
     let unauthorized = || PartitionError::from((code::TOPIC_AUTHORIZATION_FAILED, None));
     let refused: HashSet<&str> = names
         .iter()
@@ -230,6 +241,26 @@ pub(crate) async fn handle(
         })
         .collect();
     Outcome::Respond(response)
+}
+
+/// Whether any batch of the request has the transactional bit (Kafka's
+/// `RequestUtils.hasTransactionalRecords`), from the batch headers alone.
+fn has_transactional_batches(request: &ProduceRequest) -> bool {
+    request
+        .topic_data
+        .iter()
+        .flat_map(|t| &t.partition_data)
+        .filter_map(|p| p.records.as_ref())
+        .any(|records| {
+            let mut at = 0usize;
+            while let Some(h) = records.get(at..).and_then(read_batch_header) {
+                if h.is_transactional() {
+                    return true;
+                }
+                at = at.saturating_add(h.total_len());
+            }
+            false
+        })
 }
 
 /// How the request named the topic, echoed back in the response.

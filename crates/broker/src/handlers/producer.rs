@@ -1,13 +1,9 @@
-//! InitProducerId (v0–v4): idempotent producers only.
-//!
-//! Transactions are not implemented (and their APIs are not advertised), so a transactional
-//! id is refused with INVALID_REQUEST — the code Kafka itself uses for an empty transactional
-//! id — rather than with an authorization error that would send users hunting for ACLs. A
-//! non-transactional producer that re-initialises (v3+, after an epoch bump or an unknown
+//! InitProducerId (v0–v4). A transactional id goes to the transaction coordinator
+//! (`txn.rs`). A non-transactional producer that re-initialises (v3+, after an epoch bump or an unknown
 //! producer id) gets a fresh producer id, as Kafka gives idempotent producers.
 
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::authorize::{Op, Res};
 use crate::errors::{code, error_code};
@@ -22,11 +18,14 @@ pub(crate) async fn init_producer_id(
     let mut response = InitProducerIdResponse::default();
     response.producer_id = ProducerId(-1);
     response.producer_epoch = -1;
-    if request.transactional_id.is_some() {
-        warn!(peer = %ctx.peer, client_id = ?ctx.client_id,
-            "refusing InitProducerId with a transactional id: transactions are not supported");
-        response.error_code = code::INVALID_REQUEST;
-        return response;
+    // Kafka treats an empty transactional id as none.
+    if let Some(id) = request
+        .transactional_id
+        .as_ref()
+        .filter(|id| !id.is_empty())
+    {
+        let id = id.to_string();
+        return super::txn::init_producer_id(broker, request, id, ctx).await;
     }
     // Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic.
     let authz = broker.authz(ctx);

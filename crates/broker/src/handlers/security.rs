@@ -1,12 +1,7 @@
 //! The ACL APIs (CreateAcls, DescribeAcls, DeleteAcls, v1–v3: SECURITY_DISABLED with
 //! `authorizer = none`, as a Kafka broker without an authorizer) over the ACLs in shared
 //! storage; the SCRAM user APIs (DescribeUserScramCredentials, AlterUserScramCredentials) over
-//! the user store; and the APIs of features Strata does not have, answered at once and precisely the way a Kafka
-//! broker without them answers, so tools fail (or show nothing) immediately instead of
-//! waiting for a timeout:
-//!
-//! - ListTransactions (v0–v2), DescribeTransactions (v0): transactions are not implemented, so
-//!   there are none to list, and a named one is TRANSACTIONAL_ID_NOT_FOUND.
+//! the user store.
 
 use kafka_protocol::messages::create_acls_request::AclCreation;
 use kafka_protocol::messages::create_acls_response::AclCreationResult;
@@ -14,7 +9,6 @@ use kafka_protocol::messages::delete_acls_response::{
     DeleteAclsFilterResult, DeleteAclsMatchingAcl,
 };
 use kafka_protocol::messages::describe_acls_response::{AclDescription, DescribeAclsResource};
-use kafka_protocol::messages::describe_transactions_response::TransactionState;
 use std::collections::HashSet;
 
 use kafka_protocol::messages::alter_user_scram_credentials_request::{
@@ -27,9 +21,8 @@ use kafka_protocol::messages::describe_user_scram_credentials_response::{
 use kafka_protocol::messages::{
     AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, CreateAclsRequest,
     CreateAclsResponse, DeleteAclsRequest, DeleteAclsResponse, DescribeAclsRequest,
-    DescribeAclsResponse, DescribeTransactionsRequest, DescribeTransactionsResponse,
-    DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse,
-    ListTransactionsRequest, ListTransactionsResponse, ProducerId,
+    DescribeAclsResponse, DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use strata_layout::users::StoredUser;
@@ -559,52 +552,5 @@ pub(crate) async fn alter_user_scram_credentials(
         r.user = user;
         response.results.push(r);
     }
-    response
-}
-
-/// Kafka's transaction states, for ListTransactions' `unknown_state_filters`.
-const TRANSACTION_STATES: &[&str] = &[
-    "Empty",
-    "Ongoing",
-    "PrepareCommit",
-    "PrepareAbort",
-    "CompleteCommit",
-    "CompleteAbort",
-    "Dead",
-    "PrepareEpochFence",
-];
-
-pub(crate) fn list_transactions(
-    request: ListTransactionsRequest,
-    _ctx: &RequestContext,
-) -> ListTransactionsResponse {
-    let mut response = ListTransactionsResponse::default();
-    response.error_code = code::NONE;
-    response.unknown_state_filters = request
-        .state_filters
-        .into_iter()
-        .filter(|s| !TRANSACTION_STATES.contains(&s.as_str()))
-        .collect();
-    response
-}
-
-pub(crate) fn describe_transactions(
-    request: DescribeTransactionsRequest,
-    _ctx: &RequestContext,
-) -> DescribeTransactionsResponse {
-    let mut response = DescribeTransactionsResponse::default();
-    response.transaction_states = request
-        .transactional_ids
-        .into_iter()
-        .map(|id| {
-            let mut s = TransactionState::default();
-            s.error_code = code::TRANSACTIONAL_ID_NOT_FOUND;
-            s.transactional_id = id;
-            s.transaction_state = kafka_protocol::protocol::StrBytes::from_static_str("");
-            s.producer_id = ProducerId(-1);
-            s.producer_epoch = -1;
-            s
-        })
-        .collect();
     response
 }

@@ -146,10 +146,13 @@ async fn describe_topic_partitions_agrees_with_metadata_and_lists_all_topics() {
         .iter()
         .map(|t| t.name.as_ref().unwrap().0.to_string())
         .collect();
-    // Every topic, the internal one included (it sorts first), in name order.
-    assert_eq!(names, ["__consumer_offsets", "agree"]);
-    assert!(response.topics[0].is_internal);
-    let described = &response.topics[1];
+    // Every topic, the internal ones included (they sort first), in name order.
+    assert_eq!(
+        names,
+        ["__consumer_offsets", "__transaction_state", "agree"]
+    );
+    assert!(response.topics[0].is_internal && response.topics[1].is_internal);
+    let described = &response.topics[2];
     assert_eq!(
         described.topic_authorized_operations,
         crate::handlers::acl_op::topic_all()
@@ -524,6 +527,7 @@ async fn list_config_resources_lists_topics_and_brokers_by_type() {
     };
     let all = vec![
         (2, "__consumer_offsets".to_string()),
+        (2, "__transaction_state".to_string()),
         (2, "listed".to_string()),
         (4, "0".to_string()),
     ];

@@ -539,7 +539,7 @@ async fn committed_offsets_round_trip_and_survive_a_restart() {
 }
 
 #[tokio::test]
-async fn find_coordinator_answers_groups_and_refuses_transactions() {
+async fn find_coordinator_answers_groups_and_transactional_ids() {
     let broker = start().await;
     let port = i32::from(broker.addr.port());
     let mut client = broker.client().await;
@@ -553,17 +553,14 @@ async fn find_coordinator_answers_groups_and_refuses_transactions() {
         assert_eq!(response.host.as_str(), "127.0.0.1", "v{v}");
         assert_eq!(response.port, port, "v{v}");
     }
+    // A transactional id's coordinator is found the same way (key type 1).
     let mut request = FindCoordinatorRequest::default();
     request.key = s("txn");
     request.key_type = 1;
     let response: FindCoordinatorResponse = client.call(ApiKey::FindCoordinator, 3, &request).await;
-    // TRANSACTIONAL_ID_AUTHORIZATION_FAILED: the answer clients fail on at once.
-    assert_eq!(response.error_code, 53);
-    assert_eq!(response.node_id.0, -1);
-    assert_eq!(
-        response.error_message.as_ref().map(|m| m.as_str()),
-        Some(crate::handlers::groups::TRANSACTIONS_UNSUPPORTED)
-    );
+    assert_eq!(response.error_code, 0);
+    assert_eq!(response.node_id.0, 0);
+    assert_eq!(response.port, port);
 
     for v in 4..=6 {
         let mut request = FindCoordinatorRequest::default();
@@ -590,7 +587,7 @@ async fn find_coordinator_answers_groups_and_refuses_transactions() {
         assert!(response
             .coordinators
             .iter()
-            .all(|c| c.error_code == 53 && c.error_message.is_some()));
+            .all(|c| c.error_code == 0 && c.port == port));
     }
     let mut request = FindCoordinatorRequest::default();
     request.coordinator_keys = vec![s("share")];

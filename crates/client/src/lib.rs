@@ -1,17 +1,20 @@
 //! A small Kafka client for the operator commands (`strata topic`, `group`, `produce`,
-//! `consume`): one request at a time over a tokio `TcpStream`, encoded with the
-//! `kafka-protocol` codec the broker itself uses.
+//! `consume`) and for the one request brokers send each other (the transaction
+//! coordinator's WriteTxnMarkers): one request at a time over a tokio `TcpStream`, encoded
+//! with the `kafka-protocol` codec the broker itself uses.
 //!
 //! Why not rdkafka: it links librdkafka (a C build the binary does not need otherwise) and
 //! its admin API has no OffsetFetch-by-partition or "commit for an empty group" without a
 //! consumer instance; the commands need only about fifteen request types, each sent once.
-//! Why here and not a crate of its own: the binary is its only user, and it depends on
-//! nothing of Strata's (only the wire codec), so it could move out unchanged if another user
-//! appears.
+//! A crate of its own since the broker became its second user; it depends on nothing of
+//! Strata's but the clock (and the wire codec).
 //!
 //! Every request names a fixed version that both Strata and Kafka 4.x accept; `ApiVersions`
 //! on connect checks the broker supports it, so an old broker gets a clear refusal instead of
 //! a decoding error.
+
+// Tests may use real time (see clippy.toml).
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,0 +1,224 @@
+//! The transaction coordinator's [`MarkerWriter`] for a real broker: WriteTxnMarkers (v1) to
+//! the current owner of each partition of a transaction, grouped by owner, over the Kafka
+//! protocol (`strata-client`), as Kafka's coordinator sends them to partition leaders.
+//!
+//! Brokers reach each other on a PLAINTEXT listener only: the broker picks the first
+//! PLAINTEXT listener of its own listeners and addresses every owner by that listener's name
+//! in the owner's registration. Inter-broker TLS or SASL would need credentials of a broker
+//! principal that Strata does not have yet; a broker with no PLAINTEXT listener therefore
+//! refuses transactions (FindCoordinator for a transactional id, see
+//! `handlers/groups.rs`) rather than accept transactions it could not finish.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Weak};
+
+use async_trait::async_trait;
+use kafka_protocol::messages::write_txn_markers_request::{
+    WritableTxnMarker, WritableTxnMarkerTopic,
+};
+use kafka_protocol::messages::{ProducerId, WriteTxnMarkersRequest};
+use strata_client::Connection;
+use strata_core::TopicPartition;
+use strata_txn::MarkerJob;
+use tracing::{debug, warn};
+
+use crate::errors::code;
+use crate::handlers::topic_name;
+use crate::server::Broker;
+use crate::txn_coordinator::MarkerWriter;
+
+/// Kafka 4 serves WriteTxnMarkers v1 only (v0 was removed).
+const WRITE_TXN_MARKERS_VERSION: i16 = 1;
+
+pub(crate) struct BrokerMarkers {
+    broker: Weak<Broker>,
+    /// The name of the PLAINTEXT listener brokers reach each other on.
+    listener: String,
+    /// This broker's own address on that listener (a broker alone on its storage has no
+    /// registration to read it from).
+    own: (String, u16),
+    connections: tokio::sync::Mutex<HashMap<(String, u16), Connection>>,
+}
+
+impl std::fmt::Debug for BrokerMarkers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerMarkers")
+            .field("listener", &self.listener)
+            .field("own", &self.own)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BrokerMarkers {
+    pub(crate) fn new(broker: Weak<Broker>, listener: String, own: (String, u16)) -> Self {
+        Self {
+            broker,
+            listener,
+            own,
+            connections: tokio::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Where the owner of `tp` is reached; None while the partition is between owners.
+    fn owner_address(&self, broker: &Broker, tp: &TopicPartition) -> Option<(String, u16)> {
+        let Some(node) = broker.cluster.as_deref() else {
+            return Some(self.own.clone());
+        };
+        let topic = broker.log.topic(&tp.topic)?;
+        let view = node.view();
+        let (leader, _) = node.leader_of(&view, &node.owners(), topic.id, tp)?;
+        if leader == broker.settings.node_id {
+            return Some(self.own.clone());
+        }
+        view.members
+            .get(&leader)
+            .map(|m| m.registration.endpoint(&self.listener))
+            .map(|(h, p)| (h.to_string(), p))
+    }
+
+    /// WriteTxnMarkers to another broker over the Kafka protocol, on a connection kept per
+    /// owner.
+    async fn send_remote(
+        &self,
+        broker: &Broker,
+        addr: &(String, u16),
+        request: &WriteTxnMarkersRequest,
+    ) -> Result<kafka_protocol::messages::WriteTxnMarkersResponse, strata_client::ClientError> {
+        let mut connections = self.connections.lock().await;
+        let key = addr.clone();
+        if !connections.contains_key(&key) {
+            let c = Connection::connect(
+                &format!("{}:{}", addr.0, addr.1),
+                Arc::clone(&broker.clock),
+                broker.settings.txn_marker_timeout,
+            )
+            .await?;
+            connections.insert(key.clone(), c);
+        }
+        let Some(connection) = connections.get_mut(&key) else {
+            return Err(strata_client::ClientError::NotFound(format!(
+                "{}:{}",
+                addr.0, addr.1
+            )));
+        };
+        let answer = connection.request(WRITE_TXN_MARKERS_VERSION, request).await;
+        if answer.is_err() {
+            // The connection may be half-used: start afresh next time.
+            connections.remove(&key);
+        }
+        answer
+    }
+
+    /// One WriteTxnMarkers to `addr`; answers the partitions that were not written.
+    async fn send(
+        &self,
+        broker: &Broker,
+        addr: &(String, u16),
+        job: &MarkerJob,
+        coordinator_epoch: i32,
+        partitions: &[TopicPartition],
+    ) -> Result<Vec<TopicPartition>, strata_client::ClientError> {
+        let mut topics: Vec<WritableTxnMarkerTopic> = Vec::new();
+        for tp in partitions {
+            match topics.last_mut() {
+                Some(t) if t.name.0.as_str() == &*tp.topic => {
+                    t.partition_indexes.push(tp.partition)
+                }
+                _ => {
+                    let mut t = WritableTxnMarkerTopic::default();
+                    t.name = topic_name(&tp.topic);
+                    t.partition_indexes = vec![tp.partition];
+                    topics.push(t);
+                }
+            }
+        }
+        let mut marker = WritableTxnMarker::default();
+        marker.producer_id = ProducerId(job.producer_id);
+        marker.producer_epoch = job.producer_epoch;
+        marker.transaction_result = job.commit;
+        marker.coordinator_epoch = coordinator_epoch;
+        marker.topics = topics;
+        let mut request = WriteTxnMarkersRequest::default();
+        request.markers = vec![marker];
+        let response = if *addr == self.own {
+            // Partitions served here: the partition side's in-process entry point, no socket.
+            crate::handlers::txn_markers::write_markers(broker, request).await
+        } else {
+            self.send_remote(broker, addr, &request).await?
+        };
+        let mut left = Vec::new();
+        let mut answered = BTreeSet::new();
+        for m in response.markers {
+            for t in m.topics {
+                for p in t.partitions {
+                    let tp = TopicPartition::new(t.name.0.as_str(), p.partition_index);
+                    answered.insert(tp.clone());
+                    match p.error_code {
+                        code::NONE => {}
+                        // The partition has seen a newer epoch of this producer: our marker is
+                        // obsolete, and the newer one ends whatever is open there.
+                        code::INVALID_PRODUCER_EPOCH => {
+                            debug!(partition = %tp, "marker for an older producer epoch; done")
+                        }
+                        // A deleted topic keeps no transaction open (Kafka drops it too).
+                        code::UNKNOWN_TOPIC_OR_PARTITION
+                            if broker.log.topic(&tp.topic).is_none() => {}
+                        other => {
+                            debug!(partition = %tp, code = other, "marker not written; will retry");
+                            left.push(tp);
+                        }
+                    }
+                }
+            }
+        }
+        left.extend(
+            partitions
+                .iter()
+                .filter(|tp| !answered.contains(*tp))
+                .cloned(),
+        );
+        Ok(left)
+    }
+}
+
+#[async_trait]
+impl MarkerWriter for BrokerMarkers {
+    async fn write(
+        &self,
+        job: &MarkerJob,
+        coordinator_epoch: i32,
+        partitions: &BTreeSet<TopicPartition>,
+    ) -> BTreeSet<TopicPartition> {
+        let Some(broker) = self.broker.upgrade() else {
+            return partitions.clone();
+        };
+        let mut left = BTreeSet::new();
+        let mut by_owner: BTreeMap<(String, u16), Vec<TopicPartition>> = BTreeMap::new();
+        for tp in partitions {
+            if broker.log.topic(&tp.topic).is_none() {
+                // Deleted since it joined the transaction: nothing left to mark.
+                continue;
+            }
+            match self.owner_address(&broker, tp) {
+                Some(addr) => by_owner.entry(addr).or_default().push(tp.clone()),
+                None => {
+                    left.insert(tp.clone());
+                }
+            }
+        }
+        for (addr, tps) in by_owner {
+            match self
+                .send(&broker, &addr, job, coordinator_epoch, &tps)
+                .await
+            {
+                Ok(failed) => left.extend(failed),
+                Err(e) => {
+                    warn!(owner = %format!("{}:{}", addr.0, addr.1), error = %e,
+                        "sending transaction markers failed; will retry");
+                    left.extend(tps);
+                }
+            }
+        }
+        left
+    }
+}
