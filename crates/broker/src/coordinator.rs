@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use strata_core::{Clock, Offset, TopicPartition};
+use strata_core::{Clock, TopicPartition};
 use strata_groups::{
     ConsumerGroupDescription, ConsumerHeartbeatRequest, DeleteGroupsResponse, GroupConfig,
     GroupDescription, GroupError, GroupState, GroupsState, HeartbeatRequest, JoinRequest,
@@ -20,8 +20,7 @@ use strata_groups::{
     Response, SeededMemberIds, SyncRequest, TopicCatalog, TopicId, TxnOffsetCommitRequest,
 };
 use strata_log::{Acks, LogError, LogManager};
-use strata_wire::builder::{build_batch, read_records, SimpleRecord};
-use strata_wire::read_batch_header;
+use strata_wire::builder::{build_batch, SimpleRecord};
 use tokio::sync::{mpsc, oneshot};
 
 /// The internal topic holding committed offsets and group metadata.
@@ -495,51 +494,20 @@ async fn compact_shard(
 /// coordinator that can never start.
 async fn replay(log: &LogManager, tp: &TopicPartition) -> Result<Vec<PersistRecord>, LogError> {
     let mut records = Vec::new();
-    let mut at = log.watermarks(tp)?.log_start;
-    loop {
-        let out = log.read(tp, at, 4 << 20, true).await?;
-        if out.batches.is_empty() {
-            return Ok(records);
-        }
-        let before = at;
-        for batch in &out.batches {
-            // Step past the batch by its header even if its records do not decode, so one bad
-            // batch cannot make the next read return it again forever.
-            if let Some(header) = read_batch_header(batch) {
-                at = at.max(Offset(header.last_offset().saturating_add(1)));
-                // A transaction marker (WriteTxnMarkers) holds no group record. Making
-                // transactional offset commits visible on commit and dropping them on abort is
-                // the transaction coordinator's part of issue 15: see
-                // `handlers::txn_markers::offsets_marker_written`.
-                if header.is_control() {
-                    continue;
-                }
-            }
-            let decoded = match read_records(batch) {
-                Ok(d) => d,
-                Err(e) => {
-                    tracing::error!(partition = %tp, error = %e, "undecodable group batch skipped");
-                    continue;
-                }
-            };
-            for (offset, record) in decoded {
-                at = at.max(Offset(offset.saturating_add(1)));
-                let Some(value) = record.value else { continue };
-                match serde_json::from_slice::<PersistRecord>(&value) {
-                    Ok(r) => records.push(r),
-                    Err(e) => {
-                        tracing::error!(partition = %tp, offset, error = %e, "undecodable group record skipped")
-                    }
-                }
+    // Transaction markers are skipped: making transactional offset commits visible on commit
+    // and dropping them on abort happens when the marker is written
+    // (`handlers::txn_markers::offsets_marker_written`), and replay finds its result as records.
+    crate::shard_log::replay_records(log, tp, "group", |offset, record| {
+        let Some(value) = record.value else { return };
+        match serde_json::from_slice::<PersistRecord>(&value) {
+            Ok(r) => records.push(r),
+            Err(e) => {
+                tracing::error!(partition = %tp, offset, error = %e, "undecodable group record skipped")
             }
         }
-        if at == before {
-            // Nothing readable moved us forward: the rest of the shard cannot be replayed.
-            tracing::error!(partition = %tp, offset = at.get(),
-                "group records past this offset are unreadable; replay stopped there");
-            return Ok(records);
-        }
-    }
+    })
+    .await?;
+    Ok(records)
 }
 
 async fn run_shard(
@@ -685,6 +653,7 @@ async fn persist(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use strata_core::Offset;
 
     #[tokio::test]
     async fn a_shard_log_full_of_superseded_commits_is_compacted_on_load() {

@@ -27,6 +27,7 @@ pub mod quotas;
 pub mod security;
 mod server;
 mod settings;
+mod shard_log;
 pub mod share;
 pub mod traffic;
 pub mod txn_coordinator;

@@ -14,14 +14,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use strata_core::{Clock, Offset, TopicPartition};
+use strata_core::{Clock, TopicPartition};
 use strata_log::{Acks, LogError, LogManager};
 use strata_txn::{
     Completion, InitProducerIdRequest, ListFilter, MarkerJob, Output, PersistId, RequestToken,
     Response, TxnConfig, TxnDescription, TxnError, TxnRecord, TxnShard, TxnState,
 };
-use strata_wire::builder::{build_batch, read_records, SimpleRecord};
-use strata_wire::read_batch_header;
+use strata_wire::builder::{build_batch, SimpleRecord};
 use tokio::sync::{mpsc, oneshot};
 
 /// The internal topic holding the transaction coordinator's state (Kafka's name).
@@ -419,56 +418,30 @@ impl TxnCoordinator {
 /// skipped with an error log, as the group coordinator does.
 async fn replay(log: &LogManager, tp: &TopicPartition) -> Result<Vec<TxnRecord>, LogError> {
     let mut records = Vec::new();
-    let mut at = log.watermarks(tp)?.log_start;
-    loop {
-        let out = log.read(tp, at, 4 << 20, true).await?;
-        if out.batches.is_empty() {
-            return Ok(records);
-        }
-        let before = at;
-        for batch in &out.batches {
-            if let Some(header) = read_batch_header(batch) {
-                at = at.max(Offset(header.last_offset().saturating_add(1)));
+    crate::shard_log::replay_records(log, tp, "transaction", |offset, record| {
+        let Some(key) = record.key else { return };
+        let id = match strata_txn::decode_key(&key) {
+            Ok(id) => id,
+            Err(e) => {
+                tracing::error!(partition = %tp, offset, error = %e, "undecodable transaction key skipped");
+                return;
             }
-            let decoded = match read_records(batch) {
-                Ok(d) => d,
-                Err(e) => {
-                    tracing::error!(partition = %tp, error = %e, "undecodable transaction batch skipped");
-                    continue;
-                }
-            };
-            for (offset, record) in decoded {
-                at = at.max(Offset(offset.saturating_add(1)));
-                let Some(key) = record.key else { continue };
-                let id = match strata_txn::decode_key(&key) {
-                    Ok(id) => id,
-                    Err(e) => {
-                        tracing::error!(partition = %tp, offset, error = %e, "undecodable transaction key skipped");
-                        continue;
-                    }
-                };
-                let value = match record.value {
-                    None => None,
-                    Some(v) => match strata_txn::decode_value(&v) {
-                        Ok(v) => Some(v),
-                        Err(e) => {
-                            tracing::error!(partition = %tp, offset, error = %e, "undecodable transaction record skipped");
-                            continue;
-                        }
-                    },
-                };
-                records.push(TxnRecord {
-                    transactional_id: id,
-                    value,
-                });
+        };
+        let value = match record.value.map(|v| strata_txn::decode_value(&v)) {
+            None => None,
+            Some(Ok(v)) => Some(v),
+            Some(Err(e)) => {
+                tracing::error!(partition = %tp, offset, error = %e, "undecodable transaction record skipped");
+                return;
             }
-        }
-        if at == before {
-            tracing::error!(partition = %tp, offset = at.get(),
-                "transaction records past this offset are unreadable; replay stopped there");
-            return Ok(records);
-        }
-    }
+        };
+        records.push(TxnRecord {
+            transactional_id: id,
+            value,
+        });
+    })
+    .await?;
+    Ok(records)
 }
 
 async fn persist(
