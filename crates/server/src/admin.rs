@@ -165,13 +165,10 @@ async fn move_partition(args: MoveArgs) -> anyhow::Result<()> {
     let clock = SystemClock::shared();
     let target = BrokerId(args.to);
     let resource = admin::partition_resource(store.as_ref(), &args.topic, args.partition).await?;
-    if admin::registration(store.as_ref(), target).await?.is_none() {
-        bail!("broker {target} is not registered in this cluster");
-    }
     let before = admin::owner(Arc::clone(&store), &resource).await?;
     let name = format!("{}-{}", args.topic, args.partition);
     let started = clock.monotonic();
-    admin::set_placement(Arc::clone(&store), &resource, target).await?;
+    request_move(&store, &args.topic, args.partition, target).await?;
     let mut next_progress = PROGRESS_EVERY;
     loop {
         let now = admin::owner(Arc::clone(&store), &resource).await?;
@@ -215,6 +212,23 @@ async fn move_partition(args: MoveArgs) -> anyhow::Result<()> {
         }
         clock.sleep(POLL).await;
     }
+}
+
+/// Writes the placement override that moves `topic`-`partition` to `target`, after checking
+/// that the partition exists and the target is registered: the step `strata partitions move`
+/// and the console's Move share.
+pub async fn request_move(
+    store: &Arc<dyn ObjectStore>,
+    topic: &str,
+    partition: i32,
+    target: BrokerId,
+) -> anyhow::Result<()> {
+    let resource = admin::partition_resource(store.as_ref(), topic, partition).await?;
+    if admin::registration(store.as_ref(), target).await?.is_none() {
+        bail!("broker {target} is not registered in this cluster");
+    }
+    admin::set_placement(Arc::clone(store), &resource, target).await?;
+    Ok(())
 }
 
 async fn drain(args: DrainArgs) -> anyhow::Result<()> {

@@ -332,24 +332,14 @@ async fn move_partition(
 ) -> ApiResult {
     let _slot = admit(&console, &headers).await?;
     cluster_only(&console)?;
-    let bad = |e: anyhow::Error| failed(StatusCode::BAD_REQUEST, &e);
-    let store = &console.store;
-    let target = BrokerId(request.broker);
-    let resource = admin::partition_resource(store.as_ref(), &request.topic, request.partition)
-        .await
-        .map_err(|e| bad(e.into()))?;
-    if admin::registration(store.as_ref(), target)
-        .await
-        .map_err(|e| bad(e.into()))?
-        .is_none()
-    {
-        return Err(bad(anyhow::anyhow!(
-            "broker {target} is not registered in this cluster"
-        )));
-    }
-    admin::set_placement(Arc::clone(store), &resource, target)
-        .await
-        .map_err(|e| bad(e.into()))?;
+    crate::admin::request_move(
+        &console.store,
+        &request.topic,
+        request.partition,
+        BrokerId(request.broker),
+    )
+    .await
+    .map_err(|e| failed(StatusCode::BAD_REQUEST, &e))?;
     info!(topic = %request.topic, partition = request.partition, broker = request.broker,
         "console: requested a partition move");
     Ok(Json(json!({"requested": true})))
