@@ -231,11 +231,15 @@ pub async fn request_move(
     Ok(())
 }
 
-async fn drain(args: DrainArgs) -> anyhow::Result<()> {
-    let timeout = duration(&args.timeout)?;
-    let store = open(&args.storage).await?;
-    let clock = SystemClock::shared();
-    let broker = BrokerId(args.id);
+/// Writes the drain request for `broker`, after checking that it is registered and, unless
+/// `force`, that another broker not draining could take its partitions (draining the last one
+/// would leave every partition leaderless): the step `strata broker drain` and the console's
+/// Drain share. Returns the incarnation the request names.
+pub async fn request_drain(
+    store: &Arc<dyn ObjectStore>,
+    broker: BrokerId,
+    force: bool,
+) -> anyhow::Result<strata_cluster::Incarnation> {
     let registrations = admin::registrations(store.as_ref()).await?;
     if !registrations.iter().any(|r| r.node_id == broker) {
         let ids: Vec<String> = registrations
@@ -256,14 +260,22 @@ async fn drain(args: DrainArgs) -> anyhow::Result<()> {
         .iter()
         .filter(|r| r.node_id != broker && !r.draining)
         .count();
-    if takers == 0 && !args.force {
+    if takers == 0 && !force {
         bail!(
             "broker {broker} is the only broker that could hold partitions (no other broker is \
              registered and not draining): draining it would leave every partition \
              leaderless. Start another broker first, or pass --force"
         );
     }
-    let incarnation = admin::request_drain(store.as_ref(), broker).await?;
+    Ok(admin::request_drain(store.as_ref(), broker).await?)
+}
+
+async fn drain(args: DrainArgs) -> anyhow::Result<()> {
+    let timeout = duration(&args.timeout)?;
+    let store = open(&args.storage).await?;
+    let clock = SystemClock::shared();
+    let broker = BrokerId(args.id);
+    let incarnation = request_drain(&store, broker, args.force).await?;
     let started = clock.monotonic();
     let initial = admin::partitions_held(Arc::clone(&store), broker, incarnation).await?;
     let mut stderr = std::io::stderr();

@@ -357,28 +357,10 @@ async fn drain(
 ) -> ApiResult {
     let _slot = admit(&console, &headers).await?;
     cluster_only(&console)?;
-    let bad = |e: anyhow::Error| failed(StatusCode::BAD_REQUEST, &e);
-    let store = &console.store;
-    let broker = BrokerId(request.broker);
-    let registrations = admin::registrations(store.as_ref())
+    // As `strata broker drain` without --force.
+    let incarnation = crate::admin::request_drain(&console.store, BrokerId(request.broker), false)
         .await
-        .map_err(|e| bad(e.into()))?;
-    if !registrations.iter().any(|r| r.node_id == broker) {
-        return Err(bad(anyhow::anyhow!("broker {broker} is not registered")));
-    }
-    // As `strata broker drain` without --force: draining the last broker that could hold
-    // partitions would leave them all leaderless.
-    if !registrations
-        .iter()
-        .any(|r| r.node_id != broker && !r.draining)
-    {
-        return Err(bad(anyhow::anyhow!(
-            "broker {broker} is the only broker that could hold partitions; start another first"
-        )));
-    }
-    let incarnation = admin::request_drain(store.as_ref(), broker)
-        .await
-        .map_err(|e| bad(e.into()))?;
+        .map_err(|e| failed(StatusCode::BAD_REQUEST, &e))?;
     info!(broker = request.broker, %incarnation, "console: requested a drain");
     Ok(Json(
         json!({"requested": true, "incarnation": incarnation.to_string()}),
