@@ -120,6 +120,14 @@ ROWS = [
          [(f"sum by (type) (rate(strata_txn_markers_total{SEL}[$__rate_interval]))", "{{type}}")],
          "Commit and abort markers written into partitions per second."),
     ]),
+    ("Consumer groups", [
+        ("Consumer lag by group", "short",
+         [(f"sum by (group) (strata_group_lag_sum{SEL})", "{{group}}")],
+         "Records each group is behind the log end, summed over its partitions (refreshed every group_lag_interval)."),
+        ("Largest partition lag", "short",
+         [(f"topk(10, max by (group, topic, partition) (strata_group_lag{SEL}))", "{{group}} {{topic}}-{{partition}}")],
+         "The ten partitions furthest behind, with their group."),
+    ]),
     ("Share groups", [
         ("Share-group records by outcome", "short",
          [(f"sum by (outcome) (rate(strata_share_records_total{SEL}[$__rate_interval]))", "{{outcome}}")],

@@ -1417,6 +1417,146 @@ async fn request_topic_and_connection_metrics_follow_real_traffic() {
     assert!(value("strata_connections_accepted_total") >= value("strata_connections"));
 }
 
+/// Lag per (topic, partition).
+type LagSamples = BTreeMap<(String, i32), f64>;
+
+/// Broker `id`'s `strata_group_lag` samples of `group`.
+fn group_lag_samples(cluster: &mut Cluster, id: i32, group: &str) -> LagSamples {
+    let text = cluster.metrics_text(id);
+    let group_label = format!("group=\"{group}\"");
+    let label = |line: &str, name: &str| -> Option<String> {
+        let start = line.find(&format!("{name}=\""))? + name.len() + 2;
+        Some(line[start..].split('"').next()?.to_string())
+    };
+    text.lines()
+        .filter(|l| l.starts_with("strata_group_lag{") && l.contains(&group_label))
+        .filter_map(|l| {
+            let topic = label(l, "topic")?;
+            let partition = label(l, "partition")?.parse().ok()?;
+            let value = l.rsplit(' ').next()?.parse().ok()?;
+            Some(((topic, partition), value))
+        })
+        .collect()
+}
+
+/// Consumer lag on `/metrics` is the log end minus the committed offset of every partition a
+/// group committed for, reported once in the cluster (by the broker coordinating the group),
+/// including partitions another broker owns, and it follows new records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_lag_metrics_match_committed_offsets_and_log_ends_across_brokers() {
+    let mut cluster =
+        Cluster::start_with_env(2, "5s", "200ms", &[("STRATA_GROUP_LAG_INTERVAL", "200ms")]);
+    let bootstrap = cluster.bootstrap_of(&[1, 2]);
+    let (topic, group) = ("lagging", "lag-metrics");
+    create_topic(&bootstrap, topic, 4, &[]).await;
+    let leaders = tokio::task::block_in_place(|| {
+        cluster.wait_for_leaders(1, topic, 4, &[1, 2], "the topic's partitions have leaders")
+    });
+    let owners: BTreeSet<i32> = leaders.values().copied().collect();
+    let producer = producer(&bootstrap, &[]);
+    let send = |partition: i32, count: usize| {
+        let futures: Vec<_> = (0..count)
+            .map(|i| {
+                let value = format!("value-{partition}-{i}");
+                producer
+                    .send_result(
+                        FutureRecord::<(), _>::to(topic)
+                            .partition(partition)
+                            .payload(&value),
+                    )
+                    .unwrap_or_else(|(e, _)| panic!("enqueue: {e}"))
+            })
+            .collect();
+        futures
+    };
+    // Partition p gets 10 * (p + 1) records; the group commits 5 on each.
+    for partition in 0..4 {
+        for future in send(partition, 10 * (partition as usize + 1)) {
+            future
+                .await
+                .expect("delivered")
+                .unwrap_or_else(|(e, _)| panic!("produce failed: {e}"));
+        }
+    }
+    {
+        let mut config = strata_tests::clients::base_config(&bootstrap);
+        config
+            .set("group.id", group)
+            .set("enable.auto.commit", "false");
+        let consumer: rdkafka::consumer::BaseConsumer<strata_tests::clients::TestContext> = config
+            .create_with_context(strata_tests::clients::TestContext)
+            .unwrap();
+        let mut offsets = rdkafka::TopicPartitionList::new();
+        for partition in 0..4 {
+            offsets
+                .add_partition_offset(topic, partition, rdkafka::Offset::Offset(5))
+                .unwrap();
+        }
+        tokio::task::block_in_place(|| {
+            consumer.commit(&offsets, rdkafka::consumer::CommitMode::Sync)
+        })
+        .expect("commit");
+    }
+    let expected = |extra_on_3: f64| -> LagSamples {
+        (0..4)
+            .map(|p| {
+                let lag = f64::from(10 * (p + 1) - 5) + if p == 3 { extra_on_3 } else { 0.0 };
+                ((topic.to_string(), p), lag)
+            })
+            .collect()
+    };
+    let reported = |cluster: &mut Cluster| -> Vec<(i32, LagSamples)> {
+        [1, 2]
+            .into_iter()
+            .map(|id| (id, group_lag_samples(cluster, id, group)))
+            .filter(|(_, samples)| !samples.is_empty())
+            .collect()
+    };
+    let want = expected(0.0);
+    let seen = tokio::task::block_in_place(|| {
+        wait_until("the group's lag on /metrics", DEADLINE, || {
+            let seen = reported(&mut cluster);
+            (seen.len() == 1 && seen[0].1 == want).then_some(seen)
+        })
+    });
+    let coordinator = seen[0].0;
+    let sum = cluster.metric(
+        coordinator,
+        &format!("strata_group_lag_sum{{group=\"{group}\"}}"),
+    );
+    assert_eq!(
+        sum,
+        want.values().sum::<f64>(),
+        "the sum is the partitions' lag"
+    );
+    println!("group coordinated by broker {coordinator}; partition owners {owners:?}");
+
+    // Partition 3 is owned by the other broker from here on, so its log end is one the
+    // coordinator has to ask another broker for.
+    let other = if coordinator == 1 { 2 } else { 1 };
+    if leaders.get(&3) != Some(&other) {
+        tokio::task::block_in_place(|| cluster.move_partition(topic, 3, other));
+    }
+    // Seven more records on partition 3: its lag follows, the others stay.
+    for future in send(3, 7) {
+        future
+            .await
+            .expect("delivered")
+            .unwrap_or_else(|(e, _)| panic!("produce failed: {e}"));
+    }
+    let want = expected(7.0);
+    tokio::task::block_in_place(|| {
+        wait_until(
+            "partition 3's lag grows by the new records",
+            DEADLINE,
+            || {
+                let seen = reported(&mut cluster);
+                (seen.len() == 1 && seen[0].0 == coordinator && seen[0].1 == want).then_some(())
+            },
+        )
+    });
+}
+
 /// Every metric family the broker exports is named in docs/METRICS.md, and every metric the
 /// Grafana dashboard queries is one the broker exports: a metric added without documentation,
 /// or renamed under the dashboard (which would show an empty panel, not an error), fails here.

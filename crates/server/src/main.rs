@@ -15,6 +15,7 @@ mod cli;
 mod console;
 mod health;
 mod http;
+mod lag;
 // The client moved to its own crate when the broker needed one (transaction markers); the
 // commands still name it by its old path.
 use strata_client as kafka_client;
@@ -96,6 +97,7 @@ enum Command {
     /// min_incremental_fetch_session_eviction [default: 120s], metrics_listen [a bare port
     /// binds 127.0.0.1], metrics_token, metrics_token_file [default: none; /metrics then needs
     /// Authorization: Bearer <token>], metrics_max_connections, metrics_timeout,
+    /// group_lag_interval [default: 30s; 0s turns consumer-lag metrics off],
     /// console_listen [default: none; a bare port binds 127.0.0.1], cluster,
     /// lease_period,
     /// heartbeat_interval, ownership_interval, move_watch_interval, auto_rebalance,
@@ -825,6 +827,30 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             info.advertised_port
         );
     }
+    // Consumer-group lag on /metrics: the broker asks itself as a Kafka client, through its
+    // first PLAINTEXT listener (as the console does).
+    let plaintext_bootstrap = listeners
+        .iter()
+        .find(|(_, info, _)| info.protocol == strata_broker::security::SecurityProtocol::Plaintext)
+        .map(|(_, _, own)| console::own_bootstrap(*own));
+    let lag_task = match (&settings.metrics_listen, &plaintext_bootstrap) {
+        (Some(_), Some(bootstrap)) if !settings.group_lag_interval.is_zero() => {
+            let lag = Arc::new(lag::LagMetrics::default());
+            metrics.attach_lag(Arc::clone(&lag));
+            Some(tokio::spawn(lag::run(
+                bootstrap.clone(),
+                node_id.0,
+                Arc::clone(&clock),
+                settings.group_lag_interval,
+                lag,
+            )))
+        }
+        (Some(_), None) if !settings.group_lag_interval.is_zero() => {
+            info!("no PLAINTEXT listener: consumer-group lag is not reported on /metrics");
+            None
+        }
+        _ => None,
+    };
     let listeners: Vec<_> = listeners
         .into_iter()
         .map(|(listener, info, _)| (listener, info))
@@ -894,6 +920,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     if let Some(server) = console_server {
         server.abort();
+    }
+    if let Some(task) = lag_task {
+        task.abort();
     }
     health_watch.abort();
     info!("stopped");

@@ -39,6 +39,8 @@ pub struct MetricsSource {
     log: OnceLock<Arc<LogManager>>,
     cluster: OnceLock<Arc<ClusterNode>>,
     broker: OnceLock<Arc<Broker>>,
+    /// Consumer-group lag passes (`group_lag_interval`); None when they are off.
+    lag: OnceLock<Arc<crate::lag::LagMetrics>>,
     clock: Arc<dyn Clock>,
     started: Duration,
 }
@@ -66,6 +68,7 @@ impl MetricsSource {
             log: OnceLock::new(),
             cluster: OnceLock::new(),
             broker: OnceLock::new(),
+            lag: OnceLock::new(),
             clock,
             started,
         }
@@ -84,6 +87,11 @@ impl MetricsSource {
     /// The Kafka front end's own counts (fetch sessions) are reported from now on.
     pub fn attach_broker(&self, broker: Arc<Broker>) {
         let _ = self.broker.set(broker);
+    }
+
+    /// Consumer-group lag is reported from now on. Only the first call counts.
+    pub fn attach_lag(&self, lag: Arc<crate::lag::LagMetrics>) {
+        let _ = self.lag.set(lag);
     }
 
     pub fn health(&self) -> StorageHealthSnapshot {
@@ -116,6 +124,7 @@ impl MetricsSource {
                 .get()
                 .map(|broker| broker.throttle_stats().snapshot())
                 .unwrap_or_default(),
+            lag: self.lag.get().and_then(|lag| lag.snapshot()),
             uptime: self.clock.monotonic().saturating_sub(self.started),
         }
     }
@@ -172,6 +181,9 @@ pub struct Snapshot {
     pub authorization_denied: Vec<(&'static str, &'static str, u64)>,
     /// Client-quota throttles: (kind, seconds, throttled responses).
     pub throttles: Vec<(&'static str, f64, u64)>,
+    /// Consumer-group lag of the groups coordinated here, as of the last pass; None before
+    /// the first pass or when `group_lag_interval` is 0s.
+    pub lag: Option<crate::lag::LagSnapshot>,
     pub uptime: Duration,
 }
 
@@ -499,6 +511,7 @@ pub fn render(snapshot: &Snapshot) -> String {
     if let Some(traffic) = &snapshot.traffic {
         render_traffic(&mut out, traffic);
     }
+    render_lag(&mut out, &snapshot.lag.clone().unwrap_or_default());
 
     out.family(
         "strata_authorization_denied_total",
@@ -688,6 +701,45 @@ fn render_txn(out: &mut Exposition, txn: &strata_log::TxnSnapshot) {
 }
 
 /// A label value as the text format wants it: backslash, double quote and line feed escaped.
+/// Bounded by [`crate::lag::MAX_LAG_SERIES`] partition series; the sums cover every group.
+fn render_lag(out: &mut Exposition, lag: &crate::lag::LagSnapshot) {
+    out.family(
+        "strata_group_lag",
+        "gauge",
+        "Records a consumer group is behind: log end offset minus committed offset, per partition it committed for (groups coordinated by this broker, as of the last pass).",
+    );
+    for p in &lag.partitions {
+        let partition = p.partition.to_string();
+        out.sample(
+            "strata_group_lag",
+            &[
+                ("group", &p.group),
+                ("topic", &p.topic),
+                ("partition", &partition),
+            ],
+            p.lag,
+        );
+    }
+    out.family(
+        "strata_group_lag_sum",
+        "gauge",
+        "A consumer group's lag summed over its partitions (groups coordinated by this broker).",
+    );
+    for (group, sum) in &lag.sums {
+        out.sample("strata_group_lag_sum", &[("group", group)], sum);
+    }
+    out.family(
+        "strata_group_lag_timestamp_seconds",
+        "gauge",
+        "Wall-clock time the lag figures were computed (they are refreshed every group_lag_interval).",
+    );
+    out.sample(
+        "strata_group_lag_timestamp_seconds",
+        &[],
+        lag.computed_at_ms as f64 / 1000.0,
+    );
+}
+
 fn render_cleaner(out: &mut Exposition, log: &LogSnapshot) {
     let c = &log.cleaner;
     for (name, help, value) in [
@@ -876,6 +928,7 @@ mod tests {
             traffic: None,
             authorization_denied: vec![("TOPIC", "WRITE", 3)],
             throttles: Vec::new(),
+            lag: None,
             uptime: Duration::from_millis(1500),
         }
     }

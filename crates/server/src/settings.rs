@@ -270,6 +270,12 @@ pub struct Settings {
     /// An HTTP client gets this long to send its request, and again to take the answer.
     #[serde(with = "humantime_serde")]
     pub metrics_timeout: Duration,
+    /// How often the consumer-group lag on `/metrics` (`strata_group_lag`) is computed for
+    /// the groups this broker coordinates: one OffsetFetch per group and one ListOffsets per
+    /// topic and owner each time. `0s` turns it off. Needs `metrics_listen` and a PLAINTEXT
+    /// listener (the broker asks itself as a Kafka client).
+    #[serde(with = "humantime_serde")]
+    pub group_lag_interval: Duration,
     /// Cluster mode: this broker is one of several sharing `storage`; partitions are spread
     /// over the live brokers, move between them, and are taken over when one dies. Off: this
     /// broker serves every partition (only one broker may run on the storage).
@@ -443,6 +449,7 @@ impl Default for Settings {
             console_listen: None,
             metrics_max_connections: 64,
             metrics_timeout: Duration::from_secs(5),
+            group_lag_interval: Duration::from_secs(30),
             // On by default so brokers pointed at one storage form a cluster instead of fencing
             // each other; a lone broker pays a few small storage reads a second for it, and a
             // restart on the same machine is as quick as in standalone mode (the predecessor is
@@ -983,6 +990,11 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         Kind::Integer,
     ),
     ("STRATA_METRICS_TIMEOUT", &["metrics_timeout"], Kind::Text),
+    (
+        "STRATA_GROUP_LAG_INTERVAL",
+        &["group_lag_interval"],
+        Kind::Text,
+    ),
     ("STRATA_CLUSTER", &["cluster"], Kind::Boolean),
     ("STRATA_LEASE_PERIOD", &["lease_period"], Kind::Text),
     (

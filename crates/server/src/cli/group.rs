@@ -432,7 +432,7 @@ async fn describe(connect: &Connect, group: &str) -> anyhow::Result<()> {
 }
 
 /// The group's committed offsets: topic → partition → offset.
-async fn committed(
+pub(crate) async fn committed(
     client: &mut Client,
     group: &str,
 ) -> anyhow::Result<BTreeMap<String, BTreeMap<i32, i64>>> {
@@ -488,7 +488,7 @@ async fn committed_once(
 }
 
 /// Log start and end of every partition of `topic`.
-async fn topic_offsets(
+pub(crate) async fn topic_offsets(
     client: &mut Client,
     topic: &str,
 ) -> anyhow::Result<BTreeMap<i32, (i64, i64)>> {
