@@ -1,7 +1,9 @@
 //! Clients other than rdkafka against the same binary: kcat (librdkafka's command-line tool,
-//! Debian package `kcat`), Python's confluent-kafka (tests/python/roundtrip.py) and
+//! Debian package `kcat`), Python's confluent-kafka (tests/python/roundtrip.py),
 //! kafka-python, which unlike librdkafka uses incremental fetch sessions
-//! (tests/python/fetch_sessions.py). Each test fails, rather than skips, when its client is
+//! (tests/python/fetch_sessions.py), and two clients with protocol code of their own:
+//! aiokafka (tests/python/aiokafka_clients.py) and kafkajs (tests/js/clients.js, its package
+//! pinned in tests/js/package-lock.json). Each test fails, rather than skips, when its client is
 //! missing: `.ci/run` installs them.
 
 // A failed expectation in a test is a panic; helpers here are test code too.
@@ -170,5 +172,45 @@ fn python_kafka_python_consumes_many_partitions_through_an_incremental_fetch_ses
         .arg("python-fetch-sessions");
     let finished = run_with_deadline(command, b"", CLIENT_DEADLINE * 2);
     finished.assert_success("tests/python/fetch_sessions.py");
+    eprintln!("{}", finished.stdout);
+}
+
+/// aiokafka: admin, an idempotent gzip producer, a 2-member group with exact commits, and a
+/// committed and an aborted transaction read back read_committed.
+#[test]
+fn python_aiokafka_groups_commits_and_transactions() {
+    let broker = StrataProcess::start();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/aiokafka_clients.py");
+    let mut command = Command::new("python3");
+    command
+        .arg(&script)
+        .arg("--bootstrap")
+        .arg(broker.bootstrap())
+        .arg("--topic")
+        .arg("aiokafka");
+    let finished = run_with_deadline(command, b"", CLIENT_DEADLINE * 2);
+    finished.assert_success("tests/python/aiokafka_clients.py");
+    eprintln!("{}", finished.stdout);
+}
+
+/// kafkajs: the same, through a client written in JavaScript with its own protocol code.
+#[test]
+fn kafkajs_groups_commits_and_transactions() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("js");
+    assert!(
+        is_installed("node") && dir.join("node_modules/kafkajs").is_dir(),
+        "node and tests/js/node_modules are needed: `cd tests/js && npm ci` (.ci/run does it)"
+    );
+    let broker = StrataProcess::start();
+    let mut command = Command::new("node");
+    command
+        .current_dir(&dir)
+        .arg("clients.js")
+        .arg("--bootstrap")
+        .arg(broker.bootstrap())
+        .arg("--topic")
+        .arg("kafkajs");
+    let finished = run_with_deadline(command, b"", CLIENT_DEADLINE * 2);
+    finished.assert_success("tests/js/clients.js");
     eprintln!("{}", finished.stdout);
 }
