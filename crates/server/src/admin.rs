@@ -178,6 +178,18 @@ async fn move_partition(args: MoveArgs) -> anyhow::Result<()> {
                 .is_none_or(|b| b.owner == target || record.epoch > b.epoch);
             if record.owner == target && record.state == OwnerState::Active && moved {
                 let elapsed = clock.monotonic().saturating_sub(started);
+                if before
+                    .as_ref()
+                    .is_some_and(|b| b.owner == target && b.epoch == record.epoch)
+                {
+                    // The placement now pins it there; nothing was handed over.
+                    let _ = writeln!(
+                        std::io::stdout(),
+                        "{name} is already on broker {target} (epoch {}); it stays there",
+                        record.epoch
+                    );
+                    return Ok(());
+                }
                 let from = before
                     .as_ref()
                     .map(|b| format!("broker {} (epoch {})", b.owner, b.epoch))
