@@ -734,3 +734,94 @@ fn acls_created_on_one_broker_are_enforced_by_another() {
         }
     });
 }
+
+/// `strata ARGS` against `bootstrap`, logging in as `login` = (mechanism, user, password).
+fn cli_as(bootstrap: &str, login: Option<(&str, &str, &str)>, args: &[&str]) -> Finished {
+    let mut command = Command::new(strata_binary());
+    command.args(args).args(["--bootstrap-server", bootstrap]);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("STRATA_") {
+            command.env_remove(name);
+        }
+    }
+    if let Some((mechanism, user, password)) = login {
+        command
+            .env("STRATA_SASL_MECHANISM", mechanism)
+            .env("STRATA_SASL_USERNAME", user)
+            .env("STRATA_SASL_PASSWORD", password);
+    }
+    run_with_deadline(command, b"", CLIENT_DEADLINE)
+}
+
+/// The `strata` commands log in on a SASL_PLAINTEXT listener with SCRAM-SHA-512, SCRAM-SHA-256
+/// and PLAIN — on the bootstrap connection and on the connections to leaders and coordinators
+/// they open from Metadata — and a wrong password or no login is refused with a message.
+#[test]
+fn the_cli_logs_in_with_scram_and_plain_over_sasl_plaintext() {
+    let storage = SharedStorage::new();
+    create_user(storage.url(), "alice", "alice-secret", "SCRAM-SHA-512");
+    create_user(storage.url(), "bob", "bob-secret", "SCRAM-SHA-256");
+    let broker = secured_broker(&storage, None);
+    let sasl = listener_addr(&broker, "SASL_PLAINTEXT").to_string();
+    let alice = Some(("SCRAM-SHA-512", "alice", "alice-secret"));
+    let bob = Some(("SCRAM-SHA-256", "bob", "bob-secret"));
+    let plain = Some(("PLAIN", "alice", "alice-secret"));
+
+    cli_as(
+        &sasl,
+        alice,
+        &["topic", "create", "cli-sasl", "--partitions", "2"],
+    )
+    .assert_success("topic create as alice (SCRAM-SHA-512)");
+    let listed = cli_as(&sasl, bob, &["topic", "list", "--json"]);
+    listed.assert_success("topic list as bob (SCRAM-SHA-256)");
+    assert!(listed.stdout.contains("cli-sasl"), "{}", listed.stdout);
+    // produce and consume talk to the partition's leader on a connection of their own.
+    cli_as(
+        &sasl,
+        plain,
+        &[
+            "produce",
+            "cli-sasl",
+            "--partition",
+            "1",
+            "--value",
+            "over-sasl",
+        ],
+    )
+    .assert_success("produce with PLAIN");
+    let consumed = cli_as(
+        &sasl,
+        bob,
+        &[
+            "consume",
+            "cli-sasl",
+            "--partition",
+            "1",
+            "--offset",
+            "earliest",
+            "--count",
+            "1",
+        ],
+    );
+    consumed.assert_success("consume as bob");
+    assert!(consumed.stdout.contains("over-sasl"), "{}", consumed.stdout);
+
+    let wrong = cli_as(
+        &sasl,
+        Some(("SCRAM-SHA-256", "bob", "not-bobs")),
+        &["topic", "list"],
+    );
+    assert!(!wrong.status.success(), "a wrong password must fail");
+    assert!(
+        wrong.stderr.contains("logging in to") && wrong.stderr.contains("SCRAM-SHA-256"),
+        "the error names the login: {}",
+        wrong.stderr
+    );
+    let anonymous = cli_as(&sasl, None, &["topic", "list", "--request-timeout", "5s"]);
+    assert!(
+        !anonymous.status.success(),
+        "a SASL listener refuses a client that does not log in: {}",
+        anonymous.stdout
+    );
+}

@@ -25,12 +25,16 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
     ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, MetadataRequest,
-    MetadataResponse, RequestHeader, ResponseHeader, TopicName,
+    MetadataResponse, RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
+    TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use strata_core::Clock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+mod sasl;
+pub use sasl::{SaslCredentials, SaslMechanism};
 
 /// The largest response frame accepted: a Fetch answers at most the `max_bytes` asked for,
 /// every other answer here is metadata, so anything larger is a framing error.
@@ -67,6 +71,12 @@ pub enum ClientError {
     },
     #[error("{0}")]
     NotFound(String),
+    #[error("logging in to {addr} with {mechanism} failed: {what}")]
+    Authentication {
+        addr: String,
+        mechanism: &'static str,
+        what: String,
+    },
 }
 
 pub type ClientResult<T> = Result<T, ClientError>;
@@ -111,6 +121,17 @@ impl Connection {
         clock: Arc<dyn Clock>,
         timeout: Duration,
     ) -> ClientResult<Self> {
+        Self::connect_as(addr, clock, timeout, None).await
+    }
+
+    /// [`Connection::connect`], then a SASL login with `sasl` when given (for listeners of
+    /// protocol SASL_PLAINTEXT).
+    pub async fn connect_as(
+        addr: &str,
+        clock: Arc<dyn Clock>,
+        timeout: Duration,
+        sasl: Option<&SaslCredentials>,
+    ) -> ClientResult<Self> {
         let connect = TcpStream::connect(addr);
         let stream = match strata_core::timeout(clock.as_ref(), timeout, connect).await {
             Ok(Ok(stream)) => stream,
@@ -149,7 +170,68 @@ impl Connection {
             .iter()
             .map(|k| (k.api_key, (k.min_version, k.max_version)))
             .collect();
+        if let Some(credentials) = sasl {
+            connection.login(credentials).await?;
+        }
         Ok(connection)
+    }
+
+    /// SaslHandshake v1 and SaslAuthenticate v2 until the mechanism is done.
+    async fn login(&mut self, credentials: &SaslCredentials) -> ClientResult<()> {
+        let mechanism = credentials.mechanism.name();
+        let failed = |addr: &str, what: String| ClientError::Authentication {
+            addr: addr.to_string(),
+            mechanism,
+            what,
+        };
+        let handshake = self
+            .request(
+                1,
+                &SaslHandshakeRequest::default().with_mechanism(str_bytes(mechanism)),
+            )
+            .await?;
+        if handshake.error_code != 0 {
+            let offered: Vec<String> = handshake.mechanisms.iter().map(|m| m.to_string()).collect();
+            return Err(failed(
+                &self.addr,
+                format!(
+                    "the listener does not offer it (it offers: {})",
+                    if offered.is_empty() {
+                        "none".to_string()
+                    } else {
+                        offered.join(", ")
+                    }
+                ),
+            ));
+        }
+        let mut exchange = sasl::Exchange::start(credentials).map_err(|e| failed(&self.addr, e))?;
+        let mut message = exchange.first();
+        // SCRAM takes two round trips and PLAIN one; a server asking for more is broken.
+        for _ in 0..3 {
+            let answer = self
+                .request(
+                    2,
+                    &SaslAuthenticateRequest::default().with_auth_bytes(message.into()),
+                )
+                .await?;
+            if answer.error_code != 0 {
+                return Err(failed(
+                    &self.addr,
+                    answer
+                        .error_message
+                        .map(|m| m.to_string())
+                        .unwrap_or_else(|| format!("error code {}", answer.error_code)),
+                ));
+            }
+            match exchange
+                .respond(&answer.auth_bytes)
+                .map_err(|e| failed(&self.addr, e))?
+            {
+                Some(next) => message = next,
+                None => return Ok(()),
+            }
+        }
+        Err(failed(&self.addr, "the exchange did not end".into()))
     }
 
     /// Sends `request` as `version` (checked against what the broker offers) and reads the
@@ -268,6 +350,8 @@ fn api_name(key: i16) -> &'static str {
             kafka_protocol::messages::ApiKey::AlterClientQuotas => "AlterClientQuotas",
             kafka_protocol::messages::ApiKey::ConsumerGroupDescribe => "ConsumerGroupDescribe",
             kafka_protocol::messages::ApiKey::ShareGroupDescribe => "ShareGroupDescribe",
+            kafka_protocol::messages::ApiKey::SaslHandshake => "SaslHandshake",
+            kafka_protocol::messages::ApiKey::SaslAuthenticate => "SaslAuthenticate",
             _ => "a Kafka API",
         })
         .unwrap_or("an unknown API")
@@ -331,6 +415,8 @@ pub struct Client {
     bootstrap: Connection,
     clock: Arc<dyn Clock>,
     timeout: Duration,
+    /// The login of every connection, when the listeners require one.
+    sasl: Option<SaslCredentials>,
     /// node id → address, from the last Metadata answer.
     addresses: HashMap<i32, String>,
     nodes: HashMap<i32, Connection>,
@@ -344,6 +430,16 @@ impl Client {
         clock: Arc<dyn Clock>,
         timeout: Duration,
     ) -> ClientResult<Self> {
+        Self::connect_as(bootstrap, clock, timeout, None).await
+    }
+
+    /// [`Client::connect`], every connection logging in with `sasl` when given.
+    pub async fn connect_as(
+        bootstrap: &str,
+        clock: Arc<dyn Clock>,
+        timeout: Duration,
+        sasl: Option<SaslCredentials>,
+    ) -> ClientResult<Self> {
         // A comma-separated list, as Kafka's tools take: the first broker that answers.
         let mut last = None;
         let mut connection = None;
@@ -352,7 +448,9 @@ impl Client {
             .map(str::trim)
             .filter(|a| !a.is_empty())
         {
-            match Connection::connect(addr, Arc::clone(&clock), timeout).await {
+            match Connection::connect_as(addr, Arc::clone(&clock), timeout, sasl.as_ref()).await {
+                // A refused login is the same everywhere: do not try the next broker.
+                Err(e @ ClientError::Authentication { .. }) => return Err(e),
                 Ok(c) => {
                     connection = Some(c);
                     break;
@@ -373,6 +471,7 @@ impl Client {
             bootstrap: connection,
             clock,
             timeout,
+            sasl,
             addresses: HashMap::new(),
             nodes: HashMap::new(),
         })
@@ -422,8 +521,13 @@ impl Client {
             let addr = self.addresses.get(&node).cloned().ok_or_else(|| {
                 ClientError::NotFound(format!("broker {node} is not in the cluster's metadata"))
             })?;
-            let connection =
-                Connection::connect(&addr, Arc::clone(&self.clock), self.timeout).await?;
+            let connection = Connection::connect_as(
+                &addr,
+                Arc::clone(&self.clock),
+                self.timeout,
+                self.sasl.as_ref(),
+            )
+            .await?;
             self.nodes.insert(node, connection);
         }
         self.nodes

@@ -34,14 +34,56 @@ pub struct Connect {
     /// Print one JSON document instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// Log in with SASL on every connection (a SASL_PLAINTEXT listener): PLAIN,
+    /// SCRAM-SHA-256 or SCRAM-SHA-512, as Kafka's `sasl.mechanism`.
+    #[arg(long, value_name = "MECHANISM", env = "STRATA_SASL_MECHANISM")]
+    pub sasl_mechanism: Option<String>,
+    /// The SASL user name.
+    #[arg(long, value_name = "NAME", env = "STRATA_SASL_USERNAME")]
+    pub sasl_username: Option<String>,
+    /// The SASL password. Only from the environment, so it stays out of shell history and
+    /// process listings.
+    #[arg(skip = std::env::var("STRATA_SASL_PASSWORD").ok())]
+    pub sasl_password: Option<String>,
 }
 
 impl Connect {
     pub async fn client(&self) -> anyhow::Result<(Client, Arc<dyn Clock>)> {
         let clock = SystemClock::shared();
         let timeout = duration("--request-timeout", &self.request_timeout)?;
-        let client = Client::connect(&self.bootstrap_server, Arc::clone(&clock), timeout).await?;
+        let client = Client::connect_as(
+            &self.bootstrap_server,
+            Arc::clone(&clock),
+            timeout,
+            self.sasl()?,
+        )
+        .await?;
         Ok((client, clock))
+    }
+
+    fn sasl(&self) -> anyhow::Result<Option<strata_client::SaslCredentials>> {
+        let Some(mechanism) = &self.sasl_mechanism else {
+            if self.sasl_username.is_some() {
+                anyhow::bail!("--sasl-username needs --sasl-mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)");
+            }
+            return Ok(None);
+        };
+        let mechanism = strata_client::SaslMechanism::parse(mechanism).with_context(|| {
+            format!("--sasl-mechanism {mechanism:?}: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+        })?;
+        let username = self
+            .sasl_username
+            .clone()
+            .context("--sasl-mechanism needs --sasl-username (or STRATA_SASL_USERNAME)")?;
+        let password = self
+            .sasl_password
+            .clone()
+            .context("--sasl-mechanism needs the password in STRATA_SASL_PASSWORD")?;
+        Ok(Some(strata_client::SaslCredentials {
+            mechanism,
+            username,
+            password,
+        }))
     }
 }
 
