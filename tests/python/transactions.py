@@ -262,9 +262,12 @@ def main():
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--kill-coordinator", action="store_true")
+    parser.add_argument("--commit-and-abort-only", action="store_true")
     args = parser.parse_args()
     if args.kill_coordinator:
         kill_coordinator(args.bootstrap, args.topic)
+    elif args.commit_and_abort_only:
+        commit_and_abort(args.bootstrap, args.topic)
     else:
         commit_and_abort(args.bootstrap, args.topic)
         fencing(args.bootstrap, args.topic + "-f")

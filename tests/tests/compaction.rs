@@ -219,3 +219,29 @@ async fn a_cleaning_pass_killed_with_sigkill_is_finished_after_the_restart_with_
     let bootstrap = broker.bootstrap();
     wait_until_cleaned(&bootstrap, topic, &latest(&acked)).await;
 }
+
+/// Committed and aborted transactions of confluent-kafka's transactional producer over the
+/// same keys (tests/python/txn_compaction.py): read_committed sees exactly the latest committed
+/// value of each key before and after cleaning, and once cleaned no aborted record is left for
+/// read_uncommitted consumers either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_on_a_compacted_topic_read_back_the_latest_committed_values() {
+    let broker = StrataProcess::start_with(StrataOptions::default().with_config(FAST_SEGMENTS));
+    let bootstrap = broker.bootstrap();
+    let topic = "compacted-txn";
+    // Nothing is cleaned until the script lowers the lag, after its first reads.
+    let mut config = COMPACT.to_vec();
+    config.push(("min.compaction.lag.ms", "3600000"));
+    create_topic(&bootstrap, topic, 1, &config).await;
+    let mut command = std::process::Command::new("python3");
+    command
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/txn_compaction.py"))
+        .arg("--bootstrap")
+        .arg(&bootstrap)
+        .arg("--topic")
+        .arg(topic);
+    let finished = tokio::task::block_in_place(|| {
+        strata_tests::command::run_with_deadline(command, b"", Duration::from_secs(300))
+    });
+    finished.assert_success("tests/python/txn_compaction.py");
+}

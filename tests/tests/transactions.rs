@@ -136,3 +136,39 @@ async fn a_transaction_survives_the_sigkill_of_its_coordinators_broker() {
     // Which of the two clean outcomes happened, for whoever reads the test log.
     eprintln!("{}", output.join("\n"));
 }
+
+/// KIP-890 part 1 across brokers: the owners of the data partitions verify each partition's
+/// first transactional batch with the transaction coordinator, which for some of them is on
+/// the other broker; confluent-kafka's commit and abort across 3 partitions still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_work_when_partition_owners_verify_with_a_remote_coordinator() {
+    let mut cluster = Cluster::start(2, "3s", "500ms");
+    let ids = cluster.all_ids();
+    let bootstrap = cluster.bootstrap_of(&ids);
+    create_topic(&bootstrap, "remote", 3, &[]).await;
+    let leaders = tokio::task::block_in_place(|| {
+        cluster.wait_for_leaders(ids[0], "remote", 3, &ids, "every partition has an owner")
+    });
+    let asked = cluster.broker(ids[0]).addr();
+    let coordinator = tokio::task::block_in_place(|| {
+        wait_until(
+            "a transaction coordinator for the id",
+            Duration::from_secs(60),
+            || coordinator_of(asked, "remote-tx"),
+        )
+    });
+    assert!(
+        leaders.values().any(|leader| *leader != coordinator),
+        "some partition must be owned away from the coordinator (broker {coordinator}): {leaders:?}"
+    );
+    let mut command = Command::new("python3");
+    command
+        .arg(script())
+        .arg("--bootstrap")
+        .arg(&bootstrap)
+        .arg("--topic")
+        .arg("remote")
+        .arg("--commit-and-abort-only");
+    let finished = tokio::task::block_in_place(|| run_with_deadline(command, b"", CLIENT_DEADLINE));
+    finished.assert_success("tests/python/transactions.py --commit-and-abort-only");
+}

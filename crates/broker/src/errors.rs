@@ -35,6 +35,8 @@ pub mod code {
     pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub const NOT_COORDINATOR: i16 = 16;
+    pub const NETWORK_EXCEPTION: i16 = 13;
+    pub const NOT_ENOUGH_REPLICAS: i16 = 19;
     pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
     pub const RECORD_LIST_TOO_LARGE: i16 = 18;
     pub const INVALID_REQUIRED_ACKS: i16 = 21;
@@ -296,6 +298,25 @@ pub fn txn_error_code(error: &TxnError) -> i16 {
         TxnError::ConcurrentTransactions => code::CONCURRENT_TRANSACTIONS,
         TxnError::InvalidTxnState => code::INVALID_TXN_STATE,
         TxnError::TransactionalIdNotFound => code::TRANSACTIONAL_ID_NOT_FOUND,
+    }
+}
+
+/// What a transactional produce answers when the coordinator did not verify its partition
+/// (KIP-890 part 1, as Kafka's `AddPartitionsToTxnManager` and `ReplicaManager` map it): a
+/// fenced producer gets INVALID_PRODUCER_EPOCH, which producers expect from produce; a refused
+/// inter-broker request INVALID_TXN_STATE (the client must not see an authorization error
+/// that is not its own); and the coordinator's retriable errors NOT_ENOUGH_REPLICAS, which
+/// clients of every version retry without a metadata refresh.
+pub fn txn_verification_code(coordinator_code: i16) -> i16 {
+    match coordinator_code {
+        code::PRODUCER_FENCED => code::INVALID_PRODUCER_EPOCH,
+        code::CLUSTER_AUTHORIZATION_FAILED => code::INVALID_TXN_STATE,
+        code::CONCURRENT_TRANSACTIONS
+        | code::NETWORK_EXCEPTION
+        | code::COORDINATOR_LOAD_IN_PROGRESS
+        | code::COORDINATOR_NOT_AVAILABLE
+        | code::NOT_COORDINATOR => code::NOT_ENOUGH_REPLICAS,
+        other => other,
     }
 }
 

@@ -45,6 +45,22 @@ pub trait MarkerWriter: Send + Sync + fmt::Debug {
         coordinator_epoch: i32,
         partitions: &BTreeSet<TopicPartition>,
     ) -> BTreeSet<TopicPartition>;
+
+    /// KIP-890 verification by a coordinator on another broker (AddPartitionsToTxn v4,
+    /// `verify_only`): per partition, the coordinator's error code. Writers that reach no other
+    /// broker answer COORDINATOR_NOT_AVAILABLE.
+    async fn verify_remote(
+        &self,
+        _transactional_id: &str,
+        _producer_id: i64,
+        _producer_epoch: i16,
+        partitions: &[TopicPartition],
+    ) -> Vec<(TopicPartition, i16)> {
+        partitions
+            .iter()
+            .map(|tp| (tp.clone(), crate::errors::code::COORDINATOR_NOT_AVAILABLE))
+            .collect()
+    }
 }
 
 /// Counters for `strata_transactions_total` and `strata_transactions_open`.
@@ -222,7 +238,7 @@ impl TxnCoordinator {
         self.marker_writer().is_some()
     }
 
-    fn marker_writer(&self) -> Option<Arc<dyn MarkerWriter>> {
+    pub(crate) fn marker_writer(&self) -> Option<Arc<dyn MarkerWriter>> {
         match self.markers.read() {
             Ok(g) => g.clone(),
             Err(e) => e.into_inner().clone(),

@@ -13,10 +13,16 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
+use kafka_protocol::messages::add_partitions_to_txn_request::{
+    AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+};
 use kafka_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
 };
-use kafka_protocol::messages::{ProducerId, WriteTxnMarkersRequest};
+use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, ProducerId, TransactionalId, WriteTxnMarkersRequest,
+};
+use kafka_protocol::protocol::StrBytes;
 use strata_client::Connection;
 use strata_core::TopicPartition;
 use strata_txn::MarkerJob;
@@ -29,6 +35,8 @@ use crate::txn_coordinator::MarkerWriter;
 
 /// Kafka 4 serves WriteTxnMarkers v1 only (v0 was removed).
 const WRITE_TXN_MARKERS_VERSION: i16 = 1;
+/// AddPartitionsToTxn's brokers' form, with `verify_only` (KIP-890 part 1).
+const VERIFY_VERSION: i16 = 4;
 
 pub(crate) struct BrokerMarkers {
     broker: Weak<Broker>,
@@ -78,12 +86,34 @@ impl BrokerMarkers {
 
     /// WriteTxnMarkers to another broker over the Kafka protocol, on a connection kept per
     /// owner.
-    async fn send_remote(
+    /// The broker hosting `transactional_id`'s coordinator shard, when it is another one.
+    fn coordinator_address(
+        &self,
+        broker: &Broker,
+        transactional_id: &str,
+    ) -> Option<(String, u16)> {
+        let node = broker.cluster.as_deref()?;
+        let topic = broker.log.topic(crate::txn_coordinator::TXN_TOPIC)?;
+        let shard = crate::txn_coordinator::shard_of(transactional_id, broker.txn.shard_count());
+        let tp = TopicPartition::new(Arc::clone(&topic.name), i32::try_from(shard).ok()?);
+        let view = node.view();
+        let (leader, _) = node.leader_of(&view, &node.owners(), topic.id, &tp)?;
+        if leader == broker.settings.node_id {
+            return None;
+        }
+        view.members
+            .get(&leader)
+            .map(|m| m.registration.endpoint(&self.listener))
+            .map(|(h, p)| (h.to_string(), p))
+    }
+
+    async fn send_remote<R: kafka_protocol::protocol::Request>(
         &self,
         broker: &Broker,
         addr: &(String, u16),
-        request: &WriteTxnMarkersRequest,
-    ) -> Result<kafka_protocol::messages::WriteTxnMarkersResponse, strata_client::ClientError> {
+        version: i16,
+        request: &R,
+    ) -> Result<R::Response, strata_client::ClientError> {
         let mut connections = self.connections.lock().await;
         let key = addr.clone();
         if !connections.contains_key(&key) {
@@ -101,7 +131,7 @@ impl BrokerMarkers {
                 addr.0, addr.1
             )));
         };
-        let answer = connection.request(WRITE_TXN_MARKERS_VERSION, request).await;
+        let answer = connection.request(version, request).await;
         if answer.is_err() {
             // The connection may be half-used: start afresh next time.
             connections.remove(&key);
@@ -144,7 +174,8 @@ impl BrokerMarkers {
             // Partitions served here: the partition side's in-process entry point, no socket.
             crate::handlers::txn_markers::write_markers(broker, request).await
         } else {
-            self.send_remote(broker, addr, &request).await?
+            self.send_remote(broker, addr, WRITE_TXN_MARKERS_VERSION, &request)
+                .await?
         };
         let mut left = Vec::new();
         let mut answered = BTreeSet::new();
@@ -220,5 +251,76 @@ impl MarkerWriter for BrokerMarkers {
             }
         }
         left
+    }
+
+    async fn verify_remote(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[TopicPartition],
+    ) -> Vec<(TopicPartition, i16)> {
+        let all = |error: i16| partitions.iter().map(|tp| (tp.clone(), error)).collect();
+        let Some(broker) = self.broker.upgrade() else {
+            return all(code::COORDINATOR_NOT_AVAILABLE);
+        };
+        let Some(addr) = self.coordinator_address(&broker, transactional_id) else {
+            return all(code::NOT_COORDINATOR);
+        };
+        let mut topics: Vec<AddPartitionsToTxnTopic> = Vec::new();
+        for tp in partitions {
+            match topics.last_mut() {
+                Some(t) if t.name.0.as_str() == &*tp.topic => t.partitions.push(tp.partition),
+                _ => {
+                    let mut t = AddPartitionsToTxnTopic::default();
+                    t.name = topic_name(&tp.topic);
+                    t.partitions = vec![tp.partition];
+                    topics.push(t);
+                }
+            }
+        }
+        let mut txn = AddPartitionsToTxnTransaction::default();
+        txn.transactional_id = TransactionalId(StrBytes::from_string(transactional_id.to_string()));
+        txn.producer_id = ProducerId(producer_id);
+        txn.producer_epoch = producer_epoch;
+        txn.verify_only = true;
+        txn.topics = topics;
+        let mut request = AddPartitionsToTxnRequest::default();
+        request.transactions = vec![txn];
+        let response = match self
+            .send_remote(&broker, &addr, VERIFY_VERSION, &request)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                warn!(coordinator = %format!("{}:{}", addr.0, addr.1), error = %e,
+                    "verifying a transactional produce with its coordinator failed");
+                return all(code::NETWORK_EXCEPTION);
+            }
+        };
+        if response.error_code != code::NONE {
+            return all(response.error_code);
+        }
+        let mut answered: HashMap<TopicPartition, i16> = HashMap::new();
+        for result in response.results_by_transaction {
+            for t in result.topic_results {
+                for p in t.results_by_partition {
+                    answered.insert(
+                        TopicPartition::new(t.name.0.as_str(), p.partition_index),
+                        p.partition_error_code,
+                    );
+                }
+            }
+        }
+        partitions
+            .iter()
+            .map(|tp| {
+                let error = answered
+                    .get(tp)
+                    .copied()
+                    .unwrap_or(code::UNKNOWN_SERVER_ERROR);
+                (tp.clone(), error)
+            })
+            .collect()
     }
 }

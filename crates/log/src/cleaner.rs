@@ -25,7 +25,7 @@
 //! fetch of an offset cleaned away gets the next surviving batch (the index search finds the
 //! first batch whose last offset reaches the requested one).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -43,6 +43,7 @@ use crate::maintenance::{
 };
 use crate::manifest::{self, CleaningIntent, Manifest, SegmentMeta};
 use crate::partition::{Partition, Serving};
+use crate::producer::AbortedTxn;
 use crate::shared::{lock_mutex, Shared};
 use crate::{LogError, LogResult};
 
@@ -171,8 +172,14 @@ pub(crate) struct Dirtiness {
     pub due: bool,
 }
 
-/// Kafka's scheduling rule over a manifest's segments (the tail is never cleaned).
-pub(crate) fn dirtiness(manifest: &Manifest, config: &TopicConfig, now_ms: i64) -> Dirtiness {
+/// Kafka's scheduling rule over a manifest's segments (the tail is never cleaned); only
+/// segments wholly below the last stable offset are cleanable.
+pub(crate) fn dirtiness(
+    manifest: &Manifest,
+    config: &TopicConfig,
+    now_ms: i64,
+    last_stable: i64,
+) -> Dirtiness {
     let live = manifest
         .segments
         .iter()
@@ -187,8 +194,9 @@ pub(crate) fn dirtiness(manifest: &Manifest, config: &TopicConfig, now_ms: i64) 
             // A segment's newest record decides both lags: we keep its max timestamp only, so
             // a segment is overdue a little later than Kafka (which uses the earliest record).
             let age = now_ms.saturating_sub(s.max_timestamp);
-            cleanable |= age >= config.min_compaction_lag_ms;
-            overdue |= age > config.max_compaction_lag_ms;
+            let stable = s.last_offset < last_stable;
+            cleanable |= stable && age >= config.min_compaction_lag_ms;
+            overdue |= stable && age > config.max_compaction_lag_ms;
         }
     }
     let ratio = if total == 0 {
@@ -248,9 +256,15 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         while let Some(part) = pick(&shared) {
             let result = clean_once(&shared, &part).await;
             lock_mutex(&shared.cleaning_now).remove(&part.tp);
-            if let Err(e) = result {
-                on_failure(&shared, &part, "cleaning", &e).await;
-                break;
+            match result {
+                Err(e) => {
+                    on_failure(&shared, &part, "cleaning", &e).await;
+                    break;
+                }
+                // Nothing cleanable after all (a segment still too young or unstable): picking
+                // again now would pick the same partition, so wait for the next tick.
+                Ok(false) => break,
+                Ok(true) => {}
             }
             if *stop.borrow() {
                 return;
@@ -279,7 +293,7 @@ fn pick(shared: &Shared) -> Option<Arc<Partition>> {
         let score = if st.manifest.cleaning.is_some() {
             f64::INFINITY
         } else if topic.config.cleanup_policy.compact {
-            let d = dirtiness(&st.manifest, &topic.config, now);
+            let d = dirtiness(&st.manifest, &topic.config, now, st.last_stable());
             if !d.due {
                 continue;
             }
@@ -333,13 +347,95 @@ async fn read_segment(shared: &Shared, part: &Partition, s: &SegmentMeta) -> Log
     Ok(shared.store.get(&key).await?.0)
 }
 
-/// Transactional batches (data and markers) are neither mapped nor filtered: the cleaner
-/// keeps them all, as they were written. Kafka's cleaner instead drops aborted records and,
-/// after `delete.retention.ms`, markers whose transaction's data is gone; that needs the
-/// aborted index per cleaned range and is not done. Keeping them cannot corrupt anything:
-/// committed transactional values are never removed, and they never remove older values.
-fn in_transaction(batch: &strata_wire::BatchView) -> bool {
-    batch.is_transactional() || batch.is_control()
+/// The aborted transactions of the partition as the pass sees them (Kafka's
+/// `CleanedTransactionMetadata`): every transaction below the last stable offset is closed, so
+/// a transactional batch there is aborted exactly when an aborted range of its producer holds
+/// it, and committed otherwise.
+struct AbortedRanges {
+    /// Producer id → (first offset, marker offset), in marker order.
+    by_producer: BTreeMap<i64, Vec<(i64, i64)>>,
+}
+
+impl AbortedRanges {
+    fn new(aborted: &[AbortedTxn]) -> Self {
+        let mut by_producer: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
+        for a in aborted {
+            by_producer
+                .entry(a.producer_id)
+                .or_default()
+                .push((a.first_offset, a.last_offset));
+        }
+        Self { by_producer }
+    }
+
+    fn holds(&self, producer_id: i64, offset: i64) -> bool {
+        self.by_producer.get(&producer_id).is_some_and(|ranges| {
+            let i = ranges.partition_point(|(_, last)| *last <= offset);
+            ranges.get(i).is_some_and(|(first, _)| *first <= offset)
+        })
+    }
+
+    fn find(&self, producer_id: i64, marker_offset: i64) -> Option<AbortedTxn> {
+        self.by_producer.get(&producer_id).and_then(|ranges| {
+            ranges
+                .iter()
+                .find(|(_, last)| *last == marker_offset)
+                .map(|(first, last)| AbortedTxn {
+                    producer_id,
+                    first_offset: *first,
+                    last_offset: *last,
+                })
+        })
+    }
+}
+
+/// What the filter does with a control batch (Kafka's `onControlBatchRead` and
+/// `checkBatchRetention`): a marker stays while the pass still read data of its transaction
+/// (for an abort, the aborted batches it removes now; for a commit, any batch left of it),
+/// then gets a delete horizon of `delete.retention.ms`, and goes once that has passed.
+enum MarkerFate {
+    Keep,
+    SetHorizon(i64),
+    Remove,
+}
+
+fn marker_fate(
+    batch: &strata_wire::BatchView,
+    aborted: &AbortedRanges,
+    open_txns: &mut HashSet<i64>,
+    forgotten: &mut Vec<AbortedTxn>,
+    now: i64,
+    delete_retention_ms: i64,
+) -> MarkerFate {
+    let h = batch.header();
+    let removable = if h.record_count == 0 {
+        // Kafka: an empty control batch was already cleaned.
+        true
+    } else {
+        match strata_wire::builder::read_txn_marker(batch.bytes()) {
+            // A control record of a type we do not know is kept, as Kafka keeps it.
+            None => false,
+            Some(marker) => {
+                let had_data = open_txns.remove(&h.producer_id);
+                if !marker.commit && !had_data {
+                    // Its data is gone: read_committed fetches no longer need the range, and
+                    // it must be gone from the list before the marker goes, or a consumer told
+                    // about it would wait for that marker and skip the producer's later
+                    // committed records.
+                    forgotten.extend(aborted.find(h.producer_id, h.base_offset));
+                }
+                !had_data
+            }
+        }
+    };
+    if !removable {
+        return MarkerFate::Keep;
+    }
+    match wire_clean::delete_horizon(batch) {
+        Some(horizon) if horizon <= now => MarkerFate::Remove,
+        Some(_) => MarkerFate::Keep,
+        None => MarkerFate::SetHorizon(now.saturating_add(delete_retention_ms)),
+    }
 }
 
 fn batches_of(bytes: &Bytes) -> LogResult<Vec<strata_wire::BatchView>> {
@@ -353,7 +449,16 @@ async fn clean_pass(
     config: &TopicConfig,
 ) -> LogResult<bool> {
     let now = shared.clock.wall_millis();
-    let manifest = part.lock().manifest.clone();
+    // The aborted list and the last stable offset of the durable log: data below it belongs to
+    // closed transactions only, so the list tells aborted from committed.
+    let (manifest, last_stable, aborted) = {
+        let st = part.lock();
+        (
+            st.manifest.clone(),
+            st.last_stable(),
+            AbortedRanges::new(&st.txns.aborted),
+        )
+    };
     let limit = shared.config.max_decompressed_batch_bytes as u64;
     let segments: Vec<SegmentMeta> = manifest
         .segments
@@ -365,7 +470,9 @@ async fn clean_pass(
     let dirty: Vec<SegmentMeta> = segments
         .iter()
         .filter(|s| s.last_offset >= manifest.cleaned_to)
-        .take_while(|s| s.max_timestamp <= lag_cutoff)
+        // Never at or past the last stable offset (Kafka's first unstable offset): whether an
+        // open transaction commits or aborts is not known yet.
+        .take_while(|s| s.max_timestamp <= lag_cutoff && s.last_offset < last_stable)
         .copied()
         .collect();
     if dirty.is_empty() {
@@ -384,10 +491,14 @@ async fn clean_pass(
         bytes_read += bytes.len() as u64;
         throttle.charge(bytes.len()).await;
         for batch in batches_of(&bytes)? {
-            if in_transaction(&batch) {
+            let h = batch.header();
+            if h.is_control()
+                || (h.is_transactional() && aborted.holds(h.producer_id, h.base_offset))
+            {
                 // Not mapped: an aborted record must not shadow a committed value of its
                 // key, and markers (all keyed by their type) must not shadow each other.
-                mapped_end = mapped_end.max(batch.header().last_offset() + 1);
+                // Committed transactional records are mapped like any other.
+                mapped_end = mapped_end.max(h.last_offset() + 1);
                 continue;
             }
             let records = wire_clean::records(&batch, limit)?;
@@ -409,6 +520,11 @@ async fn clean_pass(
     let claim = manifest.claim;
     let mut outputs = Vec::new();
     let mut removed = 0u64;
+    // Producers with a transaction whose batches this pass read and has not yet seen the
+    // marker of; filtering runs from the log start, so each transaction's data comes first.
+    let mut open_txns: HashSet<i64> = HashSet::new();
+    // Aborted transactions whose data is all gone: the list forgets them with this pass.
+    let mut forgotten: Vec<AbortedTxn> = Vec::new();
     for s in segments
         .iter()
         .filter(|s| s.segment.base_offset < mapped_end)
@@ -437,10 +553,37 @@ async fn clean_pass(
                     .and_then(|p| p.batches.back())
                     .is_some_and(|b| b.base_offset == h.base_offset);
             let mut dropped = 0u64;
-            let filtered = if in_transaction(&batch) {
-                // Transactional data and markers are kept whole (see `in_transaction`).
-                Ok(Filtered::Unchanged)
+            let filtered = if h.is_control() {
+                let fate = marker_fate(
+                    &batch,
+                    &aborted,
+                    &mut open_txns,
+                    &mut forgotten,
+                    now,
+                    config.delete_retention_ms,
+                );
+                match fate {
+                    MarkerFate::Keep => Ok(Filtered::Unchanged),
+                    MarkerFate::SetHorizon(horizon) => {
+                        wire_clean::with_delete_horizon(&batch, limit, horizon)
+                            .map(Filtered::Rewritten)
+                    }
+                    MarkerFate::Remove => {
+                        dropped += u64::try_from(h.record_count).unwrap_or(0);
+                        Ok(Filtered::Removed)
+                    }
+                }
+            } else if h.is_transactional() && aborted.holds(h.producer_id, h.base_offset) {
+                // Aborted data goes whole; its marker stays for this pass (see `marker_fate`).
+                open_txns.insert(h.producer_id);
+                wire_clean::filter_batch(&batch, limit, last_of_producer, |_| {
+                    dropped += 1;
+                    false
+                })
             } else {
+                if h.is_transactional() {
+                    open_txns.insert(h.producer_id);
+                }
                 wire_clean::filter_batch(&batch, limit, last_of_producer, |r| {
                     let keep = match &r.key {
                         // Keyless records predate the compact policy; Kafka's cleaner drops them.
@@ -524,6 +667,7 @@ async fn clean_pass(
         &manifest,
         outputs,
         mapped_end,
+        forgotten,
         now,
         &mut throttle,
         bytes_read,
@@ -546,6 +690,7 @@ async fn write_and_swap(
     planned: &Manifest,
     outputs: Vec<Output>,
     mapped_end: i64,
+    forgotten: Vec<AbortedTxn>,
     now: i64,
     throttle: &mut Throttle<'_>,
     bytes_read: u64,
@@ -596,6 +741,7 @@ async fn write_and_swap(
         replaced,
         replacements,
         cleaned_to: mapped_end.max(current.cleaned_to),
+        forget_aborted: forgotten,
     };
     let mut next = current.clone();
     next.cleaning = Some(intent);
@@ -740,6 +886,9 @@ pub(crate) async fn finish_pending(
         }
     }
     next.cleaned_to = next.cleaned_to.max(intent.cleaned_to);
+    next.producers
+        .aborted
+        .retain(|a| !intent.forget_aborted.contains(a));
     next.cleaning = None;
     next.writer_stream = shared.stream;
     let v = match put_manifest(shared, part, &next, version).await {
@@ -754,6 +903,11 @@ pub(crate) async fn finish_pending(
         let mut st = part.lock();
         st.manifest = next;
         st.manifest_version = Some(v);
+        // In the same step as the segments whose markers may go: the manifest and both
+        // in-memory lists forget the ranges together.
+        let forget = &intent.forget_aborted;
+        st.producers.aborted.retain(|a| !forget.contains(a));
+        st.txns.aborted.retain(|a| !forget.contains(a));
         for (k, chunk) in chunks {
             st.remember_chunk(k, chunk);
         }

@@ -187,7 +187,10 @@ impl LogManager {
             if !topic.config.cleanup_policy.compact {
                 continue;
             }
-            let ratio = crate::cleaner::dirtiness(&part.lock().manifest, &topic.config, now).ratio;
+            let ratio = {
+                let st = part.lock();
+                crate::cleaner::dirtiness(&st.manifest, &topic.config, now, st.last_stable()).ratio
+            };
             out.push((part.tp.clone(), ratio));
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));

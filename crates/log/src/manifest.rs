@@ -9,7 +9,7 @@ use strata_storage::{ObjectKey, StorageError};
 
 use crate::catalog::TopicId;
 use crate::index::SegmentRef;
-use crate::producer::ProducerStates;
+use crate::producer::{AbortedTxn, ProducerStates};
 use crate::shared::Shared;
 use crate::{LogError, LogResult};
 
@@ -64,6 +64,10 @@ pub struct CleaningIntent {
     pub replacements: Vec<SegmentMeta>,
     /// The cleaner checkpoint once the swap lands.
     pub cleaned_to: i64,
+    /// Aborted transactions whose data no segment holds any more: dropped from the aborted
+    /// list by the swap, before (or with) the removal of their markers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forget_aborted: Vec<AbortedTxn>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -77,6 +77,19 @@ impl LogManager {
         Ok(outcome.base_offset)
     }
 
+    /// Whether `producer_id` has a transaction open in `tp`, counting appends not yet durable:
+    /// its next transactional batch there continues that transaction instead of opening one,
+    /// so only an opening batch needs the coordinator's verification (KIP-890).
+    pub fn txn_open(&self, tp: &TopicPartition, producer_id: i64) -> LogResult<bool> {
+        let part = self.partition_readable(tp)?;
+        let st = part.lock();
+        Ok(st
+            .producers
+            .producers
+            .get(&producer_id)
+            .is_some_and(|e| e.txn_first_offset.is_some()))
+    }
+
     /// Transaction counters for `/metrics`: a walk over the served partitions.
     pub fn txn_stats(&self) -> TxnSnapshot {
         let ongoing = self

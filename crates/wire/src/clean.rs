@@ -200,6 +200,91 @@ pub fn filter_batch(
     Ok(Filtered::Rewritten(out.freeze()))
 }
 
+/// Kafka's `DELETE_HORIZON_FLAG` (attributes bit 6): the batch's base timestamp holds the
+/// wall-clock time (ms) after which the cleaner may remove its tombstones or its marker.
+const DELETE_HORIZON_BIT: i16 = 0x40;
+const ATTRIBUTES_AT: usize = 21;
+const BASE_TIMESTAMP_AT: usize = 27;
+
+/// The delete horizon a cleaner recorded in the batch, if any.
+pub fn delete_horizon(batch: &BatchView) -> Option<i64> {
+    let bytes = batch.bytes();
+    let attributes = i16::from_be_bytes([bytes[ATTRIBUTES_AT], bytes[ATTRIBUTES_AT + 1]]);
+    (attributes & DELETE_HORIZON_BIT != 0).then(|| batch.base_timestamp())
+}
+
+/// The batch with `horizon` recorded as its delete horizon, as Kafka's cleaner writes it when a
+/// marker first becomes removable: the flag set, the base timestamp replaced by the horizon and
+/// every record's timestamp delta recomputed against it, so record timestamps do not change.
+pub fn with_delete_horizon(
+    batch: &BatchView,
+    max_decompressed_bytes: u64,
+    horizon: i64,
+) -> Result<Bytes, BatchError> {
+    let plain = plain_records(batch, max_decompressed_bytes)?;
+    let spans = walk(batch, &plain)?;
+    let base = batch.base_timestamp();
+    let bad = |why: &str| BatchError::InvalidRecords(why.to_string());
+    let mut body = Vec::with_capacity(plain.len() + 8 * spans.len());
+    for s in &spans {
+        let data = &plain[s.start..s.end];
+        let mut at = 0usize;
+        let mut next = || -> Result<u8, BatchError> {
+            let b = *data
+                .get(at)
+                .ok_or_else(|| bad("record runs past the batch"))?;
+            at += 1;
+            Ok(b)
+        };
+        decode_varint(&mut next)?; // length
+        let attributes = next()?;
+        let delta = decode_varlong(&mut next)?;
+        let rest = &data[at..];
+        let mut record = Vec::with_capacity(data.len() + 8);
+        record.push(attributes);
+        put_varlong(
+            &mut record,
+            base.saturating_add(delta).saturating_sub(horizon),
+        );
+        record.extend_from_slice(rest);
+        let len = i64::try_from(record.len()).map_err(|_| bad("record too large"))?;
+        put_varlong(&mut body, len);
+        body.extend_from_slice(&record);
+    }
+    let payload = if spans.is_empty() {
+        Vec::new()
+    } else {
+        compress(batch.compression(), &batch.records(), &body)?
+    };
+    let mut out = BytesMut::with_capacity(HEADER_LEN + payload.len());
+    out.put_slice(&batch.bytes()[..HEADER_LEN]);
+    out.put_slice(&payload);
+    let batch_length =
+        i32::try_from(out.len() - BATCH_LENGTH_OVERHEAD).map_err(|_| bad("batch too large"))?;
+    out[BATCH_LENGTH_AT..BATCH_LENGTH_AT + 4].copy_from_slice(&batch_length.to_be_bytes());
+    let attributes =
+        i16::from_be_bytes([out[ATTRIBUTES_AT], out[ATTRIBUTES_AT + 1]]) | DELETE_HORIZON_BIT;
+    out[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attributes.to_be_bytes());
+    out[BASE_TIMESTAMP_AT..BASE_TIMESTAMP_AT + 8].copy_from_slice(&horizon.to_be_bytes());
+    let crc = crc32c::crc32c(&out[CRC_COVERED_FROM..]);
+    out[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+    Ok(out.freeze())
+}
+
+/// Kafka's zigzag varint (varints and varlongs share the encoding).
+fn put_varlong(out: &mut Vec<u8>, value: i64) {
+    let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
+    loop {
+        let byte = (zigzag & 0x7f) as u8;
+        zigzag >>= 7;
+        if zigzag == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
 /// Xerial block size, as the Java producer's `SnappyOutputStream` uses.
 const XERIAL_BLOCK: usize = 32 << 10;
 
@@ -361,6 +446,25 @@ mod tests {
         );
         assert_eq!((h.producer_id, h.base_sequence), (7, 40));
         assert_eq!(validate_records(&empty), Ok(RecordsCheck::Compressed));
+    }
+
+    #[test]
+    fn a_delete_horizon_is_recorded_without_changing_record_timestamps() {
+        for codec in [0, 1] {
+            let b = batch(codec, false);
+            assert_eq!(delete_horizon(&b), None);
+            let marked = one(with_delete_horizon(&b, LIMIT, 5_000_000).unwrap().to_vec());
+            assert_eq!(delete_horizon(&marked), Some(5_000_000), "codec {codec}");
+            let h = marked.header();
+            assert_eq!((h.base_offset, h.last_offset_delta), (100, 3));
+            assert_eq!(h.max_timestamp, 1_009);
+            assert_eq!(marked.compression(), b.compression());
+            assert_eq!(
+                records(&marked, LIMIT).unwrap(),
+                records(&b, LIMIT).unwrap(),
+                "codec {codec}: keys, offsets and timestamps unchanged"
+            );
+        }
     }
 
     #[test]

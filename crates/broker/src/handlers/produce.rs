@@ -23,15 +23,16 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use strata_core::TopicPartition;
 use strata_log::{Acks, AppendOutcome, AppendTicket, LogError, TopicInfo};
+use strata_txn::TxnError;
 use strata_wire::batch::{read_batch_header, BatchError};
 use tracing::debug;
 
 use super::{refuse_internal, topic_id_of, topics_or_auto_create};
 use crate::authorize::{Op, Res};
-use crate::errors::{code, error_code, lookup_error_code};
+use crate::errors::{code, error_code, lookup_error_code, txn_error_code, txn_verification_code};
 use crate::server::Broker;
 use crate::RequestContext;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// What the connection does after a produce.
 #[derive(Debug)]
@@ -99,8 +100,7 @@ pub(crate) async fn handle(
         ))),
     };
     // Kafka: a request carrying transactional batches needs a transactional id, and WRITE on
-    // it; otherwise every partition is refused. (KIP-890 part 1's check that the partition was
-    // added to the transaction, AddPartitionsToTxn verifyOnly, is not made yet.)
+    // it; otherwise every partition is refused.
     let authz = broker.authz(ctx);
     let transactional_id = request
         .transactional_id
@@ -125,6 +125,14 @@ pub(crate) async fn handle(
         Ok(_) => None,
     };
     let acks = acks.unwrap_or(Acks::None { timeout });
+    // KIP-890 part 1: a batch that would open the producer's transaction in a partition is
+    // appended only once the coordinator confirms the partition is in the ongoing transaction.
+    // Before waiting for the turn: verifying assigns no offsets, so the requests behind this
+    // one verify meanwhile instead of each paying its round trip after ours.
+    let unverified = match (&refusal, transactional_id) {
+        (None, Some(id)) => verify_txn_partitions(broker, &request, id, v).await,
+        _ => HashMap::new(),
+    };
 
     // Offsets are assigned in the connection's request order: wait for our turn, queue every
     // partition's batches one after another, pass the turn on, then wait for durability
@@ -185,7 +193,8 @@ pub(crate) async fn handle(
                 None => Err((code::UNKNOWN_TOPIC_OR_PARTITION, None).into()),
             }
         };
-        staged.push(produce_topic(broker, topic, info, acks, refusal.clone(), v).await);
+        staged
+            .push(produce_topic(broker, topic, info, acks, refusal.clone(), &unverified, v).await);
     }
     if let Some(t) = turn.as_mut() {
         t.pass();
@@ -263,6 +272,100 @@ fn has_transactional_batches(request: &ProduceRequest) -> bool {
         })
 }
 
+/// The partitions of `request` whose transactional batch the coordinator did not verify
+/// (KIP-890 part 1), with the error each is answered. Only a batch that would open its
+/// producer's transaction in a partition is verified: once one is appended, the partition's
+/// producer state holds the transaction open, which serves as the cache of the verification
+/// for that producer, epoch and partition until its marker. Partitions not served here or of
+/// unknown topics are left to the append, which refuses them.
+async fn verify_txn_partitions(
+    broker: &Broker,
+    request: &ProduceRequest,
+    transactional_id: &str,
+    v: i16,
+) -> HashMap<TopicPartition, PartitionError> {
+    let mut wanted: BTreeMap<(i64, i16), Vec<TopicPartition>> = BTreeMap::new();
+    for topic in &request.topic_data {
+        let info = if v >= 13 {
+            broker.log.topic_by_id(topic_id_of(&topic.topic_id))
+        } else {
+            broker.log.topic(topic.name.0.as_str())
+        };
+        let Some(info) = info else { continue };
+        for p in &topic.partition_data {
+            let Some(records) = p.records.as_ref() else {
+                continue;
+            };
+            let Some(h) = first_transactional(records) else {
+                continue;
+            };
+            let tp = TopicPartition::new(Arc::clone(&info.name), p.index);
+            if matches!(broker.log.txn_open(&tp, h.producer_id), Ok(false)) {
+                wanted
+                    .entry((h.producer_id, h.producer_epoch))
+                    .or_default()
+                    .push(tp);
+            }
+        }
+    }
+    let mut refused = HashMap::new();
+    for ((producer_id, epoch), partitions) in wanted {
+        let answers: Vec<(TopicPartition, i16)> = match broker
+            .txn
+            .verify_partitions(transactional_id, producer_id, epoch, partitions.clone())
+            .await
+        {
+            Ok(results) => results
+                .into_iter()
+                .map(|(tp, r)| (tp, r.as_ref().err().map_or(code::NONE, txn_error_code)))
+                .collect(),
+            // Not hosted here: ask the broker that hosts it.
+            Err(TxnError::NotCoordinator) if broker.cluster.is_some() => {
+                match broker.txn.marker_writer() {
+                    Some(w) => {
+                        w.verify_remote(transactional_id, producer_id, epoch, &partitions)
+                            .await
+                    }
+                    None => partitions
+                        .iter()
+                        .map(|tp| (tp.clone(), code::COORDINATOR_NOT_AVAILABLE))
+                        .collect(),
+                }
+            }
+            Err(e) => partitions
+                .iter()
+                .map(|tp| (tp.clone(), txn_error_code(&e)))
+                .collect(),
+        };
+        for (tp, coordinator_code) in answers {
+            if coordinator_code == code::NONE {
+                continue;
+            }
+            let error = txn_verification_code(coordinator_code);
+            let message = if error == code::INVALID_TXN_STATE {
+                "the partition was not added to the transaction".to_string()
+            } else {
+                format!("the transaction coordinator did not verify the partition (error {coordinator_code})")
+            };
+            debug!(partition = %tp, producer_id, coordinator_code, "transactional produce not verified");
+            refused.insert(tp, PartitionError::from((error, Some(message))));
+        }
+    }
+    refused
+}
+
+/// The header of the first transactional batch in `records`, if any.
+fn first_transactional(records: &Bytes) -> Option<strata_wire::batch::BatchHeader> {
+    let mut at = 0usize;
+    while let Some(h) = records.get(at..).and_then(read_batch_header) {
+        if h.is_transactional() {
+            return Some(h);
+        }
+        at = at.saturating_add(h.total_len());
+    }
+    None
+}
+
 /// How the request named the topic, echoed back in the response.
 enum TopicKey {
     Name(kafka_protocol::messages::TopicName),
@@ -278,6 +381,7 @@ async fn produce_topic(
     info: Result<Arc<TopicInfo>, PartitionError>,
     acks: Acks,
     refusal: Option<PartitionError>,
+    unverified: &HashMap<TopicPartition, PartitionError>,
     v: i16,
 ) -> (TopicKey, Vec<StagedPartition>) {
     let key = if v >= 13 {
@@ -295,6 +399,16 @@ async fn produce_topic(
     });
     let mut results = Vec::with_capacity(topic.partition_data.len());
     for partition in topic.partition_data {
+        let refused = info.as_ref().ok().and_then(|info| {
+            unverified.get(&TopicPartition::new(
+                Arc::clone(&info.name),
+                partition.index,
+            ))
+        });
+        if let Some(e) = refused {
+            results.push((partition.index, Err(e.clone())));
+            continue;
+        }
         results.push(produce_partition(broker, info.clone(), partition, acks).await);
     }
     (key, results)

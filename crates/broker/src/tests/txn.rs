@@ -352,3 +352,68 @@ async fn transactional_requests_are_refused_as_kafka_refuses_them() {
     assert_eq!(response.responses[0].partition_responses[0].error_code, 17);
     broker.shutdown().await;
 }
+
+/// A transactional produce of `value` to `out`/`partition` (producer `pid`, epoch 0, `seq`);
+/// the partition's error code.
+async fn txn_produce(client: &mut Client, pid: i64, partition: i32, seq: i32, value: &[u8]) -> i16 {
+    let mut batch = BytesMut::from(&producer_batch(&[value], 0, (pid, 0, seq))[..]);
+    batch[22] |= 0x10;
+    let crc = crc32c::crc32c(&batch[21..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    let mut p = PartitionProduceData::default();
+    p.index = partition;
+    p.records = Some(batch.freeze());
+    let mut topic = TopicProduceData::default();
+    topic.name = topic_name("out");
+    topic.partition_data = vec![p];
+    let mut produce = ProduceRequest::default();
+    produce.transactional_id = Some(TransactionalId(s("tx")));
+    produce.acks = -1;
+    produce.timeout_ms = 5000;
+    produce.topic_data = vec![topic];
+    let response: ProduceResponse = client.call(ApiKey::Produce, 9, &produce).await;
+    response.responses[0].partition_responses[0].error_code
+}
+
+#[tokio::test]
+async fn a_transactional_produce_to_a_partition_not_in_the_transaction_is_refused() {
+    let broker = start().await;
+    broker.txn.set_marker_writer(Arc::new(Recorded::default()));
+    let mut client = broker.client().await;
+    create_topic_with(&mut client, "out", 2).await;
+    let pid = init(&mut client, 4, "tx", 60_000).await.producer_id.0;
+    // No transaction yet: the coordinator does not verify it (INVALID_TXN_STATE), nothing
+    // is appended, so no transaction hangs open in the partition.
+    assert_eq!(txn_produce(&mut client, pid, 0, 0, b"early").await, 48);
+    assert_eq!(
+        broker
+            .log
+            .watermarks(&TopicPartition::new("out", 0))
+            .unwrap()
+            .high
+            .0,
+        0
+    );
+    // Partition 0 added: accepted there; partition 1 was never added: refused.
+    assert_eq!(add(&mut client, "tx", pid, 0, "out", &[0]).await, vec![0]);
+    assert_eq!(txn_produce(&mut client, pid, 0, 0, b"a").await, 0);
+    assert_eq!(txn_produce(&mut client, pid, 1, 0, b"b").await, 48);
+    assert_eq!(
+        broker
+            .log
+            .watermarks(&TopicPartition::new("out", 1))
+            .unwrap()
+            .high
+            .0,
+        0
+    );
+    // Later batches of the open transaction continue it.
+    assert_eq!(txn_produce(&mut client, pid, 0, 1, b"c").await, 0);
+    // A fenced epoch is INVALID_PRODUCER_EPOCH, what producers expect from produce.
+    assert_eq!(init(&mut client, 4, "tx", 60_000).await.error_code, 51);
+    wait_for_state(&mut client, "tx", "CompleteAbort").await;
+    let again = init(&mut client, 4, "tx", 60_000).await;
+    assert_eq!(again.error_code, 0);
+    assert_eq!(txn_produce(&mut client, pid, 1, 0, b"zombie").await, 47);
+    broker.shutdown().await;
+}

@@ -678,3 +678,326 @@ async fn a_pass_cut_off_after_recording_its_intent_is_finished_by_the_next_owner
         written_by_a
     );
 }
+
+// Transactions (Kafka's `CleanedTransactionMetadata`): aborted data goes, committed
+// transactional values are compacted like any other, nothing at or past the last stable
+// offset is touched, markers outlive their data by delete.retention.ms.
+
+const MARKER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `keyed` with the transactional attribute bit set (CRC recomputed).
+fn txn_keyed(records: &[(Option<&str>, Option<&str>)], producer: (i64, i16, i32)) -> Bytes {
+    let mut b = BytesMut::from(&keyed(records, 0, Some(producer))[..]);
+    b[22] |= 0x10;
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b.freeze()
+}
+
+async fn txn_marker(log: &LogManager, pid: i64, commit: bool) -> i64 {
+    log.write_txn_marker(&tp("c", 0), pid, 0, 0, commit, MARKER_TIMEOUT)
+        .await
+        .unwrap()
+        .0
+}
+
+async fn put(log: &LogManager, batch: Bytes) -> i64 {
+    log.append(&tp("c", 0), batch, DURABLE)
+        .await
+        .unwrap()
+        .base_offset
+        .0
+}
+
+/// What a consumer sees from offset 0: (offset, key, value) of the data records, and the
+/// offsets of the control batches. read_committed applies the aborted list as Kafka's
+/// consumers do: a producer listed from its first offset has its transactional batches
+/// skipped until its abort marker.
+struct Seen {
+    records: Vec<(i64, String, String)>,
+    markers: Vec<i64>,
+}
+
+async fn consume(log: &LogManager, isolation: crate::Isolation) -> Seen {
+    let mut seen = Seen {
+        records: Vec::new(),
+        markers: Vec::new(),
+    };
+    let mut at = 0;
+    let mut aborting = std::collections::BTreeSet::new();
+    loop {
+        let read = log
+            .read_isolated(&tp("c", 0), Offset(at), 1 << 20, true, isolation)
+            .await
+            .unwrap();
+        if read.batches.is_empty() {
+            return seen;
+        }
+        let mut listed = read.aborted.clone().unwrap_or_default();
+        listed.sort_by_key(|(_, first)| *first);
+        for b in &read.batches {
+            let view = strata_wire::split_batches(b).unwrap().remove(0);
+            let h = *view.header();
+            for (pid, first) in &listed {
+                if *first <= h.last_offset() {
+                    aborting.insert(*pid);
+                }
+            }
+            listed.retain(|(_, first)| *first > h.last_offset());
+            at = h.last_offset() + 1;
+            if h.is_control() {
+                seen.markers.push(h.base_offset);
+                let marker = strata_wire::builder::read_txn_marker(b);
+                if marker.is_some_and(|m| !m.commit) {
+                    aborting.remove(&h.producer_id);
+                }
+                continue;
+            }
+            if h.is_transactional() && aborting.contains(&h.producer_id) {
+                continue;
+            }
+            for (offset, r) in strata_wire::builder::read_records(b).unwrap() {
+                let text = |f: Option<Bytes>| String::from_utf8(f.unwrap().to_vec()).unwrap();
+                seen.records.push((offset, text(r.key), text(r.value)));
+            }
+        }
+    }
+}
+
+fn values(seen: &Seen) -> Vec<(i64, &str, &str)> {
+    seen.records
+        .iter()
+        .map(|(o, k, v)| (*o, k.as_str(), v.as_str()))
+        .collect()
+}
+
+#[tokio::test]
+async fn aborted_data_is_removed_and_committed_transactional_values_are_compacted_like_any() {
+    use crate::Isolation::{ReadCommitted, ReadUncommitted};
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let log = open_with_clock(&store, SystemClock::shared(), manual_config()).await;
+    log.create_topic("c", Some(1), compact_topic(&[]), false)
+        .await
+        .unwrap();
+    let (a, _) = log.init_producer_id().await.unwrap();
+    let (b, _) = log.init_producer_id().await.unwrap();
+    assert_eq!(
+        put(&log, keyed(&[(Some("k"), Some("plain"))], 0, None)).await,
+        0
+    );
+    assert_eq!(
+        put(
+            &log,
+            txn_keyed(&[(Some("k"), Some("committed"))], (a, 0, 0))
+        )
+        .await,
+        1
+    );
+    assert_eq!(txn_marker(&log, a, true).await, 2);
+    assert_eq!(
+        put(
+            &log,
+            txn_keyed(
+                &[(Some("k"), Some("aborted")), (Some("j"), Some("aborted"))],
+                (b, 0, 0)
+            )
+        )
+        .await,
+        3
+    );
+    assert_eq!(txn_marker(&log, b, false).await, 5);
+    assert_eq!(
+        put(&log, keyed(&[(Some("j"), Some("plain"))], 0, None)).await,
+        6
+    );
+    let committed_before = consume(&log, ReadCommitted).await;
+    assert_eq!(
+        values(&committed_before),
+        vec![(0, "k", "plain"), (1, "k", "committed"), (6, "j", "plain")]
+    );
+    log.compact_now(&tp("c", 0)).await.unwrap();
+    assert!(log.clean_now(&tp("c", 0)).await.unwrap());
+
+    // The committed value superseded the plain one; the aborted batch is gone, its marker
+    // stays for now (this pass removed its data), and so does its aborted range.
+    let expect = vec![(1, "k", "committed"), (6, "j", "plain")];
+    let committed = consume(&log, ReadCommitted).await;
+    assert_eq!(values(&committed), expect);
+    assert_eq!(committed.markers, vec![2, 5]);
+    assert_eq!(values(&consume(&log, ReadUncommitted).await), expect);
+    let read = log
+        .read_isolated(&tp("c", 0), Offset(0), 1 << 20, true, ReadCommitted)
+        .await
+        .unwrap();
+    assert_eq!(read.aborted, Some(vec![(b, 3)]));
+
+    // A later plain value supersedes the committed one in turn.
+    assert_eq!(
+        put(&log, keyed(&[(Some("k"), Some("newest"))], 0, None)).await,
+        7
+    );
+    log.compact_now(&tp("c", 0)).await.unwrap();
+    assert!(log.clean_now(&tp("c", 0)).await.unwrap());
+    assert_eq!(
+        values(&consume(&log, ReadCommitted).await),
+        vec![(6, "j", "plain"), (7, "k", "newest")]
+    );
+}
+
+#[tokio::test]
+async fn nothing_at_or_past_the_last_stable_offset_is_cleaned() {
+    use crate::Isolation::ReadUncommitted;
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let log = open_with_clock(&store, SystemClock::shared(), manual_config()).await;
+    log.create_topic("c", Some(1), compact_topic(&[]), false)
+        .await
+        .unwrap();
+    let (a, _) = log.init_producer_id().await.unwrap();
+    put(
+        &log,
+        keyed(&[(Some("k"), Some("v0")), (Some("x"), Some("x0"))], 0, None),
+    )
+    .await;
+    log.compact_now(&tp("c", 0)).await.unwrap();
+    // A transaction opens at 2 and stays open across the next segment.
+    assert_eq!(
+        put(&log, txn_keyed(&[(Some("k"), Some("open"))], (a, 0, 0))).await,
+        2
+    );
+    put(
+        &log,
+        keyed(&[(Some("k"), Some("v3")), (Some("x"), Some("x4"))], 0, None),
+    )
+    .await;
+    log.compact_now(&tp("c", 0)).await.unwrap();
+    assert_eq!(log.watermarks(&tp("c", 0)).unwrap().last_stable.0, 2);
+    // Only the first segment is below the last stable offset, and nothing in it is
+    // superseded by anything mapped; the rest waits for the transaction.
+    log.clean_now(&tp("c", 0)).await.unwrap();
+    let all = vec![
+        (0, "k", "v0"),
+        (1, "x", "x0"),
+        (2, "k", "open"),
+        (3, "k", "v3"),
+        (4, "x", "x4"),
+    ];
+    assert_eq!(values(&consume(&log, ReadUncommitted).await), all);
+    // Once it commits, the next pass covers everything.
+    assert_eq!(txn_marker(&log, a, true).await, 5);
+    log.compact_now(&tp("c", 0)).await.unwrap();
+    assert!(log.clean_now(&tp("c", 0)).await.unwrap());
+    assert_eq!(
+        values(&consume(&log, ReadUncommitted).await),
+        vec![(3, "k", "v3"), (4, "x", "x4")]
+    );
+}
+
+#[tokio::test]
+async fn markers_outlive_their_data_by_delete_retention_ms_and_the_aborted_range_goes_first() {
+    use crate::Isolation::ReadCommitted;
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let log = open_with_clock(&store, clock.clone(), manual_config()).await;
+    log.create_topic(
+        "c",
+        Some(1),
+        compact_topic(&[("delete.retention.ms", "1000")]),
+        false,
+    )
+    .await
+    .unwrap();
+    let (a, _) = log.init_producer_id().await.unwrap();
+    let (b, _) = log.init_producer_id().await.unwrap();
+    // 0-1: a's aborted transaction, then an idempotent batch of a at 2 (a producer's last
+    // batch stays, empty, and would keep its transaction's marker, as in Kafka). 3-4 and 5-6:
+    // b's committed transactions, the second superseding the first.
+    assert_eq!(
+        put(&log, txn_keyed(&[(Some("k"), Some("aborted"))], (a, 0, 0))).await,
+        0
+    );
+    assert_eq!(txn_marker(&log, a, false).await, 1);
+    assert_eq!(
+        put(&log, keyed(&[(Some("i"), Some("x"))], 0, Some((a, 0, 1)))).await,
+        2
+    );
+    assert_eq!(
+        put(&log, txn_keyed(&[(Some("j"), Some("w1"))], (b, 0, 0))).await,
+        3
+    );
+    assert_eq!(txn_marker(&log, b, true).await, 4);
+    assert_eq!(
+        put(&log, txn_keyed(&[(Some("j"), Some("w2"))], (b, 0, 1))).await,
+        5
+    );
+    assert_eq!(txn_marker(&log, b, true).await, 6);
+    let mut next_key = 0;
+    let mut pass = |log: Arc<LogManager>| {
+        next_key += 1;
+        let key = format!("z{next_key}");
+        async move {
+            put(&log, keyed(&[(Some(&key), Some("z"))], 0, None)).await;
+            log.compact_now(&tp("c", 0)).await.unwrap();
+            assert!(log.clean_now(&tp("c", 0)).await.unwrap());
+            let seen = consume(&log, ReadCommitted).await;
+            let aborted = log
+                .read_isolated(&tp("c", 0), Offset(0), 1 << 20, true, ReadCommitted)
+                .await
+                .unwrap()
+                .aborted
+                .unwrap();
+            (seen.markers, aborted)
+        }
+    };
+    // First pass: the aborted batch and the superseded committed one go; their markers stay,
+    // as this pass still read their data.
+    assert_eq!(pass(log.clone()).await, (vec![1, 4, 6], vec![(a, 0)]));
+    // Second pass: no data left of a's transaction or b's first: the aborted range is
+    // forgotten, and both markers get a delete horizon of delete.retention.ms.
+    clock.advance(Duration::from_millis(100));
+    assert_eq!(pass(log.clone()).await, (vec![1, 4, 6], vec![]));
+    clock.advance(Duration::from_millis(900));
+    assert_eq!(
+        pass(log.clone()).await,
+        (vec![1, 4, 6], vec![]),
+        "900ms: kept"
+    );
+    clock.advance(Duration::from_millis(200));
+    assert_eq!(pass(log.clone()).await, (vec![6], vec![]));
+    // Still so after a restart (the manifest forgot the range too), and the idempotent
+    // state of both producers survived: their next sequences are accepted.
+    log.shutdown().await.unwrap();
+    let log = open_with_clock(&store, clock.clone(), manual_config()).await;
+    let read = log
+        .read_isolated(&tp("c", 0), Offset(0), 1 << 20, true, ReadCommitted)
+        .await
+        .unwrap();
+    assert_eq!(read.aborted, Some(vec![]));
+    assert_eq!(
+        values(&consume(&log, ReadCommitted).await),
+        vec![
+            (2, "i", "x"),
+            (5, "j", "w2"),
+            (7, "z1", "z"),
+            (8, "z2", "z"),
+            (9, "z3", "z"),
+            (10, "z4", "z")
+        ]
+    );
+    // Retries of the producers' last batches are recognised, and their next sequences taken.
+    assert_eq!(
+        put(&log, keyed(&[(Some("i"), Some("x"))], 0, Some((a, 0, 1)))).await,
+        2
+    );
+    assert_eq!(
+        put(&log, txn_keyed(&[(Some("j"), Some("w2"))], (b, 0, 1))).await,
+        5
+    );
+    assert_eq!(
+        put(&log, txn_keyed(&[(Some("k"), Some("again"))], (a, 0, 2))).await,
+        11
+    );
+    assert_eq!(
+        put(&log, txn_keyed(&[(Some("j"), Some("w3"))], (b, 0, 2))).await,
+        12
+    );
+}

@@ -1,7 +1,7 @@
 //! Transactions, the partition side: transactional appends and markers → last stable offset
 //! and aborted index; read_committed reads; epoch and coordinator fencing; state rebuilt by a
 //! restart (write-ahead replay), after compaction (the manifest's snapshot) and by a new
-//! owner; the aborted-index bound; the cleaner keeping transactional batches.
+//! owner; the aborted-index bound; the cleaner never letting aborted data shadow a committed value.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -364,7 +364,7 @@ async fn the_aborted_index_is_bounded_and_the_log_start_frees_it() {
 }
 
 #[tokio::test]
-async fn the_cleaner_keeps_transactional_batches_and_their_keys_shadow_nothing() {
+async fn an_aborted_write_of_a_key_never_removes_its_committed_value() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
     let log = open(
         &store,
@@ -401,7 +401,15 @@ async fn the_cleaner_keeps_transactional_batches_and_their_keys_shadow_nothing()
     assert_eq!(
         bases,
         vec![0, 1, 2],
-        "the value, the aborted batch and the marker all stay"
+        "the value, the aborted batch (the producer's last: kept empty) and the marker stay"
+    );
+    let out = log
+        .read_isolated(&t, Offset(1), 1 << 20, true, Isolation::ReadUncommitted)
+        .await
+        .unwrap();
+    assert_eq!(
+        i32::from_be_bytes(out.batches[0][57..61].try_into().unwrap()),
+        0
     );
     assert_eq!(aborted, Some(vec![(pid, 1)]));
 }
