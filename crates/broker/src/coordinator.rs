@@ -986,6 +986,54 @@ mod tests {
         assert_eq!(log.watermarks(&tp).unwrap().high, Offset(52));
     }
 
+    #[tokio::test]
+    async fn an_offsets_topic_of_an_older_build_becomes_compacted_once_every_shard_is_rewritten() {
+        let (log, tp) = offsets_log().await;
+        assert!(
+            !log.topic(OFFSETS_TOPIC)
+                .unwrap()
+                .config
+                .cleanup_policy
+                .compact
+        );
+        append_legacy(&log, &tp, &[commit(1, 0, 10), commit(2, 0, 20)]).await;
+        let coordinator = GroupCoordinator::start(
+            log.clone(),
+            strata_core::SystemClock::shared(),
+            GroupConfig::default(),
+            1,
+            0,
+            true,
+        )
+        .await
+        .unwrap();
+        assert!(
+            log.topic(OFFSETS_TOPIC)
+                .unwrap()
+                .config
+                .cleanup_policy
+                .compact
+        );
+        assert_eq!(log.watermarks(&tp).unwrap().log_start, Offset(2));
+        assert_eq!(
+            coordinator.stats.snapshot(),
+            GroupLoadSnapshot {
+                loads: 1,
+                replayed_records: 2
+            }
+        );
+        let fetched = coordinator
+            .offset_fetch(OffsetFetchRequest {
+                group_id: "g".into(),
+                partitions: None,
+                require_stable: false,
+                member: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(fetched.partitions[0].offset, Offset(20));
+    }
+
     #[test]
     fn shards_follow_kafkas_hash() {
         // Java: "group".hashCode() == 98629247; 98629247 % 50 == 47.
