@@ -113,7 +113,8 @@ def main():
             if b.proc and b.proc.poll() is None:
                 b.kill()
             shutil.rmtree(b.data, ignore_errors=True)
-            os.remove(b.config)
+            if os.path.exists(b.config):
+                os.remove(b.config)
 
 
 def run():
@@ -126,7 +127,7 @@ def run():
     args = parser.parse_args()
 
     data = tempfile.mkdtemp(prefix="strata-offsets-bench-")
-    config = os.path.join(data, "..", os.path.basename(data) + ".toml")
+    config = data + ".toml"
     with open(config, "w") as f:
         f.write('[log]\nsegment_interval = "1s"\nsegment_bytes = "1MiB"\n')
     port = free_port()
