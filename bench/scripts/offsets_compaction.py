@@ -85,10 +85,11 @@ def count_records(bootstrap):
     count = 0
     while ends:
         for m in reader.consume(10000, 1.0):
-            if m.error():
+            # Records committed while reading are past the snapshot's end: not counted.
+            if m.error() or m.partition() not in ends or m.offset() >= ends[m.partition()]:
                 continue
             count += 1
-            if ends.get(m.partition()) == m.offset() + 1:
+            if ends[m.partition()] == m.offset() + 1:
                 del ends[m.partition()]
     reader.close()
     return count
@@ -101,7 +102,11 @@ def offsets_bytes(data):
     total = 0
     for area in ("log", "wal"):
         for root, _, files in os.walk(os.path.join(data, area)):
-            total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+            for f in files:
+                try:
+                    total += os.path.getsize(os.path.join(root, f))
+                except FileNotFoundError:
+                    pass  # deleted since the listing (the write-ahead log is freed as it goes)
     return total
 
 
