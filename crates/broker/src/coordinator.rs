@@ -6,18 +6,21 @@
 //! as any partition, and a coordinator that starts rebuilds its groups by replaying the shard's
 //! partition.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use strata_core::{Clock, TopicPartition};
+use strata_groups::kafka_records;
 use strata_groups::{
     ConsumerGroupDescription, ConsumerHeartbeatRequest, DeleteGroupsResponse, GroupConfig,
     GroupDescription, GroupError, GroupState, GroupsState, HeartbeatRequest, JoinRequest,
     LeaveRequest, ListedGroup, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
-    OffsetFetchResponse, Output, PersistFailure, PersistOutcome, PersistRecord, RequestToken,
-    Response, SeededMemberIds, SyncRequest, TopicCatalog, TopicId, TxnOffsetCommitRequest,
+    OffsetFetchResponse, Output, PersistFailure, PersistId, PersistOutcome, PersistRecord,
+    RequestToken, Response, SeededMemberIds, SyncRequest, TopicCatalog, TopicId,
+    TxnOffsetCommitRequest,
 };
 use strata_log::{Acks, LogError, LogManager};
 use strata_wire::builder::{build_batch, SimpleRecord};
@@ -81,6 +84,30 @@ impl TopicCatalog for LogCatalog<'_> {
     }
 }
 
+/// Counters for `strata_group_shard_loads_total` and `strata_group_shard_records_replayed_total`:
+/// how much a shard load reads is what compaction bounds.
+#[derive(Debug, Default)]
+pub struct GroupLoadStats {
+    pub loads: AtomicU64,
+    pub replayed_records: AtomicU64,
+}
+
+/// A reading of [`GroupLoadStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupLoadSnapshot {
+    pub loads: u64,
+    pub replayed_records: u64,
+}
+
+impl GroupLoadStats {
+    pub fn snapshot(&self) -> GroupLoadSnapshot {
+        GroupLoadSnapshot {
+            loads: self.loads.load(Ordering::Relaxed),
+            replayed_records: self.replayed_records.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// Handle to the coordinator shards this broker hosts. Shards come and go with ownership of
 /// their `__consumer_offsets` partitions: `load_shard` when the partition is acquired (replay),
 /// `unload_shard` when it is handed over. A request for a group whose shard is not hosted here
@@ -93,6 +120,9 @@ pub struct GroupCoordinator {
     seed: u64,
     shard_count: usize,
     shards: std::sync::RwLock<HashMap<usize, mpsc::Sender<Command>>>,
+    pub stats: GroupLoadStats,
+    /// Shards loaded since start-up, whose logs hold no records of older builds any more.
+    binary_shards: std::sync::Mutex<BTreeSet<i32>>,
 }
 
 /// Kafka's `Utils.abs(groupId.hashCode) % partitions`, with Java's String.hashCode over UTF-16
@@ -118,13 +148,14 @@ impl GroupCoordinator {
         let topic = match log.topic(OFFSETS_TOPIC) {
             Some(t) => t,
             None => {
-                // Offsets must outlive any retention: they are compacted by key in Kafka, and
-                // here they are simply kept (see docs/ARCHITECTURE.md, groups). One commit is
-                // one batch, and a consumer of many partitions commits them all at once: a
-                // batch over the 1 MB default would fail the commit as COORDINATOR_NOT_AVAILABLE
-                // and the client would retry it forever, so the limit is raised to what a
-                // request itself may carry.
+                // Offsets must outlive any retention: as in Kafka, only the key cleaner
+                // removes them, once a newer record (or a tombstone) for the same key exists
+                // (see docs/ARCHITECTURE.md, groups). One commit is one batch, and a consumer
+                // of many partitions commits them all at once: a batch over the 1 MB default
+                // would fail the commit as COORDINATOR_NOT_AVAILABLE and the client would
+                // retry it forever, so the limit is raised to what a request itself may carry.
                 let overrides = [
+                    ("cleanup.policy".to_string(), "compact".to_string()),
                     ("retention.ms".to_string(), "-1".to_string()),
                     (
                         "max.message.bytes".to_string(),
@@ -154,6 +185,8 @@ impl GroupCoordinator {
             seed,
             shard_count: topic.partitions.max(1) as usize,
             shards: std::sync::RwLock::new(HashMap::new()),
+            binary_shards: std::sync::Mutex::new(BTreeSet::new()),
+            stats: GroupLoadStats::default(),
         });
         if load_all {
             for p in 0..topic.partitions {
@@ -163,6 +196,43 @@ impl GroupCoordinator {
         Ok(coordinator)
     }
 
+    /// Makes an offsets topic created by an older build compacted, once that is safe: records
+    /// of older builds are JSON keyed by group id alone, so the key cleaner would keep one
+    /// record per group of them and lose offsets. Every shard this broker loads is first
+    /// rewritten in Kafka's schema ([`migrate_legacy_shard`]); when this broker has loaded
+    /// every shard (always for a broker alone on its storage), none can hold JSON any more.
+    /// In a cluster whose shards are spread over brokers the topic stays uncompacted until one
+    /// broker has loaded them all (see docs/ARCHITECTURE.md, groups).
+    async fn compact_topic_when_safe(&self, p: i32) {
+        let all_binary = {
+            let mut binary = match self.binary_shards.lock() {
+                Ok(g) => g,
+                Err(e) => e.into_inner(),
+            };
+            binary.insert(p);
+            binary.len() >= self.shard_count
+        };
+        if !all_binary {
+            return;
+        }
+        let Some(topic) = self.log.topic(OFFSETS_TOPIC) else {
+            return;
+        };
+        if topic.config.cleanup_policy.compact {
+            return;
+        }
+        let change = vec![("cleanup.policy".to_string(), Some("compact".to_string()))];
+        match self
+            .log
+            .alter_topic_configs(OFFSETS_TOPIC, change, false)
+            .await
+        {
+            Ok(()) => tracing::info!("{OFFSETS_TOPIC} is now compacted by key"),
+            Err(e) => tracing::warn!(error = %e,
+                "could not make {OFFSETS_TOPIC} compacted; trying again at the next shard load"),
+        }
+    }
+
     /// Starts hosting shard `p`: replays its partition and starts its task. Loading a shard
     /// already hosted does nothing.
     pub async fn load_shard(&self, p: i32) -> Result<(), LogError> {
@@ -170,18 +240,23 @@ impl GroupCoordinator {
             return Ok(());
         }
         let tp = TopicPartition::new(OFFSETS_TOPIC, p);
-        let records = replay(&self.log, &tp).await?;
+        let replayed = replay(&self.log, &tp).await?;
+        let read = replayed.read;
         // Nothing else writes this partition until the shard task starts below, which is
         // what makes rewriting its head safe here.
-        let records = compact_shard(
+        let (records, binary_only) = migrate_legacy_shard(
             &self.log,
             &tp,
-            records,
+            replayed,
             self.clock.wall_millis(),
             self.config.offsets_commit_timeout,
         )
         .await;
         let loaded = records.len();
+        self.stats.loads.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .replayed_records
+            .fetch_add(read as u64, Ordering::Relaxed);
         let state = GroupsState::replay(
             self.config.clone(),
             Box::new(SeededMemberIds::new(self.seed.wrapping_add(p as u64))),
@@ -190,9 +265,13 @@ impl GroupCoordinator {
         );
         tracing::info!(
             shard = p,
+            read,
             records = loaded,
             "group coordinator shard loaded"
         );
+        if binary_only {
+            self.compact_topic_when_safe(p).await;
+        }
         let (tx, rx) = mpsc::channel(1024);
         tokio::spawn(run_shard(
             state,
@@ -439,75 +518,110 @@ impl GroupCoordinator {
     }
 }
 
-/// Below this many records a shard's log is not worth compacting.
-const COMPACT_MIN_RECORDS: usize = 1000;
-/// Records per batch when rewriting a compacted shard.
-const COMPACT_BATCH_RECORDS: usize = 500;
+/// Records per batch when rewriting a shard of an older build.
+const MIGRATE_BATCH_RECORDS: usize = 500;
 
-/// Kafka compacts `__consumer_offsets` by key; here the equivalent happens when a shard loads.
-/// Only the newest record per key matters to replay (tombstones included), so once the log
-/// holds more than twice that, the live records are written again at its end (sequence numbers
-/// unchanged, so replay order is unchanged) and the log start moves past everything older.
-/// Any failure leaves the log as it was: the old records are deleted only after the rewrite is
-/// durable, and a rewrite that stopped half-way only duplicates records replay already
-/// deduplicates.
-async fn compact_shard(
+/// What a shard's log replays to.
+struct Replayed {
+    /// In the order [`GroupsState::replay`] applies them.
+    records: Vec<PersistRecord>,
+    /// Records of older builds (JSON) among them.
+    legacy: usize,
+    /// Kafka records read (tombstones included), plus the JSON ones: what a load costs.
+    read: usize,
+}
+
+/// Older builds wrote JSON records keyed by group id; the key cleaner would keep one of them
+/// per group and lose the rest, so a shard holding any is rewritten once when it loads: its
+/// live facts (the newest record per [`strata_groups::PersistKey`], tombstones dropped since
+/// nothing older will remain) appended in Kafka's schema in replay order, then the log start
+/// moved past everything older. From then on the key cleaner bounds the shard, which is why
+/// the rewrite of every load (the old compact-on-load) is gone: it copied all live records at
+/// every load, rewriting what the cleaner now keeps in place. Any failure leaves the log as it
+/// was (the old records are deleted only after the rewrite is durable; a rewrite that stopped
+/// half-way only repeats facts replay already has); the shard then loads from the old records
+/// and reports `false`, so the topic is not made compacted on its account.
+async fn migrate_legacy_shard(
     log: &LogManager,
     tp: &TopicPartition,
-    records: Vec<PersistRecord>,
+    replayed: Replayed,
     now_ms: i64,
     timeout: Duration,
-) -> Vec<PersistRecord> {
-    let mut newest: HashMap<strata_groups::PersistKey, PersistRecord> = HashMap::new();
-    for r in &records {
-        let key = r.key();
-        if newest.get(&key).is_none_or(|old| old.seq <= r.seq) {
-            newest.insert(key, r.clone());
-        }
+) -> (Vec<PersistRecord>, bool) {
+    let Replayed {
+        records, legacy, ..
+    } = replayed;
+    if legacy == 0 {
+        return (records, true);
     }
-    let mut live: Vec<PersistRecord> = newest.into_values().filter(|r| !r.is_tombstone()).collect();
-    if records.len() < COMPACT_MIN_RECORDS || records.len() < 2 * live.len() {
-        return records;
+    let mut newest: HashMap<strata_groups::PersistKey, usize> = HashMap::new();
+    for (i, r) in records.iter().enumerate() {
+        newest.insert(r.key(), i);
     }
-    live.sort_by_key(|r| r.seq);
+    let mut live: Vec<usize> = newest
+        .into_values()
+        .filter(|&i| !records[i].is_tombstone())
+        .collect();
+    live.sort_unstable();
+    let live: Vec<PersistRecord> = live.into_iter().map(|i| records[i].clone()).collect();
     let start = match log.watermarks(tp) {
         Ok(w) => w.high,
-        Err(_) => return records,
+        Err(_) => return (records, false),
     };
-    for chunk in live.chunks(COMPACT_BATCH_RECORDS) {
+    for chunk in live.chunks(MIGRATE_BATCH_RECORDS) {
         if let PersistOutcome::Failed(_) = persist(log, tp, chunk, now_ms, timeout).await {
-            tracing::warn!(partition = %tp, "compacting a group shard failed; keeping its full log");
-            return records;
+            tracing::warn!(partition = %tp,
+                "rewriting a group shard of an older build failed; keeping its old records");
+            return (records, false);
         }
     }
     match log.delete_records(tp, Some(start)).await {
-        Ok(_) => tracing::info!(partition = %tp, before = records.len(), after = live.len(),
-            "compacted group shard"),
-        Err(e) => tracing::warn!(partition = %tp, error = %e,
-            "compacted group shard written, but its old records could not be dropped"),
+        Ok(_) => {
+            tracing::info!(partition = %tp, before = records.len(), legacy, after = live.len(),
+                "group shard of an older build rewritten in Kafka's schema");
+            (live, true)
+        }
+        Err(e) => {
+            tracing::warn!(partition = %tp, error = %e,
+                "group shard rewritten in Kafka's schema, but its old records could not be dropped");
+            (live, false)
+        }
     }
-    live
 }
 
-/// Reads a shard's partition from its start and decodes every persisted record. A record that
-/// does not decode is skipped with an error log: losing one stale fact is better than a
-/// coordinator that can never start.
-async fn replay(log: &LogManager, tp: &TopicPartition) -> Result<Vec<PersistRecord>, LogError> {
-    let mut records = Vec::new();
+/// Reads a shard's partition from its start: Kafka records and, from older builds, JSON
+/// records. A record that does not decode is skipped with an error log: losing one stale fact
+/// is better than a coordinator that can never start.
+async fn replay(log: &LogManager, tp: &TopicPartition) -> Result<Replayed, LogError> {
+    let mut replay = strata_groups::kafka_records::Replay::new();
+    let mut read = 0usize;
     // Transaction markers are skipped: making transactional offset commits visible on commit
     // and dropping them on abort happens when the marker is written
     // (`handlers::txn_markers::offsets_marker_written`), and replay finds its result as records.
     crate::shard_log::replay_records(log, tp, "group", |offset, record| {
-        let Some(value) = record.value else { return };
-        match serde_json::from_slice::<PersistRecord>(&value) {
-            Ok(r) => records.push(r),
-            Err(e) => {
-                tracing::error!(partition = %tp, offset, error = %e, "undecodable group record skipped")
+        read += 1;
+        let value = record.value.as_deref();
+        if strata_groups::kafka_records::Replay::is_legacy_value(value) {
+            match serde_json::from_slice::<PersistRecord>(value.unwrap_or_default()) {
+                Ok(r) => replay.push_legacy(r),
+                Err(e) => {
+                    tracing::error!(partition = %tp, offset, error = %e, "undecodable group record skipped")
+                }
             }
+            return;
+        }
+        let key = record.key.as_deref().unwrap_or_default();
+        if let Err(e) = replay.push(key, value) {
+            tracing::error!(partition = %tp, offset, error = %e, "undecodable group record skipped")
         }
     })
     .await?;
-    Ok(records)
+    let legacy = replay.legacy_count();
+    Ok(Replayed {
+        records: replay.finish(),
+        legacy,
+        read,
+    })
 }
 
 async fn run_shard(
@@ -518,6 +632,13 @@ async fn run_shard(
     clock: Arc<dyn Clock>,
 ) {
     let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+    let (writes, pending_writes) = mpsc::unbounded_channel();
+    tokio::spawn(write_in_order(
+        log.clone(),
+        tp.clone(),
+        pending_writes,
+        done_tx.clone(),
+    ));
     let mut waiting: HashMap<RequestToken, oneshot::Sender<Response>> = HashMap::new();
     let mut next_token = 0u64;
     loop {
@@ -594,15 +715,18 @@ async fn run_shard(
                     }
                 }
                 Output::Persist { id, records } => {
-                    let log = log.clone();
-                    let tp = tp.clone();
-                    let done = done_tx.clone();
-                    let now_ms = clock.wall_millis();
-                    let timeout = state.config().offsets_commit_timeout;
-                    tokio::spawn(async move {
-                        let outcome = persist(&log, &tp, &records, now_ms, timeout).await;
-                        let _ = done.send((id, outcome));
-                    });
+                    let write = Write {
+                        id,
+                        records,
+                        now_ms: clock.wall_millis(),
+                        timeout: state.config().offsets_commit_timeout,
+                    };
+                    if let Err(mpsc::error::SendError(write)) = writes.send(write) {
+                        let _ = done_tx.send((
+                            write.id,
+                            PersistOutcome::Failed(PersistFailure::Unavailable),
+                        ));
+                    }
                 }
             }
         }
@@ -616,30 +740,68 @@ async fn sleep_or_forever(clock: &dyn Clock, d: Option<Duration>) {
     }
 }
 
-/// Writes one decision's records as one batch (so they land all or nothing).
-async fn persist(
-    log: &LogManager,
-    tp: &TopicPartition,
-    records: &[PersistRecord],
+/// One decision's records, to be appended as one batch.
+struct Write {
+    id: PersistId,
+    records: Vec<PersistRecord>,
     now_ms: i64,
     timeout: Duration,
-) -> PersistOutcome {
-    let mut simple = Vec::with_capacity(records.len());
-    for r in records {
-        match serde_json::to_vec(r) {
-            Ok(v) => simple.push(SimpleRecord {
-                key: Some(Bytes::from(r.group_id.clone())),
-                value: Some(Bytes::from(v)),
-            }),
+}
+
+/// Appends the shard's batches in decision order and waits for their durability
+/// concurrently. The order matters: Kafka records carry no sequence number, so replay and the
+/// key cleaner take the last record of a key in the log as its value, and two commits of one
+/// partition in flight at once must land in the order they were decided. The log assigns
+/// offsets in the order `enqueue` calls complete.
+async fn write_in_order(
+    log: Arc<LogManager>,
+    tp: TopicPartition,
+    mut writes: mpsc::UnboundedReceiver<Write>,
+    done: mpsc::UnboundedSender<(PersistId, PersistOutcome)>,
+) {
+    while let Some(write) = writes.recv().await {
+        let batch = encode_batch(&write.records, write.now_ms);
+        let enqueued = log
+            .enqueue(
+                &tp,
+                batch,
+                Acks::Durable {
+                    timeout: write.timeout,
+                },
+            )
+            .await;
+        match enqueued {
+            Ok(ticket) => {
+                let done = done.clone();
+                let tp = tp.clone();
+                tokio::spawn(async move {
+                    let outcome = append_outcome(&tp, ticket.wait().await.map(|_| ()));
+                    let _ = done.send((write.id, outcome));
+                });
+            }
             Err(e) => {
-                tracing::error!(error = %e, "encoding a group record failed");
-                return PersistOutcome::Failed(PersistFailure::Unavailable);
+                let _ = done.send((write.id, append_outcome(&tp, Err(e))));
             }
         }
     }
-    let batch = build_batch(&simple, now_ms);
-    match log.append(tp, batch, Acks::Durable { timeout }).await {
-        Ok(_) => PersistOutcome::Durable,
+}
+
+/// One batch of Kafka records (see `strata_groups::kafka_records`) for a decision's records.
+fn encode_batch(records: &[PersistRecord], now_ms: i64) -> Bytes {
+    let simple: Vec<SimpleRecord> = records
+        .iter()
+        .flat_map(|r| kafka_records::encode(r, now_ms))
+        .map(|r| SimpleRecord {
+            key: Some(r.key),
+            value: r.value,
+        })
+        .collect();
+    build_batch(&simple, now_ms)
+}
+
+fn append_outcome(tp: &TopicPartition, result: Result<(), LogError>) -> PersistOutcome {
+    match result {
+        Ok(()) => PersistOutcome::Durable,
         Err(LogError::Fenced | LogError::NotOwner | LogError::UnknownTopicOrPartition) => {
             PersistOutcome::Failed(PersistFailure::NotCoordinator)
         }
@@ -650,14 +812,27 @@ async fn persist(
     }
 }
 
+/// Writes one decision's records as one batch (so they land all or nothing).
+async fn persist(
+    log: &LogManager,
+    tp: &TopicPartition,
+    records: &[PersistRecord],
+    now_ms: i64,
+    timeout: Duration,
+) -> PersistOutcome {
+    let batch = encode_batch(records, now_ms);
+    let result = log.append(tp, batch, Acks::Durable { timeout }).await;
+    append_outcome(tp, result.map(|_| ()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use strata_core::Offset;
 
-    #[tokio::test]
-    async fn a_shard_log_full_of_superseded_commits_is_compacted_on_load() {
-        use strata_groups::{OffsetValue, RecordBody};
+    use strata_groups::{OffsetValue, RecordBody};
+
+    async fn offsets_log() -> (Arc<LogManager>, TopicPartition) {
         let store: Arc<dyn strata_storage::ObjectStore> =
             Arc::new(strata_storage::MemoryStore::new());
         let log = LogManager::open(
@@ -671,8 +846,11 @@ mod tests {
         log.create_topic(OFFSETS_TOPIC, Some(1), Default::default(), false)
             .await
             .unwrap();
-        let tp = TopicPartition::new(OFFSETS_TOPIC, 0);
-        let commit = |seq: u64, partition: i32, offset: i64| PersistRecord {
+        (log, TopicPartition::new(OFFSETS_TOPIC, 0))
+    }
+
+    fn commit(seq: u64, partition: i32, offset: i64) -> PersistRecord {
+        PersistRecord {
             seq,
             group_id: "g".into(),
             body: RecordBody::Offset {
@@ -684,26 +862,176 @@ mod tests {
                     commit_timestamp_ms: 0,
                 },
             },
-        };
-        // 1,200 commits of two partitions: only the last of each matters.
-        for seq in 0..1200u64 {
-            let r = commit(seq, (seq % 2) as i32, seq as i64);
-            assert_eq!(
-                persist(&log, &tp, &[r], 0, Duration::from_secs(30)).await,
-                PersistOutcome::Durable
-            );
+        }
+    }
+
+    /// What older builds appended: JSON records keyed by group id.
+    async fn append_legacy(log: &LogManager, tp: &TopicPartition, records: &[PersistRecord]) {
+        let simple: Vec<SimpleRecord> = records
+            .iter()
+            .map(|r| SimpleRecord {
+                key: Some(Bytes::from(r.group_id.clone())),
+                value: Some(Bytes::from(serde_json::to_vec(r).unwrap())),
+            })
+            .collect();
+        log.append(
+            tp,
+            build_batch(&simple, 0),
+            Acks::Durable {
+                timeout: Duration::from_secs(30),
+            },
+        )
+        .await
+        .unwrap();
+    }
+
+    async fn append_binary(log: &LogManager, tp: &TopicPartition, records: &[PersistRecord]) {
+        assert_eq!(
+            persist(log, tp, records, 0, Duration::from_secs(30)).await,
+            PersistOutcome::Durable
+        );
+    }
+
+    fn offsets_of(records: &[PersistRecord]) -> Vec<(i32, i64)> {
+        let mut out: std::collections::BTreeMap<i32, i64> = Default::default();
+        for r in records {
+            match &r.body {
+                RecordBody::Offset { partition, value } => {
+                    out.insert(partition.partition, value.offset.get());
+                }
+                RecordBody::OffsetTombstone { partition } => {
+                    out.remove(&partition.partition);
+                }
+                _ => {}
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    #[tokio::test]
+    async fn records_are_written_in_kafkas_schema_keyed_per_offset() {
+        let (log, tp) = offsets_log().await;
+        append_binary(&log, &tp, &[commit(1, 3, 42)]).await;
+        let read = log.read(&tp, Offset(0), 1 << 20, true).await.unwrap();
+        let records = strata_wire::builder::read_records(&read.batches[0]).unwrap();
+        let (_, record) = &records[0];
+        assert_eq!(
+            record.key.as_deref(),
+            Some(&[0, 1, 0, 1, b'g', 0, 1, b't', 0, 0, 0, 3][..])
+        );
+        assert_eq!(&record.value.as_deref().unwrap()[..2], &[0, 3]);
+    }
+
+    #[tokio::test]
+    async fn a_mixed_log_replays_older_json_records_first_then_kafka_records_in_log_order() {
+        let (log, tp) = offsets_log().await;
+        // An older build: its batches landed out of sequence order (written concurrently).
+        append_legacy(&log, &tp, &[commit(9, 0, 90), commit(9, 1, 91)]).await;
+        append_legacy(&log, &tp, &[commit(8, 0, 80), commit(8, 2, 82)]).await;
+        // Then this build, whose records carry no sequence number: the log orders them, and
+        // they win over every JSON record however high its seq.
+        append_binary(&log, &tp, &[commit(0, 1, 100)]).await;
+        append_binary(&log, &tp, &[commit(0, 1, 101)]).await;
+        let replayed = replay(&log, &tp).await.unwrap();
+        assert_eq!(replayed.legacy, 4);
+        assert_eq!(replayed.read, 6);
+        assert_eq!(
+            offsets_of(&replayed.records),
+            vec![(0, 90), (1, 101), (2, 82)]
+        );
+        let seqs: Vec<u64> = replayed.records.iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, vec![1, 2, 3, 4, 5, 6]);
+        // The state machine agrees.
+        let state = GroupsState::replay(
+            GroupConfig::default(),
+            Box::new(SeededMemberIds::new(1)),
+            Duration::ZERO,
+            replayed.records,
+        );
+        let fetched = state.offset_fetch(&OffsetFetchRequest {
+            group_id: "g".into(),
+            partitions: None,
+            require_stable: false,
+            member: None,
+        });
+        let mut got: Vec<(i32, i64)> = fetched
+            .partitions
+            .iter()
+            .map(|f| (f.partition.partition, f.offset.get()))
+            .collect();
+        got.sort();
+        assert_eq!(got, vec![(0, 90), (1, 101), (2, 82)]);
+    }
+
+    #[tokio::test]
+    async fn a_shard_of_an_older_build_is_rewritten_in_kafkas_schema_once() {
+        let (log, tp) = offsets_log().await;
+        for seq in 0..50u64 {
+            append_legacy(&log, &tp, &[commit(seq, (seq % 2) as i32, seq as i64)]).await;
         }
         let replayed = replay(&log, &tp).await.unwrap();
-        assert_eq!(replayed.len(), 1200);
-        let compacted = compact_shard(&log, &tp, replayed, 0, Duration::from_secs(30)).await;
-        assert_eq!(
-            compacted,
-            vec![commit(1198, 0, 1198), commit(1199, 1, 1199)]
-        );
-        // What a later load replays is the compacted head only, with the same facts.
+        assert_eq!((replayed.legacy, replayed.read), (50, 50));
+        let (records, binary_only) =
+            migrate_legacy_shard(&log, &tp, replayed, 0, Duration::from_secs(30)).await;
+        assert!(binary_only);
+        assert_eq!(offsets_of(&records), vec![(0, 48), (1, 49)]);
+        assert_eq!(log.watermarks(&tp).unwrap().log_start, Offset(50));
+        // The next load reads two Kafka records, and rewrites nothing.
         let again = replay(&log, &tp).await.unwrap();
-        assert_eq!(again, compacted);
-        assert_eq!(log.watermarks(&tp).unwrap().log_start, Offset(1200));
+        assert_eq!((again.legacy, again.read), (0, 2));
+        assert_eq!(offsets_of(&again.records), vec![(0, 48), (1, 49)]);
+        let (_, binary_only) =
+            migrate_legacy_shard(&log, &tp, again, 0, Duration::from_secs(30)).await;
+        assert!(binary_only);
+        assert_eq!(log.watermarks(&tp).unwrap().high, Offset(52));
+    }
+
+    #[tokio::test]
+    async fn an_offsets_topic_of_an_older_build_becomes_compacted_once_every_shard_is_rewritten() {
+        let (log, tp) = offsets_log().await;
+        assert!(
+            !log.topic(OFFSETS_TOPIC)
+                .unwrap()
+                .config
+                .cleanup_policy
+                .compact
+        );
+        append_legacy(&log, &tp, &[commit(1, 0, 10), commit(2, 0, 20)]).await;
+        let coordinator = GroupCoordinator::start(
+            log.clone(),
+            strata_core::SystemClock::shared(),
+            GroupConfig::default(),
+            1,
+            0,
+            true,
+        )
+        .await
+        .unwrap();
+        assert!(
+            log.topic(OFFSETS_TOPIC)
+                .unwrap()
+                .config
+                .cleanup_policy
+                .compact
+        );
+        assert_eq!(log.watermarks(&tp).unwrap().log_start, Offset(2));
+        assert_eq!(
+            coordinator.stats.snapshot(),
+            GroupLoadSnapshot {
+                loads: 1,
+                replayed_records: 2
+            }
+        );
+        let fetched = coordinator
+            .offset_fetch(OffsetFetchRequest {
+                group_id: "g".into(),
+                partitions: None,
+                require_stable: false,
+                member: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(fetched.partitions[0].offset, Offset(20));
     }
 
     #[test]

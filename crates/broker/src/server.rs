@@ -337,6 +337,11 @@ impl Broker {
     }
 
     /// The fetch session cache's counts, for the metrics endpoint.
+    /// Group coordinator shard loads and the records they replayed.
+    pub fn group_load_stats(&self) -> crate::coordinator::GroupLoadSnapshot {
+        self.groups.stats.snapshot()
+    }
+
     /// Transactions this broker coordinated: ended by result, and open now.
     pub fn txn_stats(&self) -> crate::txn_coordinator::TxnStatsSnapshot {
         self.txn.stats.snapshot()

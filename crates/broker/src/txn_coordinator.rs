@@ -180,8 +180,14 @@ impl TxnCoordinator {
         let topic = match log.topic(TXN_TOPIC) {
             Some(t) => t,
             None => {
-                // Transaction state must outlive any retention, as the offsets topic's.
-                let overrides = [("retention.ms".to_string(), "-1".to_string())].into();
+                // Transaction state must outlive any retention, as the offsets topic's; the
+                // key cleaner keeps the newest record per transactional id, which is all
+                // replay reads (`TxnShard::replay`: the last value wins, a tombstone forgets).
+                let overrides = [
+                    ("cleanup.policy".to_string(), "compact".to_string()),
+                    ("retention.ms".to_string(), "-1".to_string()),
+                ]
+                .into();
                 match log
                     .create_topic(TXN_TOPIC, Some(shard_count), overrides, false)
                     .await
@@ -196,6 +202,16 @@ impl TxnCoordinator {
                 }
             }
         };
+        if !topic.config.cleanup_policy.compact {
+            // Created by an older build. Its records have always been keyed by transactional
+            // id, so compaction is safe at once, unlike the offsets topic's.
+            let change = vec![("cleanup.policy".to_string(), Some("compact".to_string()))];
+            match log.alter_topic_configs(TXN_TOPIC, change, false).await {
+                Ok(()) => tracing::info!("{TXN_TOPIC} is now compacted by key"),
+                Err(e) => tracing::warn!(error = %e,
+                    "could not make {TXN_TOPIC} compacted; trying again at the next start"),
+            }
+        }
         let coordinator = Arc::new(Self {
             log,
             clock,

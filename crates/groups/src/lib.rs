@@ -26,6 +26,7 @@ mod consumer;
 mod error;
 mod group;
 mod ids;
+pub mod kafka_records;
 mod membership;
 mod offsets;
 mod record;

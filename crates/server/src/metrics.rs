@@ -108,6 +108,7 @@ impl MetricsSource {
             fetch_sessions: self.broker.get().map(|broker| broker.fetch_session_stats()),
             share: self.broker.get().map(|broker| broker.share_state().stats()),
             transactions: self.broker.get().map(|broker| broker.txn_stats()),
+            group_loads: self.broker.get().map(|broker| broker.group_load_stats()),
             authentications: self
                 .broker
                 .get()
@@ -173,6 +174,8 @@ pub struct Snapshot {
     pub share: Option<strata_broker::share::ShareStats>,
     /// Transactions coordinated here. None until the broker has started.
     pub transactions: Option<strata_broker::txn_coordinator::TxnStatsSnapshot>,
+    /// Group coordinator shard loads. None until the broker has started.
+    pub group_loads: Option<strata_broker::coordinator::GroupLoadSnapshot>,
     /// Authentication outcomes: (mechanism, result, count).
     pub authentications: Vec<(String, &'static str, u64)>,
     /// Requests per API, traffic per topic, connections. None until the broker has started.
@@ -601,6 +604,25 @@ pub fn render(snapshot: &Snapshot) -> String {
         );
     }
 
+    if let Some(loads) = &snapshot.group_loads {
+        out.family(
+            "strata_group_shard_loads_total",
+            "counter",
+            "__consumer_offsets shards this broker loaded (start-up, takeover, shard move).",
+        );
+        out.sample("strata_group_shard_loads_total", &[], loads.loads);
+        out.family(
+            "strata_group_shard_records_replayed_total",
+            "counter",
+            "Records those loads read from __consumer_offsets: bounded by live groups and offsets once the topic is compacted, not by commit history.",
+        );
+        out.sample(
+            "strata_group_shard_records_replayed_total",
+            &[],
+            loads.replayed_records,
+        );
+    }
+
     if let Some(txn) = &snapshot.transactions {
         out.family(
             "strata_transactions_total",
@@ -924,6 +946,7 @@ mod tests {
             fetch_sessions: None,
             share: None,
             transactions: None,
+            group_loads: None,
             authentications: Vec::new(),
             traffic: None,
             authorization_denied: vec![("TOPIC", "WRITE", 3)],
