@@ -1243,6 +1243,69 @@ mod tests {
     }
 
     #[test]
+    fn each_tier_has_its_own_series_and_either_failing_is_unhealthy() {
+        let clock = Arc::new(ManualClock::new(0));
+        let (wal, bulk) = (StorageMetrics::new(), StorageMetrics::new());
+        let wal_health = Arc::new(StorageHealth::new(clock.clone()));
+        let bulk_health = Arc::new(StorageHealth::new(clock.clone()));
+        let ok: StorageResult<()> = Ok(());
+        for _ in 0..3 {
+            wal.record(OpKind::PutCreate, Duration::from_millis(1), &ok, 1_000, 0);
+        }
+        bulk.record(
+            OpKind::PutCreate,
+            Duration::from_millis(9),
+            &ok,
+            64 << 20,
+            0,
+        );
+        let mut snapshot = snapshot_with(&wal, &wal_health);
+        snapshot.backend = "rados".into();
+        snapshot.bulk = Some(TierSnapshot {
+            backend: "s3".into(),
+            storage: bulk.snapshot(),
+            health: bulk_health.snapshot(),
+        });
+        let text = render(&snapshot);
+        let requests = |labels: &str| {
+            value_of(
+                &text,
+                &format!("strata_storage_requests_total{{{labels},op=\"put_create\"}}"),
+            )
+            .to_string()
+        };
+        assert_eq!(requests("backend=\"rados\",tier=\"wal\""), "3");
+        assert_eq!(requests("backend=\"s3\",tier=\"bulk\""), "1");
+        assert_eq!(
+            value_of(
+                &text,
+                "strata_storage_bytes_total{backend=\"s3\",tier=\"bulk\",direction=\"in\"}"
+            ),
+            (64u64 << 20).to_string()
+        );
+        assert_eq!(
+            value_of(
+                &text,
+                "strata_storage_healthy{backend=\"s3\",tier=\"bulk\"}"
+            ),
+            "1"
+        );
+        // One storage: no tier label, as before.
+        let single = render(&snapshot_with(&wal, &wal_health));
+        assert!(!single.contains("tier="), "{single}");
+
+        // /health follows either tier.
+        let source = MetricsSource::new("rados", Arc::new(wal), wal_health, clock.clone())
+            .with_bulk_tier("s3", Arc::new(bulk), Arc::clone(&bulk_health));
+        assert!(source.health().is_healthy(UNHEALTHY_AFTER_FAILURES));
+        let failed: StorageResult<()> = Err(StorageError::Unavailable("down".into()));
+        for _ in 0..3 {
+            bulk_health.record_op(OpKind::PutCreate, &failed);
+        }
+        assert!(!source.health().is_healthy(UNHEALTHY_AFTER_FAILURES));
+    }
+
+    #[test]
     fn storage_counters_buckets_are_cumulative_and_end_in_the_total() {
         let clock = Arc::new(ManualClock::new(0));
         let metrics = StorageMetrics::new();
