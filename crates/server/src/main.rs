@@ -240,10 +240,10 @@ struct ServeArgs {
     #[arg(long, value_name = "URL")]
     storage: Option<String>,
     /// A separate write-ahead tier, same URL forms as --storage: write-ahead objects and the
-    /// small objects (manifests, index chunks, catalog, cluster) go there and acknowledgements
-    /// wait only for it; --storage then holds the compacted segments (the bulk tier). In
-    /// cluster mode it must be shared at least as widely as --storage [default: unset, one
-    /// storage for everything].
+    /// small objects (manifests, catalog, cluster, users) go there and acknowledgements wait
+    /// only for it; --storage then holds the compacted data, segments and their index chunks
+    /// (the bulk tier). In cluster mode it must be shared at least as widely as --storage
+    /// [default: unset, one storage for everything].
     #[arg(long, value_name = "URL")]
     wal_storage: Option<String>,
     /// Allow memory:// storage, which acknowledges produces (acks=all too) and loses every

@@ -346,16 +346,19 @@ fn render_traffic(out: &mut Exposition, traffic: &TrafficSnapshot) {
     );
 }
 
+/// One storage tier's base labels, counters and health, as rendered.
+type TierRow<'a> = (
+    Vec<(&'a str, &'a str)>,
+    &'a StorageMetricsSnapshot,
+    &'a StorageHealthSnapshot,
+);
+
 /// The exposition text for `snapshot`.
 pub fn render(snapshot: &Snapshot) -> String {
     let mut out = Exposition::default();
     // One storage: series labelled by backend alone, as before tiers existed. Two tiers: each
     // tier's series also carry `tier`, so dashboards of a single storage need no change.
-    let mut tiers: Vec<(
-        Vec<(&str, &str)>,
-        &StorageMetricsSnapshot,
-        &StorageHealthSnapshot,
-    )> = Vec::new();
+    let mut tiers: Vec<TierRow<'_>> = Vec::new();
     match &snapshot.bulk {
         None => tiers.push((
             vec![("backend", snapshot.backend.as_str())],

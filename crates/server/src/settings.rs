@@ -105,10 +105,10 @@ pub struct Settings {
     /// Where all data lives: a directory path, `file:///abs/path`, or `memory://` (lost on exit,
     /// so refused unless `ephemeral_storage_ok` is set).
     pub storage: String,
-    /// A separate write-ahead tier (same URL forms as `storage`): write-ahead objects and every
-    /// small object (manifests, index chunks, catalog, cluster and security objects) live
-    /// there, and acknowledgements wait only for it; `storage` then holds the segments alone
-    /// (the bulk tier). Unset (the default): `storage` holds everything. In cluster mode it
+    /// A separate write-ahead tier (same URL forms as `storage`): write-ahead objects and the
+    /// small objects (manifests, catalog, cluster and security objects) live there, and
+    /// acknowledgements wait only for it; `storage` then holds the compacted data alone,
+    /// segments and their index chunks (the bulk tier). Unset (the default): `storage` holds everything. In cluster mode it
     /// must be reachable from at least everywhere `storage` is (no local directory for the
     /// write-ahead tier over S3 or RADOS bulk storage).
     pub wal_storage: Option<String>,
