@@ -118,14 +118,17 @@ fn metrics_text(broker: &StrataProcess) -> String {
     text
 }
 
-/// Objects the bulk tier's stack created since the broker started.
-fn bulk_creates(broker: &StrataProcess) -> u64 {
+/// Record value size: what is produced is a floor for what compaction writes to the bulk tier.
+const VALUE_BYTES: u64 = 300;
+
+/// Bytes the bulk tier's stack wrote since the broker started (segments and index chunks).
+fn bulk_bytes_in(broker: &StrataProcess) -> u64 {
     let text = metrics_text(broker);
     text.lines()
         .filter(|l| {
-            l.starts_with("strata_storage_requests_total{")
+            l.starts_with("strata_storage_bytes_total{")
                 && l.contains("tier=\"bulk\"")
-                && l.contains("op=\"put_create\"")
+                && l.contains("direction=\"in\"")
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
@@ -138,7 +141,7 @@ fn records(from: usize, count: usize) -> Vec<(Option<i32>, TestRecord)> {
                 Some((i % PARTITIONS as usize) as i32),
                 TestRecord {
                     key: Some(format!("key-{i}").into_bytes()),
-                    value: Some(vec![b'a' + (i % 26) as u8; 300]),
+                    value: Some(vec![b'a' + (i % 26) as u8; VALUE_BYTES as usize]),
                     headers: Vec::new(),
                     timestamp: None,
                 },
@@ -204,10 +207,14 @@ async fn acknowledged_records_survive_compaction_to_the_bulk_tier_a_takeover_and
     let mut sent = records(0, 3_000);
     let mut acked = produce_all(&producer_a, topic, &sent).await;
     drop(producer_a);
-    // ~900 KB into 64 KiB segments: compaction writes a dozen segments to the bulk tier.
-    wait_until("segments written to the bulk tier", DEADLINE, || {
-        (bulk_creates(&first) >= 8).then_some(())
-    });
+    // ~900 KB of values: compaction (every 100 ms) writes all of it to the bulk tier,
+    // however the producer batched it.
+    let produced = sent.len() as u64 * VALUE_BYTES;
+    wait_until(
+        "everything produced is compacted to the bulk tier",
+        DEADLINE,
+        || (bulk_bytes_in(&first) >= produced).then_some(()),
+    );
     read_back_all(&first.bootstrap(), topic, &by_partition(&sent, &acked)).await;
 
     // Freeze the bulk tier (radosgw) if we may: acknowledgements wait only for the write-ahead
@@ -219,12 +226,12 @@ async fn acknowledged_records_survive_compaction_to_the_bulk_tier_a_takeover_and
         let more_acked = produce_all(&producer_b, topic, &more).await;
         drop(producer_b);
         eprintln!("1000 records acknowledged while the bulk tier was frozen");
-        let before = bulk_creates(&first);
         drop(frozen);
+        let produced = (sent.len() + more.len()) as u64 * VALUE_BYTES;
         wait_until(
             "compaction catches up on the thawed bulk tier",
             DEADLINE,
-            || (bulk_creates(&first) > before).then_some(()),
+            || (bulk_bytes_in(&first) >= produced).then_some(()),
         );
         sent.extend(more);
         acked.extend(more_acked);
