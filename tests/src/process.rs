@@ -150,7 +150,7 @@ impl Drop for SharedStorage {
 
 /// The file name of `dir` reduced to ASCII letters and digits: a prefix or namespace name
 /// every backend accepts.
-fn unique_name(dir: &Path) -> String {
+pub fn unique_name(dir: &Path) -> String {
     dir.file_name()
         .map(|n| {
             n.to_string_lossy()
@@ -160,7 +160,7 @@ fn unique_name(dir: &Path) -> String {
 }
 
 /// `scheme://authority[/path][?query]` with `/suffix` appended to the path.
-fn with_path_suffix(base: &str, suffix: &str) -> String {
+pub fn with_path_suffix(base: &str, suffix: &str) -> String {
     match base.split_once('?') {
         Some((head, query)) => format!("{}/{suffix}?{query}", head.trim_end_matches('/')),
         None => format!("{}/{suffix}", base.trim_end_matches('/')),

@@ -48,6 +48,7 @@ pub mod quotas;
 pub mod schema;
 pub mod share;
 pub mod streams;
+pub mod tier;
 pub mod users;
 pub mod wal;
 

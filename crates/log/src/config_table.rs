@@ -7,7 +7,7 @@
 //! replicas (`segment.bytes`, `min.insync.replicas`, ...). Refusing them would break those
 //! tools for no benefit, so they are accepted (their values still validated as Kafka
 //! validates them) and described, with no effect. A config whose Kafka meaning Strata cannot
-//! deliver — recompression, tiered storage — is refused for any value but
+//! deliver — recompression — is refused for any value but
 //! the one Strata behaves as, so nobody believes they got what they asked for.
 
 /// What Strata does with a config.
@@ -214,7 +214,7 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
         default: "-2",
         kind: Kind::Long,
         support: Support::AcceptedNoEffect,
-        why: "tiered storage only: there is no local tier",
+        why: "how much stays on the fast tier is not per topic: with `wal_storage` set the write-ahead tier holds only each partition's uncompacted tail (up to `log.segment_bytes`), and compaction moves it to the bulk tier; recent reads come from the tail cache in memory",
         check: |v| long(v, -2),
     },
     ConfigDef {
@@ -222,7 +222,7 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
         default: "-2",
         kind: Kind::Long,
         support: Support::AcceptedNoEffect,
-        why: "tiered storage only: there is no local tier",
+        why: "how long data stays on the fast tier is not per topic: with `wal_storage` set the write-ahead tier holds only each partition's uncompacted tail (up to `log.segment_interval`), and compaction moves it to the bulk tier",
         check: |v| long(v, -2),
     },
     ConfigDef {
@@ -296,9 +296,9 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
         name: "remote.storage.enable",
         default: "false",
         kind: Kind::Boolean,
-        support: Support::Refused,
-        why: "only `false`: tiered storage is not implemented (all data already lives in object storage)",
-        check: |v| one_of(&v.to_ascii_lowercase(), &["false"], "remote.storage.enable=true is not supported: tiered storage is not implemented"),
+        support: Support::AcceptedNoEffect,
+        why: "tiering is broker-wide, not per topic: with `wal_storage` set every topic's compacted data lives on the bulk tier (`storage`) and only the uncompacted tail on the write-ahead tier, whatever this says; without it one storage holds everything. Either way all data is already in shared storage, which is what Kafka's remote tier adds",
+        check: boolean,
     },
     ConfigDef {
         name: "retention.bytes",
@@ -413,8 +413,10 @@ mod tests {
         assert!(check("cleanup.policy", "compact,delete").is_ok());
         assert!(check("cleanup.policy", "shred").is_err());
         assert!(check("min.cleanable.dirty.ratio", "1.01").is_err());
-        assert!(check("remote.storage.enable", "true").is_err());
+        // Accepted either way: tiering is the broker's `wal_storage`, not a topic's choice.
+        assert!(check("remote.storage.enable", "true").is_ok());
         assert!(check("remote.storage.enable", "false").is_ok());
+        assert!(check("remote.storage.enable", "maybe").is_err());
         assert!(check("min.insync.replicas", "0").is_err());
         assert!(check("min.insync.replicas", "2").is_ok());
         assert!(check("segment.bytes", "13").is_err());

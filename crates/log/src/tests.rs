@@ -1085,6 +1085,7 @@ async fn suspended_writes_keep_reads_and_resume_under_the_same_epoch() {
 mod cleaner;
 mod deposed;
 mod moves;
+mod tiers;
 mod txn;
 
 #[tokio::test]

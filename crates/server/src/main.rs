@@ -38,7 +38,7 @@ use strata_broker::{Broker, BrokerParts, BrokerSettings};
 use strata_cluster::ListenerEndpoint;
 use strata_core::{BrokerId, Clock, SystemClock};
 use strata_log::{LogManager, Ownership as LogOwnership};
-use strata_storage::{url_scheme, StackConfig, StorageStack, StoreRegistry};
+use strata_storage::{StackConfig, StorageStack, StoreRegistry, TieredStore};
 use tokio::net::TcpListener;
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
@@ -73,7 +73,7 @@ enum Command {
     /// quota_window_num [default: 11], quota_window_size [default: 1s], quota_max_throttle
     /// [default: 10s], quota_max_tracked [default: 10000], quota_refresh_interval [default:
     /// 1s], node_id,
-    /// cluster_id, storage, ephemeral_storage_ok, auto_create_topics,
+    /// cluster_id, storage, wal_storage, ephemeral_storage_ok, auto_create_topics,
     /// auto_create_topics_per_request, auto_create_topics_per_second,
     /// default_replication_factor, max_request_bytes,
     /// queued_max_request_bytes, max_connections, max_connections_per_ip, connections_max_idle,
@@ -241,6 +241,13 @@ struct ServeArgs {
     /// ./strata-data].
     #[arg(long, value_name = "URL")]
     storage: Option<String>,
+    /// A separate write-ahead tier, same URL forms as --storage: write-ahead objects and the
+    /// small objects (manifests, catalog, cluster, users) go there and acknowledgements wait
+    /// only for it; --storage then holds the compacted data, segments and their index chunks
+    /// (the bulk tier). In cluster mode it must be shared at least as widely as --storage
+    /// [default: unset, one storage for everything].
+    #[arg(long, value_name = "URL")]
+    wal_storage: Option<String>,
     /// Allow memory:// storage, which acknowledges produces (acks=all too) and loses every
     /// record, offset and topic when the broker exits; for tests and benchmarks. Without it
     /// the broker refuses to start on memory:// [default: false].
@@ -512,6 +519,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         node_id: args.node_id,
         cluster_id: args.cluster_id,
         storage: args.storage,
+        wal_storage: args.wal_storage,
         ephemeral_storage_ok: args.ephemeral_storage_ok,
         auto_create_topics: args.auto_create_topics,
         max_request_bytes: args.max_request_bytes,
@@ -582,18 +590,70 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ..StackConfig::default()
     };
     let storage = StorageStack::build(backend, &stack_config, Arc::clone(&clock));
-    let backend_name = storage.store.backend_name();
+    // Tiered: `storage` is the bulk tier, and the store everything above uses routes each key
+    // to its tier. Each tier has its own stack, so retries, timeouts, the concurrency limit,
+    // metrics and health of one tier never involve the other.
+    let (storage, bulk) = match &settings.wal_storage {
+        None => (storage, None),
+        Some(wal_url) => {
+            let wal_backend = open_backend(wal_url.clone())
+                .await
+                .with_context(|| format!("opening wal_storage {wal_url:?}"))?;
+            let wal_config = StackConfig {
+                seed: seed.rotate_left(29) ^ 0x2545_f491_4f6c_dd1d,
+                ..StackConfig::default()
+            };
+            let wal = StorageStack::build(wal_backend, &wal_config, Arc::clone(&clock));
+            refuse_untiered_data(&wal, &storage, wal_url, &settings.storage).await?;
+            let tiered = StorageStack {
+                store: Arc::new(TieredStore::new(
+                    Arc::clone(&wal.store),
+                    Arc::clone(&storage.store),
+                    strata_layout::tier::ROUTING,
+                )),
+                metrics: Arc::clone(&wal.metrics),
+                health: Arc::clone(&wal.health),
+            };
+            info!(wal = %wal_url, bulk = %settings.storage, "tiered storage: write-ahead tier and bulk tier");
+            (tiered, Some((storage, wal.store.backend_name())))
+        }
+    };
+    // With tiers, the write-ahead tier's backend: the router itself is no backend.
+    let backend_name = match &bulk {
+        Some((_, wal_backend)) => *wal_backend,
+        None => storage.store.backend_name(),
+    };
     let health_watch = tokio::spawn(health::watch(
-        backend_name,
+        if bulk.is_some() {
+            "wal tier"
+        } else {
+            backend_name
+        },
         Arc::clone(&storage.health),
         Arc::clone(&clock),
     ));
-    let metrics = Arc::new(MetricsSource::new(
+    let mut metrics_source = MetricsSource::new(
         backend_name,
         Arc::clone(&storage.metrics),
         Arc::clone(&storage.health),
         Arc::clone(&clock),
-    ));
+    );
+    let bulk_health_watch = match &bulk {
+        Some((bulk, _)) => {
+            metrics_source = metrics_source.with_bulk_tier(
+                bulk.store.backend_name(),
+                Arc::clone(&bulk.metrics),
+                Arc::clone(&bulk.health),
+            );
+            Some(tokio::spawn(health::watch(
+                "bulk tier",
+                Arc::clone(&bulk.health),
+                Arc::clone(&clock),
+            )))
+        }
+        None => None,
+    };
+    let metrics = Arc::new(metrics_source);
     // Up before the log opens, so /health answers (and shows storage failing) during a long
     // recovery, and a bad address fails before any recovery work.
     let metrics_server = match settings.metrics_listen {
@@ -618,8 +678,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let scheme = url_scheme(&settings.storage).unwrap_or_else(|| "file".into());
-    let cluster_settings = settings.cluster.then(|| settings.cluster_settings(&scheme));
+    let (wal_scheme, bulk_scheme) = settings.tier_schemes();
+    let cluster_settings = settings
+        .cluster
+        .then(|| settings.cluster_settings(&wal_scheme));
     // Bound before anything else so the advertised addresses (which a cluster registration
     // carries) are known; connections wait in the backlog until serving starts.
     let tls = tls_acceptor(&settings)?;
@@ -707,7 +769,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let log = LogManager::open_with(
         Arc::clone(&storage.store),
         Arc::clone(&clock),
-        settings.log.to_log_config(&scheme)?,
+        settings.log.to_log_config(&wal_scheme, &bulk_scheme)?,
         node_id,
         log_mode,
     )
@@ -925,6 +987,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         task.abort();
     }
     health_watch.abort();
+    if let Some(watch) = bulk_health_watch {
+        watch.abort();
+    }
     info!("stopped");
     Ok(())
 }
@@ -951,6 +1016,29 @@ async fn watch_for_seal(log: Arc<LogManager>, clock: Arc<dyn Clock>, every: Dura
             },
         }
     }
+}
+
+/// Refuses to start tiered over a bulk tier that was used as a single storage (it holds a
+/// topic catalog) while the write-ahead tier holds none: the catalog, manifests and cluster
+/// objects would be looked for on the new write-ahead tier, so the broker would start empty
+/// beside the old data instead of serving it.
+async fn refuse_untiered_data(
+    wal: &StorageStack,
+    bulk: &StorageStack,
+    wal_url: &str,
+    bulk_url: &str,
+) -> anyhow::Result<()> {
+    let catalog = strata_layout::catalog::PREFIX;
+    let on_wal = !wal.store.list_keys(catalog).await?.is_empty();
+    if !on_wal && !bulk.store.list_keys(catalog).await?.is_empty() {
+        anyhow::bail!(
+            "storage {bulk_url:?} holds a topic catalog of its own: it was used as a single \
+             storage, and with wal_storage {wal_url:?} its topics, offsets and cluster state \
+             would be looked for on the write-ahead tier instead. Tiering existing data is not \
+             supported: start without wal_storage, or give the bulk tier a fresh location"
+        );
+    }
+    Ok(())
 }
 
 /// Opens the storage URL with every backend this binary has: memory and local directories

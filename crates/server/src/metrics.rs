@@ -36,6 +36,9 @@ pub struct MetricsSource {
     backend: String,
     metrics: Arc<StorageMetrics>,
     health: Arc<StorageHealth>,
+    /// The bulk tier's, when `wal_storage` splits storage in two (the fields above are then the
+    /// write-ahead tier's).
+    bulk: Option<TierSource>,
     log: OnceLock<Arc<LogManager>>,
     cluster: OnceLock<Arc<ClusterNode>>,
     broker: OnceLock<Arc<Broker>>,
@@ -65,6 +68,7 @@ impl MetricsSource {
             backend: backend.into(),
             metrics,
             health,
+            bulk: None,
             log: OnceLock::new(),
             cluster: OnceLock::new(),
             broker: OnceLock::new(),
@@ -72,6 +76,23 @@ impl MetricsSource {
             clock,
             started,
         }
+    }
+
+    /// Tiered storage: the constructor's storage is the write-ahead tier, this the bulk tier.
+    /// Each tier's series then carry `tier="wal"` or `tier="bulk"`.
+    pub fn with_bulk_tier(
+        mut self,
+        backend: impl Into<String>,
+        metrics: Arc<StorageMetrics>,
+        health: Arc<StorageHealth>,
+    ) -> Self {
+        metrics.set_key_areas(strata_layout::key_area);
+        self.bulk = Some(TierSource {
+            backend: backend.into(),
+            metrics,
+            health,
+        });
+        self
     }
 
     /// Adds the log's metrics from now on. Only the first call counts.
@@ -94,8 +115,14 @@ impl MetricsSource {
         let _ = self.lag.set(lag);
     }
 
+    /// The storage's health; with tiers, the first unhealthy tier's (the write-ahead tier's
+    /// first: produce stops with it), so either tier failing turns `/health` 503.
     pub fn health(&self) -> StorageHealthSnapshot {
-        self.health.snapshot()
+        let wal = self.health.snapshot();
+        match &self.bulk {
+            Some(bulk) if wal.is_healthy(UNHEALTHY_AFTER_FAILURES) => bulk.health.snapshot(),
+            _ => wal,
+        }
     }
 
     pub fn snapshot(&self) -> Snapshot {
@@ -103,6 +130,11 @@ impl MetricsSource {
             backend: self.backend.clone(),
             storage: self.metrics.snapshot(),
             health: self.health.snapshot(),
+            bulk: self.bulk.as_ref().map(|bulk| TierSnapshot {
+                backend: bulk.backend.clone(),
+                storage: bulk.metrics.snapshot(),
+                health: bulk.health.snapshot(),
+            }),
             log: self.log.get().map(|log| log_snapshot(log)),
             cluster: self.cluster.get().map(|node| node.metrics()),
             fetch_sessions: self.broker.get().map(|broker| broker.fetch_session_stats()),
@@ -158,12 +190,30 @@ fn log_snapshot(log: &LogManager) -> LogSnapshot {
     }
 }
 
-/// Everything one scrape reports.
+#[derive(Debug)]
+struct TierSource {
+    backend: String,
+    metrics: Arc<StorageMetrics>,
+    health: Arc<StorageHealth>,
+}
+
+/// The bulk tier's storage numbers.
 #[derive(Debug, Clone)]
-pub struct Snapshot {
+pub struct TierSnapshot {
     pub backend: String,
     pub storage: StorageMetricsSnapshot,
     pub health: StorageHealthSnapshot,
+}
+
+/// Everything one scrape reports.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The storage, or with tiers the write-ahead tier.
+    pub backend: String,
+    pub storage: StorageMetricsSnapshot,
+    pub health: StorageHealthSnapshot,
+    /// The bulk tier, when `wal_storage` is set.
+    pub bulk: Option<TierSnapshot>,
     /// None until the log has opened.
     pub log: Option<LogSnapshot>,
     /// None in standalone mode and until the broker joined its cluster.
@@ -311,47 +361,90 @@ fn render_traffic(out: &mut Exposition, traffic: &TrafficSnapshot) {
     );
 }
 
+/// One storage tier's base labels, counters and health, as rendered.
+type TierRow<'a> = (
+    Vec<(&'a str, &'a str)>,
+    &'a StorageMetricsSnapshot,
+    &'a StorageHealthSnapshot,
+);
+
 /// The exposition text for `snapshot`.
 pub fn render(snapshot: &Snapshot) -> String {
     let mut out = Exposition::default();
-    let backend = snapshot.backend.as_str();
-    let storage = &snapshot.storage;
+    // One storage: series labelled by backend alone, as before tiers existed. Two tiers: each
+    // tier's series also carry `tier`, so dashboards of a single storage need no change.
+    let mut tiers: Vec<TierRow<'_>> = Vec::new();
+    match &snapshot.bulk {
+        None => tiers.push((
+            vec![("backend", snapshot.backend.as_str())],
+            &snapshot.storage,
+            &snapshot.health,
+        )),
+        Some(bulk) => {
+            tiers.push((
+                vec![("backend", snapshot.backend.as_str()), ("tier", "wal")],
+                &snapshot.storage,
+                &snapshot.health,
+            ));
+            tiers.push((
+                vec![("backend", bulk.backend.as_str()), ("tier", "bulk")],
+                &bulk.storage,
+                &bulk.health,
+            ));
+        }
+    }
+    fn with<'a>(
+        base: &[(&'a str, &'a str)],
+        more: &[(&'a str, &'a str)],
+    ) -> Vec<(&'a str, &'a str)> {
+        let mut labels = base.to_vec();
+        labels.extend_from_slice(more);
+        labels
+    }
 
     out.family(
         "strata_storage_requests_total",
         "counter",
         "Requests sent to object storage, by kind; every retry counts (object stores bill per request).",
     );
-    for (op, m) in storage.iter() {
-        let labels = [("backend", backend), ("op", op.as_str())];
-        out.sample("strata_storage_requests_total", &labels, m.requests);
+    for (base, storage, _) in &tiers {
+        for (op, m) in storage.iter() {
+            let labels = with(base, &[("op", op.as_str())]);
+            out.sample("strata_storage_requests_total", &labels, m.requests);
+        }
     }
     out.family(
         "strata_storage_requests_by_area_total",
         "counter",
         "Requests sent to object storage, by the part of the layout they touch (which tells the poller: membership, ownership, placement, placement_changes, drain, catalog, wal, partition, ...) and kind. What an idle broker costs is the rate of this family.",
     );
-    for (area, op, n) in storage.by_area() {
-        let labels = [("backend", backend), ("area", *area), ("op", op.as_str())];
-        out.sample("strata_storage_requests_by_area_total", &labels, n);
+    for (base, storage, _) in &tiers {
+        for (area, op, n) in storage.by_area() {
+            let labels = with(base, &[("area", *area), ("op", op.as_str())]);
+            out.sample("strata_storage_requests_by_area_total", &labels, n);
+        }
     }
     out.family(
         "strata_storage_errors_total",
         "counter",
         "Storage requests that returned an error, including answers such as not-found or a lost conditional write.",
     );
-    for (op, m) in storage.iter() {
-        let labels = [("backend", backend), ("op", op.as_str())];
-        out.sample("strata_storage_errors_total", &labels, m.errors);
+    for (base, storage, _) in &tiers {
+        for (op, m) in storage.iter() {
+            let labels = with(base, &[("op", op.as_str())]);
+            out.sample("strata_storage_errors_total", &labels, m.errors);
+        }
     }
     out.family(
         "strata_storage_failures_total",
         "counter",
         "Storage requests the storage failed to serve (throttled, timed out, unavailable).",
     );
-    for (op, m) in storage.iter() {
-        let labels = [("backend", backend), ("op", op.as_str())];
-        out.sample("strata_storage_failures_total", &labels, m.failures);
+    for (base, storage, _) in &tiers {
+        for (op, m) in storage.iter() {
+            let labels = with(base, &[("op", op.as_str())]);
+            out.sample("strata_storage_failures_total", &labels, m.failures);
+        }
     }
 
     out.family(
@@ -359,51 +452,51 @@ pub fn render(snapshot: &Snapshot) -> String {
         "counter",
         "Payload bytes moved by successful storage requests: in = written to storage, out = read from it.",
     );
-    let bytes_in: u64 = storage.iter().map(|(_, m)| m.bytes_in).sum();
-    let bytes_out: u64 = storage.iter().map(|(_, m)| m.bytes_out).sum();
-    out.sample(
-        "strata_storage_bytes_total",
-        &[("backend", backend), ("direction", "in")],
-        bytes_in,
-    );
-    out.sample(
-        "strata_storage_bytes_total",
-        &[("backend", backend), ("direction", "out")],
-        bytes_out,
-    );
+    for (base, storage, _) in &tiers {
+        let bytes_in: u64 = storage.iter().map(|(_, m)| m.bytes_in).sum();
+        let bytes_out: u64 = storage.iter().map(|(_, m)| m.bytes_out).sum();
+        out.sample(
+            "strata_storage_bytes_total",
+            &with(base, &[("direction", "in")]),
+            bytes_in,
+        );
+        out.sample(
+            "strata_storage_bytes_total",
+            &with(base, &[("direction", "out")]),
+            bytes_out,
+        );
+    }
 
     out.family(
         "strata_storage_request_seconds",
         "histogram",
         "Latency of one storage request (one attempt; retries are separate requests).",
     );
-    for (op, m) in storage.iter() {
-        let hist = &m.latency;
-        let labels = [("backend", backend), ("op", op.as_str())];
-        // The snapshot counts each bucket on its own; Prometheus buckets are cumulative.
-        let mut cumulative = 0u64;
-        for (i, bound) in LATENCY_BUCKET_BOUNDS.iter().enumerate() {
-            cumulative += hist.counts.get(i).copied().unwrap_or(0);
-            let le = Float(bound.as_secs_f64()).to_string();
+    for (base, storage, _) in &tiers {
+        for (op, m) in storage.iter() {
+            let hist = &m.latency;
+            let labels = with(base, &[("op", op.as_str())]);
+            // The snapshot counts each bucket on its own; Prometheus buckets are cumulative.
+            let mut cumulative = 0u64;
+            for (i, bound) in LATENCY_BUCKET_BOUNDS.iter().enumerate() {
+                cumulative += hist.counts.get(i).copied().unwrap_or(0);
+                let le = Float(bound.as_secs_f64()).to_string();
+                let mut bucket = labels.clone();
+                bucket.push(("le", le.as_str()));
+                out.sample("strata_storage_request_seconds_bucket", &bucket, cumulative);
+            }
+            // Requests slower than every bound are only in +Inf, which is therefore the total.
+            let count = hist.count();
+            let mut bucket = labels.clone();
+            bucket.push(("le", "+Inf"));
+            out.sample("strata_storage_request_seconds_bucket", &bucket, count);
             out.sample(
-                "strata_storage_request_seconds_bucket",
-                &[labels[0], labels[1], ("le", le.as_str())],
-                cumulative,
+                "strata_storage_request_seconds_sum",
+                &labels,
+                Float(hist.sum.as_secs_f64()),
             );
+            out.sample("strata_storage_request_seconds_count", &labels, count);
         }
-        // Requests slower than every bound are only in +Inf, which is therefore the total.
-        let count = hist.count();
-        out.sample(
-            "strata_storage_request_seconds_bucket",
-            &[labels[0], labels[1], ("le", "+Inf")],
-            count,
-        );
-        out.sample(
-            "strata_storage_request_seconds_sum",
-            &labels,
-            Float(hist.sum.as_secs_f64()),
-        );
-        out.sample("strata_storage_request_seconds_count", &labels, count);
     }
 
     out.family(
@@ -411,12 +504,14 @@ pub fn render(snapshot: &Snapshot) -> String {
         "gauge",
         "Storage requests of every kind per 10^9 bytes written since start: the request bill per unit of data stored. Absent before the first write.",
     );
-    if let Some(per_gb) = storage.requests_per_gb_ingested() {
-        out.sample(
-            "strata_storage_requests_per_gb_ingested",
-            &[("backend", backend)],
-            Float(per_gb),
-        );
+    for (base, storage, _) in &tiers {
+        if let Some(per_gb) = storage.requests_per_gb_ingested() {
+            out.sample(
+                "strata_storage_requests_per_gb_ingested",
+                base,
+                Float(per_gb),
+            );
+        }
     }
 
     out.family(
@@ -424,31 +519,37 @@ pub fn render(snapshot: &Snapshot) -> String {
         "gauge",
         "1 unless the last 3 or more storage requests, or the last 3 or more writes, in a row failed.",
     );
-    out.sample(
-        "strata_storage_healthy",
-        &[("backend", backend)],
-        u64::from(snapshot.health.is_healthy(UNHEALTHY_AFTER_FAILURES)),
-    );
+    for (base, _, health) in &tiers {
+        out.sample(
+            "strata_storage_healthy",
+            base,
+            u64::from(health.is_healthy(UNHEALTHY_AFTER_FAILURES)),
+        );
+    }
     out.family(
         "strata_storage_consecutive_failures",
         "gauge",
         "Storage requests failed in a row since the last success.",
     );
-    out.sample(
-        "strata_storage_consecutive_failures",
-        &[("backend", backend)],
-        snapshot.health.consecutive_failures,
-    );
+    for (base, _, health) in &tiers {
+        out.sample(
+            "strata_storage_consecutive_failures",
+            base,
+            health.consecutive_failures,
+        );
+    }
     out.family(
         "strata_storage_consecutive_write_failures",
         "gauge",
         "Storage writes (puts) failed in a row since the last write that succeeded; reads do not reset it.",
     );
-    out.sample(
-        "strata_storage_consecutive_write_failures",
-        &[("backend", backend)],
-        snapshot.health.consecutive_write_failures,
-    );
+    for (base, _, health) in &tiers {
+        out.sample(
+            "strata_storage_consecutive_write_failures",
+            base,
+            health.consecutive_write_failures,
+        );
+    }
 
     if let Some(log) = &snapshot.log {
         out.family(
@@ -941,6 +1042,7 @@ mod tests {
             backend: "s3".to_string(),
             storage: metrics.snapshot(),
             health: health.snapshot(),
+            bulk: None,
             log: None,
             cluster: None,
             fetch_sessions: None,
@@ -1217,6 +1319,69 @@ mod tests {
         // Nothing written yet: no requests-per-GB sample, but the family is still described.
         assert!(text.contains("# TYPE strata_storage_requests_per_gb_ingested gauge"));
         assert!(!text.contains("strata_storage_requests_per_gb_ingested{"));
+    }
+
+    #[test]
+    fn each_tier_has_its_own_series_and_either_failing_is_unhealthy() {
+        let clock = Arc::new(ManualClock::new(0));
+        let (wal, bulk) = (StorageMetrics::new(), StorageMetrics::new());
+        let wal_health = Arc::new(StorageHealth::new(clock.clone()));
+        let bulk_health = Arc::new(StorageHealth::new(clock.clone()));
+        let ok: StorageResult<()> = Ok(());
+        for _ in 0..3 {
+            wal.record(OpKind::PutCreate, Duration::from_millis(1), &ok, 1_000, 0);
+        }
+        bulk.record(
+            OpKind::PutCreate,
+            Duration::from_millis(9),
+            &ok,
+            64 << 20,
+            0,
+        );
+        let mut snapshot = snapshot_with(&wal, &wal_health);
+        snapshot.backend = "rados".into();
+        snapshot.bulk = Some(TierSnapshot {
+            backend: "s3".into(),
+            storage: bulk.snapshot(),
+            health: bulk_health.snapshot(),
+        });
+        let text = render(&snapshot);
+        let requests = |labels: &str| {
+            value_of(
+                &text,
+                &format!("strata_storage_requests_total{{{labels},op=\"put_create\"}}"),
+            )
+            .to_string()
+        };
+        assert_eq!(requests("backend=\"rados\",tier=\"wal\""), "3");
+        assert_eq!(requests("backend=\"s3\",tier=\"bulk\""), "1");
+        assert_eq!(
+            value_of(
+                &text,
+                "strata_storage_bytes_total{backend=\"s3\",tier=\"bulk\",direction=\"in\"}"
+            ),
+            (64u64 << 20).to_string()
+        );
+        assert_eq!(
+            value_of(
+                &text,
+                "strata_storage_healthy{backend=\"s3\",tier=\"bulk\"}"
+            ),
+            "1"
+        );
+        // One storage: no tier label, as before.
+        let single = render(&snapshot_with(&wal, &wal_health));
+        assert!(!single.contains("tier="), "{single}");
+
+        // /health follows either tier.
+        let source = MetricsSource::new("rados", Arc::new(wal), wal_health, clock.clone())
+            .with_bulk_tier("s3", Arc::new(bulk), Arc::clone(&bulk_health));
+        assert!(source.health().is_healthy(UNHEALTHY_AFTER_FAILURES));
+        let failed: StorageResult<()> = Err(StorageError::Unavailable("down".into()));
+        for _ in 0..3 {
+            bulk_health.record_op(OpKind::PutCreate, &failed);
+        }
+        assert!(!source.health().is_healthy(UNHEALTHY_AFTER_FAILURES));
     }
 
     #[test]

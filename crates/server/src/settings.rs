@@ -105,6 +105,13 @@ pub struct Settings {
     /// Where all data lives: a directory path, `file:///abs/path`, or `memory://` (lost on exit,
     /// so refused unless `ephemeral_storage_ok` is set).
     pub storage: String,
+    /// A separate write-ahead tier (same URL forms as `storage`): write-ahead objects and the
+    /// small objects (manifests, catalog, cluster and security objects) live there, and
+    /// acknowledgements wait only for it; `storage` then holds the compacted data alone,
+    /// segments and their index chunks (the bulk tier). Unset (the default): `storage` holds everything. In cluster mode it
+    /// must be reachable from at least everywhere `storage` is (no local directory for the
+    /// write-ahead tier over S3 or RADOS bulk storage).
+    pub wal_storage: Option<String>,
     /// Allow `memory://` storage. It acknowledges produces (acks=all too) and then loses every
     /// record, offset and topic when the process exits; without this the broker refuses to
     /// start on it rather than promise durability it does not have. For tests and benchmarks.
@@ -401,6 +408,7 @@ impl Default for Settings {
             node_id: None,
             cluster_id: broker.cluster_id,
             storage: "./strata-data".to_string(),
+            wal_storage: None,
             ephemeral_storage_ok: false,
             auto_create_topics: true,
             auto_create_topics_per_request: broker.auto_create_topics_per_request,
@@ -497,9 +505,17 @@ impl LogSettings {
     /// format constant) keep their defaults.
     ///
     /// Group-commit and compaction settings left unset take the storage backend's defaults
-    /// (`scheme` is the storage URL's scheme: "file", "memory", "s3", "rados").
-    pub fn to_log_config(&self, scheme: &str) -> Result<LogConfig, SettingsError> {
-        let profile = BackendProfile::for_scheme(scheme);
+    /// (a storage URL's scheme: "file", "memory", "s3", "rados"): group commits the write-ahead
+    /// tier's (`wal_scheme`), segments the bulk tier's (`bulk_scheme`), so a RADOS write-ahead
+    /// tier over S3 commits every millisecond and still writes large segments. With one storage
+    /// both are its scheme.
+    pub fn to_log_config(
+        &self,
+        wal_scheme: &str,
+        bulk_scheme: &str,
+    ) -> Result<LogConfig, SettingsError> {
+        let profile = BackendProfile::for_scheme(wal_scheme);
+        let bulk = BackendProfile::for_scheme(bulk_scheme);
         let size = |name: &str, v: ByteSize| {
             usize::try_from(v.0).map_err(|_| SettingsError::Value {
                 key: format!("log.{name}"),
@@ -516,10 +532,9 @@ impl LogSettings {
             max_pending_bytes: size("max_pending_bytes", self.max_pending_bytes)?,
             segment_bytes: size(
                 "segment_bytes",
-                self.segment_bytes
-                    .unwrap_or(ByteSize(profile.segment_bytes)),
+                self.segment_bytes.unwrap_or(ByteSize(bulk.segment_bytes)),
             )?,
-            segment_interval: self.segment_interval.unwrap_or(profile.segment_interval),
+            segment_interval: self.segment_interval.unwrap_or(bulk.segment_interval),
             cache_bytes: size("cache_bytes", self.cache_bytes)?,
             retention_check_interval: self.retention_check_interval,
             default_partitions: self.default_partitions,
@@ -792,6 +807,7 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
     ("STRATA_NODE_ID", &["node_id"], Kind::Integer),
     ("STRATA_CLUSTER_ID", &["cluster_id"], Kind::Text),
     ("STRATA_STORAGE", &["storage"], Kind::Text),
+    ("STRATA_WAL_STORAGE", &["wal_storage"], Kind::Text),
     (
         "STRATA_EPHEMERAL_STORAGE_OK",
         &["ephemeral_storage_ok"],
@@ -1128,6 +1144,7 @@ pub struct FlagOverrides {
     pub node_id: Option<i32>,
     pub cluster_id: Option<String>,
     pub storage: Option<String>,
+    pub wal_storage: Option<String>,
     pub ephemeral_storage_ok: Option<bool>,
     pub auto_create_topics: Option<bool>,
     pub max_request_bytes: Option<String>,
@@ -1351,6 +1368,11 @@ pub fn load(
             "storage",
             &["storage"],
             flags.storage.clone().map(toml::Value::String),
+        ),
+        (
+            "wal-storage",
+            &["wal_storage"],
+            flags.wal_storage.clone().map(toml::Value::String),
         ),
         (
             "ephemeral-storage-ok",
@@ -1647,7 +1669,20 @@ pub fn load(
 }
 
 impl Settings {
-    /// Cluster timing: the settings given, the rest from the backend's profile.
+    /// The schemes of the write-ahead tier and the bulk tier (both `storage`'s without
+    /// `wal_storage`): "file" for a plain path.
+    pub fn tier_schemes(&self) -> (String, String) {
+        let scheme = |url: &str| url_scheme_or_file(url);
+        let bulk = scheme(&self.storage);
+        let wal = self
+            .wal_storage
+            .as_deref()
+            .map_or_else(|| bulk.clone(), scheme);
+        (wal, bulk)
+    }
+
+    /// Cluster timing: the settings given, the rest from the backend's profile (the
+    /// write-ahead tier's, which holds the cluster objects).
     pub fn cluster_settings(&self, scheme: &str) -> strata_broker::ClusterSettings {
         let profile = BackendProfile::for_scheme(scheme);
         strata_broker::ClusterSettings {
@@ -1792,6 +1827,7 @@ impl Settings {
                 self.storage
             )));
         }
+        self.validate_tiers()?;
         if !(1..=MAX_GROUP_SHARDS).contains(&self.group_shards) {
             return bad(
                 "group_shards",
@@ -1992,6 +2028,42 @@ impl Settings {
         self.validate_security()
     }
 
+    /// The write-ahead tier, if set, must be durable like `storage`, and in cluster mode
+    /// reachable by every broker that can reach the bulk tier: a takeover replays the deposed
+    /// owner's write-ahead objects, so a broker on another machine that could read the bulk
+    /// tier but not the write-ahead tier would take partitions over without their tails.
+    fn validate_tiers(&self) -> Result<(), SettingsError> {
+        let Some(wal) = &self.wal_storage else {
+            return Ok(());
+        };
+        if wal.trim().is_empty() {
+            return Err(SettingsError::Value {
+                key: "wal_storage".into(),
+                message: "is empty: leave it unset for one storage".into(),
+            });
+        }
+        if is_ephemeral(wal) && !self.ephemeral_storage_ok {
+            return Err(SettingsError::Invalid(format!(
+                "wal_storage {wal:?} keeps the write-ahead tier in this process's memory: \
+                 acknowledged records are lost when it exits. Set ephemeral_storage_ok = true \
+                 (--ephemeral-storage-ok) to run on it anyway, e.g. for tests"
+            )));
+        }
+        if self.cluster && reach(wal) < reach(&self.storage) {
+            return Err(SettingsError::Invalid(format!(
+                "wal_storage {wal:?} can be read only {} but storage {:?} can be read {}: in \
+                 cluster mode a broker there could take this broker's partitions over without \
+                 reading its write-ahead objects, losing acknowledged records. Put the \
+                 write-ahead tier on storage every broker reaches (rados://, s3://), or run a \
+                 single broker with cluster = false (--cluster false)",
+                reach(wal).describe(),
+                self.storage,
+                reach(&self.storage).describe(),
+            )));
+        }
+        Ok(())
+    }
+
     fn validate_security(&self) -> Result<(), SettingsError> {
         let bad = |key: &str, message: String| {
             Err(SettingsError::Value {
@@ -2131,6 +2203,39 @@ pub fn log_dir_name(storage: &str) -> String {
         .rsplit_once('@')
         .map_or(authority, |(_, host)| host);
     format!("{scheme}://{host}{path}")
+}
+
+/// Who can read a storage: a tier is shared exactly as far as this reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Reach {
+    /// `memory://`: this process.
+    Process,
+    /// A local directory: processes on this machine.
+    Machine,
+    /// S3, RADOS or any other network store.
+    Network,
+}
+
+impl Reach {
+    fn describe(self) -> &'static str {
+        match self {
+            Reach::Process => "by this process",
+            Reach::Machine => "on this machine",
+            Reach::Network => "over the network",
+        }
+    }
+}
+
+fn url_scheme_or_file(url: &str) -> String {
+    strata_storage::url_scheme(url).unwrap_or_else(|| "file".into())
+}
+
+pub fn reach(storage: &str) -> Reach {
+    match strata_storage::url_scheme(storage).as_deref() {
+        Some("memory") => Reach::Process,
+        None | Some("file") => Reach::Machine,
+        Some(_) => Reach::Network,
+    }
 }
 
 /// Whether a storage URL names the in-process memory backend, which loses everything on exit.
@@ -2397,10 +2502,84 @@ mod tests {
     }
 
     #[test]
+    fn a_write_ahead_tier_is_set_like_storage_and_must_reach_as_far_in_cluster_mode() {
+        let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        assert_eq!(s.wal_storage, None, "one storage by default");
+        assert_eq!(s.tier_schemes(), ("file".to_string(), "file".to_string()));
+
+        // Every layer sets it; validation runs on the result.
+        let f = file("storage = \"s3://b/p\"\nwal_storage = \"rados://fast\"\n");
+        let (s, _) = load(Some(f.path()), env(&[]), &FlagOverrides::default()).unwrap();
+        assert_eq!(s.wal_storage.as_deref(), Some("rados://fast"));
+        assert_eq!(s.tier_schemes(), ("rados".to_string(), "s3".to_string()));
+        // Group commits tuned for the write-ahead tier, segments for the bulk tier.
+        let (wal, bulk) = s.tier_schemes();
+        let config = s.log.to_log_config(&wal, &bulk).unwrap();
+        let rados = BackendProfile::for_scheme("rados");
+        let s3 = BackendProfile::for_scheme("s3");
+        assert_eq!(config.flush_interval, rados.flush_interval);
+        assert_eq!(config.segment_bytes as u64, s3.segment_bytes);
+        let (s, _) = load(
+            None,
+            env(&[("STRATA_WAL_STORAGE", "/var/wal")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap();
+        assert_eq!(s.wal_storage.as_deref(), Some("/var/wal"));
+
+        // A machine-local write-ahead tier under network bulk storage, in cluster mode: a
+        // broker elsewhere could take over without the write-ahead objects.
+        for (wal, storage) in [
+            ("/var/wal", "s3://b/p"),
+            ("file:///var/wal", "rados://pool"),
+        ] {
+            let flags = FlagOverrides {
+                storage: Some(storage.into()),
+                wal_storage: Some(wal.into()),
+                ..Default::default()
+            };
+            let e = load(None, env(&[]), &flags).unwrap_err().to_string();
+            assert!(e.contains("wal_storage") && e.contains("cluster"), "{e}");
+            // Standalone it is a single-broker deployment, allowed.
+            let standalone = FlagOverrides {
+                cluster: Some(false),
+                ..flags
+            };
+            load(None, env(&[]), &standalone).unwrap();
+        }
+        // Shared at least as widely as the bulk tier: fine in cluster mode.
+        for (wal, storage) in [
+            ("rados://fast", "s3://b/p"),
+            ("/var/wal", "/var/bulk"),
+            ("s3://fast/p", "/var/bulk"),
+        ] {
+            let flags = FlagOverrides {
+                storage: Some(storage.into()),
+                wal_storage: Some(wal.into()),
+                ..Default::default()
+            };
+            load(None, env(&[]), &flags).unwrap();
+        }
+        // Memory needs the same opt-in as for storage; empty is a mistake.
+        let flags = FlagOverrides {
+            wal_storage: Some("memory://w".into()),
+            cluster: Some(false),
+            ..Default::default()
+        };
+        let e = load(None, env(&[]), &flags).unwrap_err().to_string();
+        assert!(e.contains("ephemeral_storage_ok"), "{e}");
+        let flags = FlagOverrides {
+            wal_storage: Some(" ".into()),
+            ..Default::default()
+        };
+        assert!(load(None, env(&[]), &flags).is_err());
+    }
+
+    #[test]
     fn decompression_bounds_have_defaults_and_are_validated() {
         let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
         assert_eq!(s.log.max_decompressed_batch_bytes, ByteSize(64 << 20));
-        let config = s.log.to_log_config("file").unwrap();
+        let config = s.log.to_log_config("file", "file").unwrap();
         assert_eq!(config.max_decompressed_batch_bytes, 64 << 20);
         assert!(config.max_concurrent_decompressions >= 1);
         let (s, _) = load(
@@ -2412,7 +2591,7 @@ mod tests {
             &FlagOverrides::default(),
         )
         .unwrap();
-        let config = s.log.to_log_config("file").unwrap();
+        let config = s.log.to_log_config("file", "file").unwrap();
         assert_eq!(config.max_decompressed_batch_bytes, 256 << 20);
         assert_eq!(config.max_concurrent_decompressions, 3);
         for (var, value, key) in [

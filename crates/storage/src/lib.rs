@@ -20,6 +20,8 @@
 //!   [`StorageMetrics`], success/failure into [`StorageHealth`]) and [`FaultInjectingStore`]
 //!   (seeded random errors and latency, outages, scripted and ambiguous failures).
 //!   [`StorageStack`] composes the production ones in the right order.
+//! - [`TieredStore`]: a write-ahead tier and a bulk tier behind one store, each key routed by
+//!   a [`TierRouting`] the layout supplies (this crate knows no key names).
 //! - `conformance` (cargo feature `conformance`): the checks every backend must pass.
 //!
 //! Listings carry a [`ChangeTag`] per object where the backend knows one for free (the memory
@@ -44,6 +46,7 @@ mod op;
 mod retry;
 mod stack;
 mod store;
+mod tier;
 mod timeout;
 mod url;
 
@@ -65,5 +68,6 @@ pub use op::OpKind;
 pub use retry::{full_jitter, holds_our_bytes, RetryPolicy, RetryStore};
 pub use stack::{StackConfig, StorageStack};
 pub use store::{ChangeTag, ListedKey, ObjectMeta, ObjectStore, PutMode, Version};
+pub use tier::{PrefixTiers, Tier, TierRouting, TieredStore};
 pub use timeout::TimeoutStore;
 pub use url::{local_directory, open_store, url_scheme, StoreOpener, StoreRegistry};

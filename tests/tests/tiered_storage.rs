@@ -1,0 +1,348 @@
+//! Tiered storage (`--wal-storage`): the write-ahead tier and the bulk tier on two storages,
+//! driven by rdkafka against the real binary. Produce, compact into segments on the bulk tier,
+//! consume from the beginning, SIGKILL the broker and let a second broker take over, SIGKILL
+//! and restart that one: every acknowledged record must be read back at its offset.
+//!
+//! Where the tiers are: with `STRATA_TEST_WAL_STORAGE` and `STRATA_TEST_STORAGE` both set (CI:
+//! a RADOS pool and radosgw S3), a namespace or prefix of each; otherwise two local
+//! directories, a valid two-tier setup on one machine. With `STRATA_TEST_RGW_PID_FILE` set too
+//! (the bulk tier is then radosgw), the bulk tier is also frozen with SIGSTOP while producing:
+//! acknowledgements must continue, compaction must catch up after SIGCONT.
+
+// A failed expectation in a test is a panic; helpers here are test code too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use strata_tests::clients::{consume_exactly, create_topic, produce_all, producer, Acked};
+use strata_tests::command::run_with_deadline;
+use strata_tests::process::{unique_name, with_path_suffix};
+use strata_tests::records::{assert_partitions_match, TestRecord};
+use strata_tests::wait::{wait_until, DEADLINE};
+use strata_tests::{StrataOptions, StrataProcess};
+use tempfile::TempDir;
+
+const PARTITIONS: i32 = 2;
+
+/// Small segments, compacted quickly, so produced data reaches the bulk tier within a moment.
+const FAST_SEGMENTS: &str = r#"
+[log]
+segment_interval = "100ms"
+segment_bytes = "64KiB"
+"#;
+
+/// The two tiers' URLs, removed when dropped (RADOS namespaces; directories go with `dir`).
+struct Tiers {
+    dir: TempDir,
+    wal: String,
+    bulk: String,
+}
+
+impl Tiers {
+    fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("strata-tiers-")
+            .tempdir()
+            .expect("create a temporary directory");
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let (wal, bulk) = match (var("STRATA_TEST_WAL_STORAGE"), var("STRATA_TEST_STORAGE")) {
+            (Some(wal), Some(bulk)) => {
+                let name = unique_name(dir.path());
+                (
+                    with_path_suffix(&wal, &name),
+                    with_path_suffix(&bulk, &name),
+                )
+            }
+            _ => (
+                format!("file://{}", dir.path().join("wal").display()),
+                format!("file://{}", dir.path().join("bulk").display()),
+            ),
+        };
+        eprintln!("write-ahead tier {wal}, bulk tier {bulk}");
+        Self { dir, wal, bulk }
+    }
+
+    /// The two directories when both tiers are local.
+    fn local(&self) -> Option<(PathBuf, PathBuf)> {
+        self.wal
+            .starts_with("file://")
+            .then(|| (self.dir.path().join("wal"), self.dir.path().join("bulk")))
+    }
+
+    fn broker(&self) -> StrataProcess {
+        StrataProcess::start_with(
+            StrataOptions::default()
+                .with_storage_url(&self.bulk)
+                .with_config(FAST_SEGMENTS)
+                .with_args([
+                    "--wal-storage",
+                    self.wal.as_str(),
+                    "--metrics-listen",
+                    "127.0.0.1:0",
+                ]),
+        )
+    }
+}
+
+impl Drop for Tiers {
+    fn drop(&mut self) {
+        strata_tests::cleanup::remove_test_objects(&self.wal);
+        strata_tests::cleanup::remove_test_objects(&self.bulk);
+    }
+}
+
+/// Broker's `/metrics` text.
+fn metrics_text(broker: &StrataProcess) -> String {
+    let line = broker
+        .log_lines_containing("metrics on ")
+        .pop()
+        .expect("the broker logged its metrics address");
+    let address = line
+        .rsplit("metrics on ")
+        .next()
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("an address")
+        .to_string();
+    let mut stream = std::net::TcpStream::connect(address).expect("connect to /metrics");
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    std::io::Write::write_all(
+        &mut stream,
+        b"GET /metrics HTTP/1.1\r\nHost: strata\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut text).unwrap();
+    text
+}
+
+/// Record value size: what is produced is a floor for what compaction writes to the bulk tier.
+const VALUE_BYTES: u64 = 300;
+
+/// Bytes the bulk tier's stack wrote since the broker started (segments and index chunks).
+fn bulk_bytes_in(broker: &StrataProcess) -> u64 {
+    let text = metrics_text(broker);
+    text.lines()
+        .filter(|l| {
+            l.starts_with("strata_storage_bytes_total{")
+                && l.contains("tier=\"bulk\"")
+                && l.contains("direction=\"in\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn records(from: usize, count: usize) -> Vec<(Option<i32>, TestRecord)> {
+    (from..from + count)
+        .map(|i| {
+            (
+                Some((i % PARTITIONS as usize) as i32),
+                TestRecord {
+                    key: Some(format!("key-{i}").into_bytes()),
+                    value: Some(vec![b'a' + (i % 26) as u8; VALUE_BYTES as usize]),
+                    headers: Vec::new(),
+                    timestamp: None,
+                },
+            )
+        })
+        .collect()
+}
+
+/// What was acknowledged, by partition in offset order, checked dense from 0.
+fn by_partition(
+    sent: &[(Option<i32>, TestRecord)],
+    acked: &[Acked],
+) -> BTreeMap<i32, Vec<TestRecord>> {
+    let mut out: BTreeMap<i32, Vec<(i64, TestRecord)>> = BTreeMap::new();
+    for ((_, record), ack) in sent.iter().zip(acked) {
+        out.entry(ack.partition)
+            .or_default()
+            .push((ack.offset, record.clone()));
+    }
+    out.into_iter()
+        .map(|(p, mut records)| {
+            records.sort_by_key(|(offset, _)| *offset);
+            (p, records.into_iter().map(|(_, r)| r).collect())
+        })
+        .collect()
+}
+
+async fn read_back_all(bootstrap: &str, topic: &str, expected: &BTreeMap<i32, Vec<TestRecord>>) {
+    let total = expected.values().map(Vec::len).sum();
+    let starts: Vec<(i32, i64)> = (0..PARTITIONS).map(|p| (p, 0)).collect();
+    let got = consume_exactly(bootstrap, topic, &starts, total).await;
+    assert_partitions_match(expected, &got, 0);
+}
+
+/// Every file under `root` (relative names), for checking what each local tier holds.
+fn files_under(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.push(path.strip_prefix(root).unwrap().display().to_string());
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_records_survive_compaction_to_the_bulk_tier_a_takeover_and_a_restart() {
+    let tiers = Tiers::new();
+    let mut first = tiers.broker();
+    let topic = "tiered";
+    create_topic(&first.bootstrap(), topic, PARTITIONS, &[]).await;
+
+    let producer_a = producer(&first.bootstrap(), &[("linger.ms", "2")]);
+    let mut sent = records(0, 3_000);
+    let mut acked = produce_all(&producer_a, topic, &sent).await;
+    drop(producer_a);
+    // ~900 KB of values: compaction (every 100 ms) writes all of it to the bulk tier,
+    // however the producer batched it.
+    let produced = sent.len() as u64 * VALUE_BYTES;
+    wait_until(
+        "everything produced is compacted to the bulk tier",
+        DEADLINE,
+        || (bulk_bytes_in(&first) >= produced).then_some(()),
+    );
+    read_back_all(&first.bootstrap(), topic, &by_partition(&sent, &acked)).await;
+
+    // Freeze the bulk tier (radosgw) if we may: acknowledgements wait only for the write-ahead
+    // tier, so they continue; compaction retries and catches up once it thaws.
+    if let Some(pid) = rgw_pid(&tiers) {
+        let frozen = Frozen::stop(pid);
+        let producer_b = producer(&first.bootstrap(), &[("linger.ms", "2")]);
+        let more = records(sent.len(), 1_000);
+        let more_acked = produce_all(&producer_b, topic, &more).await;
+        drop(producer_b);
+        eprintln!("1000 records acknowledged while the bulk tier was frozen");
+        drop(frozen);
+        let produced = (sent.len() + more.len()) as u64 * VALUE_BYTES;
+        wait_until(
+            "compaction catches up on the thawed bulk tier",
+            DEADLINE,
+            || (bulk_bytes_in(&first) >= produced).then_some(()),
+        );
+        sent.extend(more);
+        acked.extend(more_acked);
+    } else {
+        eprintln!("bulk-tier freeze SKIPPED: needs STRATA_TEST_RGW_PID_FILE and an S3 bulk tier");
+    }
+
+    // SIGKILL, then a second broker (another process, same tiers) takes the partitions over
+    // at once (the first is provably gone from this machine): it reads the segments from the
+    // bulk tier and replays the first broker's uncompacted tail from the write-ahead tier.
+    first.kill9();
+    let mut second = tiers.broker();
+    read_back_all(&second.bootstrap(), topic, &by_partition(&sent, &acked)).await;
+
+    let producer_c = producer(&second.bootstrap(), &[("linger.ms", "2")]);
+    let more = records(sent.len(), 500);
+    let more_acked = produce_all(&producer_c, topic, &more).await;
+    drop(producer_c);
+    sent.extend(more);
+    acked.extend(more_acked);
+    second.kill9();
+    second.restart();
+    read_back_all(&second.bootstrap(), topic, &by_partition(&sent, &acked)).await;
+
+    if let Some((wal_dir, bulk_dir)) = tiers.local() {
+        // Objects only (`<key>@`; lock files are `<key>@lock`).
+        let objects = |root: &Path| -> Vec<String> {
+            files_under(root)
+                .into_iter()
+                .filter_map(|f| f.strip_suffix('@').map(str::to_string))
+                .collect()
+        };
+        let compacted =
+            |f: &String| f.starts_with("log/") && (f.contains("/seg/") || f.contains("/index/"));
+        let on_wal = objects(&wal_dir);
+        let on_bulk = objects(&bulk_dir);
+        assert!(on_bulk.iter().any(|f| f.contains("/seg/")), "{on_bulk:?}");
+        assert!(
+            on_bulk.iter().all(compacted),
+            "only segments and index chunks on the bulk tier: {on_bulk:?}"
+        );
+        assert!(
+            !on_wal.iter().any(compacted),
+            "no segment or index chunk on the write-ahead tier: {on_wal:?}"
+        );
+        assert!(on_wal.iter().any(|f| f.starts_with("wal/")), "{on_wal:?}");
+        assert!(
+            on_wal.iter().any(|f| f.ends_with("/manifest")),
+            "{on_wal:?}"
+        );
+    }
+}
+
+/// radosgw's pid, when the bulk tier is S3 on a radosgw this test may freeze.
+fn rgw_pid(tiers: &Tiers) -> Option<libc::pid_t> {
+    if !tiers.bulk.starts_with("s3://") {
+        return None;
+    }
+    let file = std::env::var("STRATA_TEST_RGW_PID_FILE").ok()?;
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+}
+
+/// A stopped process, continued when dropped (also on a panic, so radosgw is never left frozen).
+struct Frozen(libc::pid_t);
+
+impl Frozen {
+    fn stop(pid: libc::pid_t) -> Self {
+        strata_tests::signals::stop(pid, "radosgw");
+        Self(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) with a valid signal number has no memory-safety preconditions.
+        let rc = unsafe { libc::kill(self.0, libc::SIGCONT) };
+        if rc != 0 {
+            eprintln!(
+                "SIGCONT to radosgw failed: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
+/// In cluster mode a broker elsewhere that reaches the bulk tier must reach the write-ahead
+/// tier too: a local-directory write-ahead tier under network bulk storage is refused at
+/// start-up, before anything is opened.
+#[test]
+fn a_write_ahead_tier_other_brokers_cannot_reach_is_refused_in_cluster_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = dir.path().join("wal");
+    let mut command = Command::new(strata_tests::binary::strata_binary());
+    command.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--storage",
+        "s3://bucket/prefix?endpoint=http://127.0.0.1:9&allow_http=true",
+        "--wal-storage",
+        wal.to_str().unwrap(),
+    ]);
+    let finished = run_with_deadline(command, b"", Duration::from_secs(30));
+    assert!(!finished.status.success(), "{finished:?}");
+    assert!(
+        finished.stderr.contains("wal_storage") && finished.stderr.contains("cluster"),
+        "{}",
+        finished.stderr
+    );
+    assert!(
+        !wal.exists(),
+        "refused before the write-ahead tier was opened"
+    );
+}
