@@ -825,3 +825,184 @@ fn the_cli_logs_in_with_scram_and_plain_over_sasl_plaintext() {
         anonymous.stdout
     );
 }
+
+/// One HTTP request to the console at `address`: (status, JSON body).
+fn console_request(
+    address: &str,
+    method: &str,
+    path: &str,
+    login: Option<(&str, &str)>,
+    body: Option<&serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    use base64::Engine;
+    let mut stream = std::net::TcpStream::connect(address).expect("connect to the console");
+    stream.set_read_timeout(Some(CLIENT_DEADLINE)).unwrap();
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n");
+    if let Some((user, password)) = login {
+        let basic = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        head.push_str(&format!("Authorization: Basic {basic}\r\n"));
+    }
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    if method == "POST" {
+        head.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    head.push_str("\r\n");
+    std::io::Write::write_all(&mut stream, format!("{head}{body}").as_bytes()).unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut text).unwrap();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {text:?}"));
+    let json = text
+        .split("\r\n\r\n")
+        .nth(1)
+        .and_then(|b| serde_json::from_str(b).ok())
+        .unwrap_or(serde_json::Value::Null);
+    (status, json)
+}
+
+fn console_topics(address: &str, login: (&str, &str)) -> Vec<String> {
+    let (status, json) = console_request(address, "GET", "/api/topics", Some(login), None);
+    assert_eq!(status, 200, "{json}");
+    json["topics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// With `console_sasl_mechanism`, the console logs its users in as Kafka users and talks to
+/// the broker as them: no login or a wrong password is refused, a user sees only the topics
+/// the ACLs let them describe, creating a topic needs the ACLs' CREATE, and a drain needs
+/// ALTER on the cluster — the authorisation an admin client gets.
+#[test]
+fn the_console_logs_users_in_as_kafka_users_and_the_acls_decide() {
+    let storage = SharedStorage::new();
+    for user in ["admin", "alice"] {
+        create_user(
+            storage.url(),
+            user,
+            &format!("{user}-secret"),
+            "SCRAM-SHA-512",
+        );
+    }
+    let broker = StrataProcess::start_with(
+        StrataOptions::default()
+            .with_storage_url(storage.url())
+            .with_args([
+                "--listeners",
+                "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+                "--authorizer",
+                "acl",
+                "--super-users",
+                "User:admin",
+                "--console-listen",
+                "127.0.0.1:0",
+            ])
+            .with_config("console_sasl_mechanism = \"SCRAM-SHA-512\"\n"),
+    );
+    let line = broker
+        .log_lines_containing("console on ")
+        .pop()
+        .expect("the broker logged its console address");
+    let console = line
+        .rsplit("console on ")
+        .next()
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(|url| {
+            url.trim_start_matches("http://")
+                .trim_end_matches('/')
+                .to_string()
+        })
+        .expect("an address");
+    let admin = ("admin", "admin-secret");
+    let alice = ("alice", "alice-secret");
+
+    let (status, json) = console_request(&console, "GET", "/api/topics", None, None);
+    assert_eq!(
+        (status, json["login"].as_str()),
+        (401, Some("sasl")),
+        "{json}"
+    );
+    let (status, _) = console_request(
+        &console,
+        "GET",
+        "/api/topics",
+        Some(("alice", "wrong")),
+        None,
+    );
+    assert_eq!(status, 401, "a wrong password is refused");
+
+    let create = |login, name: &str| {
+        console_request(
+            &console,
+            "POST",
+            "/api/topics",
+            Some(login),
+            Some(&serde_json::json!({"name": name, "partitions": 1, "configs": {}})),
+        )
+    };
+    let (status, json) = create(alice, "alices");
+    assert_ne!(status, 200, "alice has no CREATE: {json}");
+    let (status, json) = create(admin, "secret");
+    assert_eq!(status, 200, "the super user creates: {json}");
+    assert!(console_topics(&console, admin).contains(&"secret".to_string()));
+    assert!(
+        !console_topics(&console, alice).contains(&"secret".to_string()),
+        "alice may not describe the topic, so the console does not show it to her"
+    );
+    assert!(!console_topics(&console, admin).contains(&"alices".to_string()));
+
+    // Granted DESCRIBE (by the admin, through the strata command logged in over SASL), alice
+    // sees it.
+    let sasl = listener_addr(&broker, "SASL_PLAINTEXT").to_string();
+    cli_as(
+        &sasl,
+        Some(("SCRAM-SHA-512", "admin", "admin-secret")),
+        &[
+            "acls",
+            "add",
+            "--principal",
+            "User:alice",
+            "--topic",
+            "secret",
+            "--operation",
+            "DESCRIBE",
+        ],
+    )
+    .assert_success("admin grants alice DESCRIBE on secret");
+    strata_tests::wait::wait_until(
+        "alice sees the topic she may describe",
+        CLIENT_DEADLINE,
+        || {
+            console_topics(&console, alice)
+                .contains(&"secret".to_string())
+                .then_some(())
+        },
+    );
+
+    // Drains are cluster writes: alice lacks ALTER on the cluster, the admin has it (and is
+    // then told, past authorisation, that there is nothing to undrain).
+    let (status, overview) = console_request(&console, "GET", "/api/overview", Some(admin), None);
+    assert_eq!(status, 200, "{overview}");
+    let node_id = overview["node_id"].as_i64().expect("the broker's id");
+    let undrain = |login| {
+        console_request(
+            &console,
+            "POST",
+            "/api/brokers/undrain",
+            Some(login),
+            Some(&serde_json::json!({"broker": node_id})),
+        )
+    };
+    let (status, json) = undrain(alice);
+    assert_eq!(status, 403, "{json}");
+    let (status, json) = undrain(admin);
+    assert_eq!(status, 400, "past authorisation: {json}");
+}

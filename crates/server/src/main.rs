@@ -98,7 +98,8 @@ enum Command {
     /// binds 127.0.0.1], metrics_token, metrics_token_file [default: none; /metrics then needs
     /// Authorization: Bearer <token>], metrics_max_connections, metrics_timeout,
     /// group_lag_interval [default: 30s; 0s turns consumer-lag metrics off],
-    /// console_listen [default: none; a bare port binds 127.0.0.1], cluster,
+    /// console_listen [default: none; a bare port binds 127.0.0.1], console_sasl_mechanism
+    /// [default: none: the console uses metrics_token], cluster,
     /// lease_period,
     /// heartbeat_interval, ownership_interval, move_watch_interval, auto_rebalance,
     /// standalone_seal_check).
@@ -708,12 +709,23 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Bound now, so a taken port fails before recovery; served once the broker is.
     let console_listener = match settings.console_listen {
         Some(address) => {
-            let plaintext = listeners.iter().find(|(_, info, _)| {
-                info.protocol == strata_broker::security::SecurityProtocol::Plaintext
-            });
-            let Some((_, _, own)) = plaintext else {
+            // A SASL login talks to the broker as the user, on a SASL_PLAINTEXT listener.
+            let (wanted, name) = match &settings.console_sasl_mechanism {
+                Some(_) => (
+                    strata_broker::security::SecurityProtocol::SaslPlaintext,
+                    "SASL_PLAINTEXT (console_sasl_mechanism is set)",
+                ),
+                None => (
+                    strata_broker::security::SecurityProtocol::Plaintext,
+                    "PLAINTEXT",
+                ),
+            };
+            let listener = listeners
+                .iter()
+                .find(|(_, info, _)| info.protocol == wanted);
+            let Some((_, _, own)) = listener else {
                 anyhow::bail!(
-                    "console_listen needs a PLAINTEXT listener: the console reads topics and \
+                    "console_listen needs a {name} listener: the console reads topics and \
                      groups as a Kafka client of this broker"
                 );
             };
@@ -925,7 +937,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 Arc::clone(&clock),
                 node_id.0,
                 broker.cluster().is_some(),
-                metrics_token(&settings)?,
+                match settings
+                    .console_sasl_mechanism
+                    .as_deref()
+                    .and_then(strata_client::SaslMechanism::parse)
+                {
+                    Some(mechanism) => console::Login::Sasl(mechanism),
+                    None => console::Login::Token(metrics_token(&settings)?),
+                },
             );
             Some(tokio::spawn(console::serve(listener, Arc::new(console))))
         }

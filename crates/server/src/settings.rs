@@ -270,6 +270,12 @@ pub struct Settings {
     /// when one is set; beyond loopback a token is required.
     #[serde(deserialize_with = "loopback_unless_told")]
     pub console_listen: Option<SocketAddr>,
+    /// Log the console's users in as Kafka users instead of with `metrics_token`: the page
+    /// asks for a user name and password, and the console talks to the broker as that user
+    /// with this SASL mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512) on the first
+    /// SASL_PLAINTEXT listener, so the ACLs decide what each user sees and may do (moves and
+    /// drains need ALTER on CLUSTER). Unset (the default): the token login.
+    pub console_sasl_mechanism: Option<String>,
     /// Connections the HTTP endpoint serves at once. At the limit, the connection that has
     /// waited longest for its request is closed to make room, so idle clients cannot keep a
     /// health check waiting.
@@ -455,6 +461,7 @@ impl Default for Settings {
             metrics_token: None,
             metrics_token_file: None,
             console_listen: None,
+            console_sasl_mechanism: None,
             metrics_max_connections: 64,
             metrics_timeout: Duration::from_secs(5),
             group_lag_interval: Duration::from_secs(30),
@@ -995,6 +1002,11 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
     ("STRATA_METRICS_LISTEN", &["metrics_listen"], Kind::Text),
     ("STRATA_METRICS_TOKEN", &["metrics_token"], Kind::Text),
     ("STRATA_CONSOLE_LISTEN", &["console_listen"], Kind::Text),
+    (
+        "STRATA_CONSOLE_SASL_MECHANISM",
+        &["console_sasl_mechanism"],
+        Kind::Text,
+    ),
     (
         "STRATA_METRICS_TOKEN_FILE",
         &["metrics_token_file"],
@@ -1867,11 +1879,20 @@ impl Settings {
             // Its actions move partitions and drain brokers: never open to a network by
             // accident.
             let token = self.metrics_token.is_some() || self.metrics_token_file.is_some();
-            if !console.ip().is_loopback() && !token {
+            if !console.ip().is_loopback() && !token && self.console_sasl_mechanism.is_none() {
                 return bad(
                     "console_listen",
-                    "serving the console beyond loopback needs metrics_token or \
-                     metrics_token_file (its actions move partitions and drain brokers)",
+                    "serving the console beyond loopback needs metrics_token, \
+                     metrics_token_file or console_sasl_mechanism (its actions move \
+                     partitions and drain brokers)",
+                );
+            }
+        }
+        if let Some(mechanism) = &self.console_sasl_mechanism {
+            if strata_client::SaslMechanism::parse(mechanism).is_none() {
+                return bad(
+                    "console_sasl_mechanism",
+                    "must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
                 );
             }
         }

@@ -57,18 +57,34 @@ const APP_JS: &str = include_str!("assets/app.js");
 const STYLE_CSS: &str = include_str!("assets/style.css");
 const FAVICON_SVG: &str = include_str!("assets/favicon.svg");
 
+/// How the console's users are authorised.
+#[derive(Debug, Clone)]
+pub enum Login {
+    /// The metrics token (or nothing, on loopback without one); the console's Kafka client
+    /// connects to a PLAINTEXT listener.
+    Token(Option<Arc<str>>),
+    /// Each request carries a user's name and password (HTTP Basic); the console's Kafka
+    /// client logs in as that user with this mechanism on a SASL_PLAINTEXT listener, so the
+    /// broker's ACLs decide what the user sees and may do, as for any admin client.
+    Sasl(strata_client::SaslMechanism),
+}
+
 /// What the console needs of the broker it runs in.
 pub struct Console {
-    /// host:port of this broker's PLAINTEXT listener, where the console is a Kafka client.
+    /// host:port of this broker's listener where the console is a Kafka client: PLAINTEXT
+    /// with a token login, SASL_PLAINTEXT with a SASL one.
     pub bootstrap: String,
     pub store: Arc<dyn ObjectStore>,
     pub clock: Arc<dyn Clock>,
     pub node_id: i32,
     /// Cluster mode: moves and drains exist.
     pub cluster: bool,
-    pub token: Option<Arc<str>>,
+    pub login: Login,
     busy: Semaphore,
 }
+
+/// Who a request is from: nobody in particular (token login), or a SASL user.
+type Caller = Option<strata_client::SaslCredentials>;
 
 impl Console {
     pub fn new(
@@ -77,7 +93,7 @@ impl Console {
         clock: Arc<dyn Clock>,
         node_id: i32,
         cluster: bool,
-        token: Option<Arc<str>>,
+        login: Login,
     ) -> Self {
         Self {
             bootstrap,
@@ -85,13 +101,60 @@ impl Console {
             clock,
             node_id,
             cluster,
-            token,
+            login,
             busy: Semaphore::new(MAX_CONCURRENT_API),
         }
     }
 
-    async fn client(&self) -> anyhow::Result<Client> {
-        Ok(Client::connect(&self.bootstrap, Arc::clone(&self.clock), REQUEST_TIMEOUT).await?)
+    /// A Kafka client of this broker, logged in as the caller when there is one. A refused
+    /// login is the caller's (401), anything else the broker's (502).
+    async fn client(&self, caller: &Caller) -> Result<Client, (StatusCode, Json<Value>)> {
+        Client::connect_as(
+            &self.bootstrap,
+            Arc::clone(&self.clock),
+            REQUEST_TIMEOUT,
+            caller.clone(),
+        )
+        .await
+        .map_err(|e| match e {
+            strata_client::ClientError::Authentication { .. } => (
+                StatusCode::UNAUTHORIZED,
+                Json(json!({ "error": e.to_string(), "login": "sasl" })),
+            ),
+            e => failed(StatusCode::BAD_GATEWAY, &e.into()),
+        })
+    }
+
+    /// With a SASL login, asks the broker whether the caller may do what the storage writes
+    /// of a move or a drain do: Kafka's ALTER on the CLUSTER, the right
+    /// AlterPartitionReassignments needs. An empty reassignment is checked for exactly that
+    /// and changes nothing.
+    async fn authorize_cluster_alter(
+        &self,
+        caller: &Caller,
+    ) -> Result<(), (StatusCode, Json<Value>)> {
+        if caller.is_none() {
+            return Ok(());
+        }
+        let mut client = self.client(caller).await?;
+        let answer = client
+            .request(
+                0,
+                &kafka_protocol::messages::AlterPartitionReassignmentsRequest::default(),
+            )
+            .await
+            .map_err(|e| failed(StatusCode::BAD_GATEWAY, &e.into()))?;
+        if answer.error_code != 0 {
+            let user = caller.as_ref().map(|c| c.username.as_str()).unwrap_or("");
+            return Err((
+                StatusCode::FORBIDDEN,
+                Json(json!({ "error": format!(
+                    "User:{user} may not alter the cluster (moves and drains need ALTER on CLUSTER): error {}",
+                    answer.error_code
+                ) })),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -154,34 +217,80 @@ fn failed(status: StatusCode, error: &anyhow::Error) -> (StatusCode, Json<Value>
 async fn admit<'a>(
     console: &'a Console,
     headers: &HeaderMap,
-) -> Result<tokio::sync::SemaphorePermit<'a>, (StatusCode, Json<Value>)> {
-    if let Some(token) = &console.token {
-        let given = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if !given.is_some_and(|g| crate::http::same_secret(g.as_bytes(), token.as_bytes())) {
-            return Err((
-                StatusCode::UNAUTHORIZED,
-                Json(json!({ "error": "this console needs the broker's metrics_token" })),
-            ));
+) -> Result<(tokio::sync::SemaphorePermit<'a>, Caller), (StatusCode, Json<Value>)> {
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let caller = match &console.login {
+        Login::Token(None) => None,
+        Login::Token(Some(token)) => {
+            let given = authorization.and_then(|v| v.strip_prefix("Bearer "));
+            if !given.is_some_and(|g| crate::http::same_secret(g.as_bytes(), token.as_bytes())) {
+                return Err((
+                    StatusCode::UNAUTHORIZED,
+                    Json(json!({ "error": "this console needs the broker's metrics_token", "login": "token" })),
+                ));
+            }
+            None
         }
-    }
-    console.busy.acquire().await.map_err(|_| {
+        Login::Sasl(mechanism) => Some(basic_credentials(authorization, *mechanism).ok_or_else(|| {
+            (
+                StatusCode::UNAUTHORIZED,
+                Json(json!({ "error": "this console needs a user name and password", "login": "sasl" })),
+            )
+        })?),
+    };
+    let slot = console.busy.acquire().await.map_err(|_| {
         (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({ "error": "the console is shutting down" })),
         )
+    })?;
+    Ok((slot, caller))
+}
+
+/// `Authorization: Basic base64(user:password)` as SASL credentials.
+fn basic_credentials(
+    authorization: Option<&str>,
+    mechanism: strata_client::SaslMechanism,
+) -> Option<strata_client::SaslCredentials> {
+    use base64::Engine;
+    let encoded = authorization?.strip_prefix("Basic ")?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (username, password) = text.split_once(':')?;
+    (!username.is_empty()).then(|| strata_client::SaslCredentials {
+        mechanism,
+        username: username.to_string(),
+        password: password.to_string(),
     })
 }
 
 async fn overview(State(console): State<Arc<Console>>, headers: HeaderMap) -> ApiResult {
-    let _slot = admit(&console, &headers).await?;
+    let (_slot, caller) = admit(&console, &headers).await?;
     let unavailable = |e: anyhow::Error| failed(StatusCode::BAD_GATEWAY, &e);
     let cluster = if console.cluster {
-        let status = crate::admin::cluster_status(&console.store)
+        let mut status = crate::admin::cluster_status(&console.store)
             .await
             .map_err(unavailable)?;
+        if caller.is_some() {
+            // The owners come from storage, which knows every topic: show a user only the
+            // topics the broker's Metadata shows them (DESCRIBE on the topic).
+            let mut client = console.client(&caller).await?;
+            let visible: std::collections::HashSet<String> = client
+                .metadata(None)
+                .await
+                .map_err(|e| unavailable(e.into()))?
+                .topics
+                .iter()
+                .filter_map(|t| t.name.as_ref().map(|n| n.to_string()))
+                .collect();
+            status
+                .partitions
+                .retain(|p| p.topic.as_ref().is_some_and(|t| visible.contains(t)));
+        }
         Some(status)
     } else {
         None
@@ -195,9 +304,9 @@ async fn overview(State(console): State<Arc<Console>>, headers: HeaderMap) -> Ap
 }
 
 async fn topics(State(console): State<Arc<Console>>, headers: HeaderMap) -> ApiResult {
-    let _slot = admit(&console, &headers).await?;
+    let (_slot, caller) = admit(&console, &headers).await?;
     let unavailable = |e: anyhow::Error| failed(StatusCode::BAD_GATEWAY, &e);
-    let mut client = console.client().await.map_err(unavailable)?;
+    let mut client = console.client(&caller).await?;
     let all = topic_summaries(&mut client, false)
         .await
         .map_err(unavailable)?;
@@ -247,9 +356,9 @@ async fn topic_sizes(
 }
 
 async fn groups(State(console): State<Arc<Console>>, headers: HeaderMap) -> ApiResult {
-    let _slot = admit(&console, &headers).await?;
+    let (_slot, caller) = admit(&console, &headers).await?;
     let unavailable = |e: anyhow::Error| failed(StatusCode::BAD_GATEWAY, &e);
-    let mut client = console.client().await.map_err(unavailable)?;
+    let mut client = console.client(&caller).await?;
     let all = group_summaries(&mut client).await.map_err(unavailable)?;
     let mut groups = Vec::new();
     for summary in all.iter().take(MAX_LISTED) {
@@ -284,11 +393,8 @@ async fn create(
     headers: HeaderMap,
     Json(request): Json<CreateTopic>,
 ) -> ApiResult {
-    let _slot = admit(&console, &headers).await?;
-    let mut client = console
-        .client()
-        .await
-        .map_err(|e| failed(StatusCode::BAD_GATEWAY, &e))?;
+    let (_slot, caller) = admit(&console, &headers).await?;
+    let mut client = console.client(&caller).await?;
     let configs: Vec<(String, String)> = request.configs.into_iter().collect();
     let created = create_topic(
         &mut client,
@@ -330,8 +436,9 @@ async fn move_partition(
     headers: HeaderMap,
     Json(request): Json<MovePartition>,
 ) -> ApiResult {
-    let _slot = admit(&console, &headers).await?;
+    let (_slot, caller) = admit(&console, &headers).await?;
     cluster_only(&console)?;
+    console.authorize_cluster_alter(&caller).await?;
     crate::admin::request_move(
         &console.store,
         &request.topic,
@@ -355,8 +462,9 @@ async fn drain(
     headers: HeaderMap,
     Json(request): Json<BrokerAction>,
 ) -> ApiResult {
-    let _slot = admit(&console, &headers).await?;
+    let (_slot, caller) = admit(&console, &headers).await?;
     cluster_only(&console)?;
+    console.authorize_cluster_alter(&caller).await?;
     // As `strata broker drain` without --force.
     let incarnation = crate::admin::request_drain(&console.store, BrokerId(request.broker), false)
         .await
@@ -372,8 +480,9 @@ async fn undrain(
     headers: HeaderMap,
     Json(request): Json<BrokerAction>,
 ) -> ApiResult {
-    let _slot = admit(&console, &headers).await?;
+    let (_slot, caller) = admit(&console, &headers).await?;
     cluster_only(&console)?;
+    console.authorize_cluster_alter(&caller).await?;
     let cancelled = admin::cancel_drain(console.store.as_ref(), BrokerId(request.broker))
         .await
         .map_err(|e| failed(StatusCode::BAD_REQUEST, &e.into()))?;
@@ -460,7 +569,7 @@ mod tests {
             SystemClock::shared(),
             7,
             false,
-            Some(Arc::from("s3cret")),
+            Login::Token(Some(Arc::from("s3cret"))),
         );
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

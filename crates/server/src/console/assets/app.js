@@ -4,7 +4,10 @@
 "use strict";
 
 const REFRESH_MS = 2000;
+// A bearer token (metrics_token), or "Basic ..." credentials when the broker logs console
+// users in as Kafka users (console_sasl_mechanism); kept for this tab only.
 let token = sessionStorage.getItem("strata-console-token") || "";
+let loginKind = sessionStorage.getItem("strata-console-login") || "token";
 let page = location.hash.replace("#", "") || "cluster";
 let ownersSignature = "";
 const lastEnds = {};
@@ -39,7 +42,7 @@ function status(text, error) {
 
 async function api(path, body) {
   const options = { headers: {} };
-  if (token) options.headers.Authorization = "Bearer " + token;
+  if (token) options.headers.Authorization = (loginKind === "sasl" ? "Basic " : "Bearer ") + token;
   if (body !== undefined) {
     options.method = "POST";
     options.headers["Content-Type"] = "application/json";
@@ -47,8 +50,14 @@ async function api(path, body) {
   }
   const response = await fetch(path, options);
   if (response.status === 401) {
+    const refusal = await response.json().catch(() => ({}));
+    const sasl = refusal.login === "sasl";
+    document.getElementById("login-token").hidden = sasl;
+    document.getElementById("login-sasl").hidden = !sasl;
+    document.getElementById("username").hidden = !sasl;
+    document.getElementById("token").placeholder = sasl ? "password" : "token";
     document.getElementById("login").hidden = false;
-    throw new Error("the console needs a token");
+    throw new Error(refusal.error || "the console needs a login");
   }
   const answer = await response.json();
   if (!response.ok) throw new Error(answer.error || response.statusText);
@@ -203,8 +212,15 @@ document.addEventListener("DOMContentLoaded", () => {
   for (const tab of document.querySelectorAll(".tab")) tab.addEventListener("click", () => show(tab.dataset.tab));
   document.getElementById("login").addEventListener("submit", (event) => {
     event.preventDefault();
-    token = document.getElementById("token").value;
+    const user = document.getElementById("username");
+    loginKind = user.hidden ? "token" : "sasl";
+    const secret = document.getElementById("token").value;
+    // HTTP Basic: base64 of the UTF-8 bytes of "user:password".
+    token = loginKind === "sasl"
+      ? btoa(String.fromCharCode(...new TextEncoder().encode(user.value + ":" + secret)))
+      : secret;
     sessionStorage.setItem("strata-console-token", token);
+    sessionStorage.setItem("strata-console-login", loginKind);
     document.getElementById("login").hidden = true;
     status("");
     refresh();
