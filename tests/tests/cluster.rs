@@ -1411,6 +1411,8 @@ async fn request_topic_and_connection_metrics_follow_real_traffic() {
         produces
     );
     assert!(value("strata_requests_total{api=\"Fetch\"}") >= 1.0);
+    // Read right after they were written, the records come from the tail cache.
+    assert!(value("strata_log_reads_total{source=\"cache\"}") >= 1.0);
     assert!(value("strata_requests_total{api=\"Metadata\"}") >= 1.0);
     // The producer is still connected.
     assert!(value("strata_connections") >= 1.0);

@@ -25,7 +25,7 @@ mod manifest;
 mod ownership;
 mod partition;
 mod producer;
-mod read;
+pub mod read;
 mod shared;
 mod topics;
 mod txn;

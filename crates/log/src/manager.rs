@@ -93,6 +93,7 @@ impl LogManager {
             cleaner_inflight: Mutex::new(Default::default()),
             cleaner_generation: std::sync::atomic::AtomicU32::new(1),
             cleaner_stats: Default::default(),
+            read_stats: Default::default(),
             txn_stats: Default::default(),
         });
 
@@ -173,6 +174,11 @@ impl LogManager {
     /// The log cleaner's counters since start (`/metrics`).
     pub fn cleaner_stats(&self) -> crate::cleaner::CleanerSnapshot {
         self.shared.cleaner_stats.snapshot()
+    }
+
+    /// Reads served so far, by where their batches came from.
+    pub fn read_stats(&self) -> crate::read::ReadSnapshot {
+        self.shared.read_stats.snapshot()
     }
 
     /// Each served partition of a compacted topic with its dirty ratio (bytes of segments the

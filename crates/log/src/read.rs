@@ -1,6 +1,7 @@
 //! The fetch path: from the tail cache when the reader keeps up, from write-ahead objects for
 //! the uncompacted tail, and through the fixed-size index into segments for everything older.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -163,6 +164,12 @@ async fn read_upto(
         };
         (plan, wm)
     };
+    match &plan {
+        Plan::Done(b) if !b.is_empty() => shared.read_stats.cache.fetch_add(1, Ordering::Relaxed),
+        Plan::Done(_) => 0,
+        Plan::Tail(_) => shared.read_stats.wal.fetch_add(1, Ordering::Relaxed),
+        Plan::Index => shared.read_stats.segments.fetch_add(1, Ordering::Relaxed),
+    };
     let batches = match plan {
         Plan::Done(b) => b,
         Plan::Tail(entries) => read_tail(shared, &entries).await?,
@@ -184,6 +191,34 @@ async fn read_upto(
         watermarks: Some(wm),
         aborted: None,
     })
+}
+
+/// Counts of partition reads by where their batches came from: the tail cache (memory), the
+/// write-ahead objects of the uncompacted tail, or segments found through the index (both in
+/// storage). Reads with nothing to return are not counted.
+#[derive(Debug, Default)]
+pub struct ReadStats {
+    pub cache: AtomicU64,
+    pub wal: AtomicU64,
+    pub segments: AtomicU64,
+}
+
+/// A reading of [`ReadStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadSnapshot {
+    pub cache: u64,
+    pub wal: u64,
+    pub segments: u64,
+}
+
+impl ReadStats {
+    pub fn snapshot(&self) -> ReadSnapshot {
+        ReadSnapshot {
+            cache: self.cache.load(Ordering::Relaxed),
+            wal: self.wal.load(Ordering::Relaxed),
+            segments: self.segments.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// Reads tail batches from their write-ahead objects, one ranged read per run of adjacent

@@ -185,6 +185,7 @@ fn log_snapshot(log: &LogManager) -> LogSnapshot {
         partitions_served,
         high_watermarks,
         cleaner: log.cleaner_stats(),
+        reads: log.read_stats(),
         dirty_ratios,
         txn: log.txn_stats(),
     }
@@ -248,6 +249,8 @@ pub struct LogSnapshot {
     pub high_watermarks: Vec<(TopicPartition, i64)>,
     /// The log cleaner's counters (key compaction).
     pub cleaner: strata_log::CleanerSnapshot,
+    /// Partition reads by where they were served from.
+    pub reads: strata_log::read::ReadSnapshot,
     /// Served partitions of compacted topics and their dirty ratios (same cap, same order).
     pub dirty_ratios: Vec<(TopicPartition, f64)>,
     /// Transactions on the partition side (open ones, markers written).
@@ -592,6 +595,18 @@ pub fn render(snapshot: &Snapshot) -> String {
             log.partitions_served.saturating_sub(MAX_WATERMARK_SERIES) as u64,
         );
         render_cleaner(&mut out, log);
+        out.family(
+            "strata_log_reads_total",
+            "counter",
+            "Partition reads (fetches and replays) by where their batches came from: the tail cache in memory (a cache hit), the write-ahead objects of the uncompacted tail, or segments through the index (both storage reads).",
+        );
+        for (source, count) in [
+            ("cache", log.reads.cache),
+            ("wal", log.reads.wal),
+            ("segments", log.reads.segments),
+        ] {
+            out.sample("strata_log_reads_total", &[("source", source)], count);
+        }
         render_txn(&mut out, &log.txn);
     }
 
@@ -1186,6 +1201,7 @@ mod tests {
                 (TopicPartition::new("orders", 0), 17),
                 (TopicPartition::new("orders", 1), 0),
             ],
+            reads: Default::default(),
             cleaner: strata_log::CleanerSnapshot {
                 bytes_read: 10,
                 bytes_written: 5,
