@@ -20,7 +20,7 @@ import sys
 import time
 
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -41,9 +41,12 @@ def browser():
 
 
 def wait_for(driver, what, condition):
-    """Waits until `condition(driver)` returns something truthy; fails naming `what`."""
+    """Waits until `condition(driver)` returns something truthy; fails naming `what`. The page
+    re-renders its tables as it polls, so an element `condition` found can be replaced before
+    it is read or clicked: that attempt counts as not yet, and the next poll finds the new one."""
     try:
-        return WebDriverWait(driver, DEADLINE, poll_frequency=0.2).until(
+        return WebDriverWait(driver, DEADLINE, poll_frequency=0.2,
+                             ignored_exceptions=(StaleElementReferenceException,)).until(
             lambda d: condition(d), message=what)
     except TimeoutException:
         status = driver.find_element(By.ID, "status").text
@@ -111,7 +114,9 @@ def main():
         created = f'#topic-list tr[data-topic="{args.create}"]'
         wait_for(driver, f"topic {args.create} listed",
                  lambda d: d.find_elements(By.CSS_SELECTOR, created))
-        seen["created_row"] = driver.find_element(By.CSS_SELECTOR, created).text
+        seen["created_row"] = wait_for(driver, f"the row of topic {args.create}", lambda d: d.execute_script(
+            "const row = document.querySelector(arguments[0]); return row ? row.textContent : null;",
+            created))
         screenshot(driver, args.screenshots, "topics")
 
         show(driver, "groups")
@@ -123,9 +128,16 @@ def main():
 
         show(driver, "cluster")
         started = time.monotonic()
-        target = driver.find_element(By.CSS_SELECTOR, f"{row} .move-target")
-        Select(target).select_by_value(str(args.to))
-        driver.find_element(By.CSS_SELECTOR, f"{row} .move").click()
+
+        def move(d):
+            # Choosing the target and clicking Move on one rendering of the row: a refresh in
+            # between raises StaleElementReferenceException before the click, and wait_for
+            # tries again on the new row.
+            Select(d.find_element(By.CSS_SELECTOR, f"{row} .move-target")).select_by_value(str(args.to))
+            d.find_element(By.CSS_SELECTOR, f"{row} .move").click()
+            return True
+
+        wait_for(driver, f"the Move control of {name}", move)
         wait_for(driver, f"{name} owned by broker {args.to}",
                  lambda d: cell(d, row, ".owner") == str(args.to))
         seen["owner_after"] = args.to
