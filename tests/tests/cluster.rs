@@ -1378,6 +1378,12 @@ async fn request_topic_and_connection_metrics_follow_real_traffic() {
     }
     let got = consume_exactly(&bootstrap, topic, &[(0, 0), (1, 0)], count as usize).await;
     assert_eq!(got.len(), count as usize);
+    // One request that fails, for its error code to be counted.
+    let deleted = strata_tests::clients::admin(&bootstrap)
+        .delete_topics(&["never-created"], &rdkafka::admin::AdminOptions::new())
+        .await
+        .expect("DeleteTopics answered");
+    assert!(deleted[0].is_err(), "{deleted:?}");
 
     let text = cluster.metrics_text(1);
     let value = |series: &str| -> f64 {
@@ -1411,6 +1417,21 @@ async fn request_topic_and_connection_metrics_follow_real_traffic() {
         produces
     );
     assert!(value("strata_requests_total{api=\"Fetch\"}") >= 1.0);
+    // Error codes by API: each produced partition's outcome was NONE, and nothing else was
+    // answered to a Produce; the one failed delete is counted under its code.
+    assert!(value("strata_request_errors_total{api=\"Produce\",error=\"NONE\"}") >= 2.0);
+    assert!(
+        !text.lines().any(
+            |l| l.starts_with("strata_request_errors_total{api=\"Produce\"")
+                && !l.contains("error=\"NONE\"")
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        value("strata_request_errors_total{api=\"DeleteTopics\",error=\"UNKNOWN_TOPIC_OR_PARTITION\"}"),
+        1.0
+    );
+    assert!(value("strata_request_errors_total{api=\"Fetch\",error=\"NONE\"}") >= 2.0);
     // Read right after they were written, the records come from the tail cache.
     assert!(value("strata_log_reads_total{source=\"cache\"}") >= 1.0);
     assert!(value("strata_requests_total{api=\"Metadata\"}") >= 1.0);

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use tracing::{debug, error, warn};
 
 use crate::api_versions;
+use crate::error_codes::ErrorCodes;
 use crate::errors::code;
 use crate::framing::{encode_response, EncodeError, ResponseFrame};
 use crate::handlers;
@@ -99,7 +100,22 @@ async fn handle_request(
         produce_turn: Arc::new(std::sync::Mutex::new(produce_turn)),
         principal,
         listener,
+        errors: Arc::default(),
     };
+    let api_key = header.api_key;
+    let reply = answer(&broker, header, frame, &ctx).await;
+    broker.traffic.errors(api_key, &ctx.errors.take());
+    reply
+}
+
+/// Answers a request whose header was read.
+async fn answer(
+    broker: &Broker,
+    header: strata_wire::frame::RequestHeaderInfo,
+    frame: Bytes,
+    ctx: &RequestContext,
+) -> Reply {
+    let peer = ctx.peer;
     let api_key = match &header.api {
         RequestApi::Supported { key, .. } | RequestApi::UnsupportedVersion { key, .. } => *key,
         RequestApi::UnknownKey => {
@@ -154,11 +170,11 @@ async fn handle_request(
             warn!(%peer, ?api_key, version = ctx.api_version, correlation_id = ctx.correlation_id,
                 client_id = ?ctx.client_id, principal = %ctx.principal, error = %e,
                 "undecodable request");
-            return error_answer(api_key, &ctx).unwrap_or(Reply::Close);
+            return error_answer(api_key, ctx).unwrap_or(Reply::Close);
         }
     };
     let request_bytes = frame.len();
-    match route(&broker, request, &ctx, request_bytes).await {
+    match route(broker, request, ctx, request_bytes).await {
         Ok(reply) => reply,
         Err(e) => {
             error!(%peer, ?api_key, version = ctx.api_version, error = %e,
@@ -168,11 +184,12 @@ async fn handle_request(
     }
 }
 
-/// Encodes a handler's response at the request's version.
-pub(crate) fn respond<R: Encodable + HeaderVersion>(
+/// Encodes a handler's response at the request's version, and tallies its error codes.
+pub(crate) fn respond<R: Encodable + HeaderVersion + ErrorCodes>(
     ctx: &RequestContext,
     response: &R,
 ) -> Result<ResponseFrame, EncodeError> {
+    ctx.errors.add_response(response);
     encode_response(
         ctx.correlation_id,
         R::header_version(ctx.api_version),
@@ -181,7 +198,7 @@ pub(crate) fn respond<R: Encodable + HeaderVersion>(
     )
 }
 
-fn reply<R: Encodable + HeaderVersion>(
+fn reply<R: Encodable + HeaderVersion + ErrorCodes>(
     ctx: &RequestContext,
     response: &R,
 ) -> Result<Reply, EncodeError> {

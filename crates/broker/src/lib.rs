@@ -18,6 +18,7 @@ pub mod cluster;
 mod connection;
 pub mod coordinator;
 mod dispatch;
+mod error_codes;
 pub mod errors;
 mod fetch_sessions;
 mod framing;
@@ -61,6 +62,8 @@ pub(crate) struct RequestContext {
     pub principal: std::sync::Arc<security::Principal>,
     /// The listener the request came in on: its endpoint is the one advertised back.
     pub listener: std::sync::Arc<security::Listener>,
+    /// The error codes of the response, counted per API once it is sent.
+    pub errors: std::sync::Arc<error_codes::ErrorTally>,
 }
 
 /// A Produce request's place in its connection's append order.

@@ -30,6 +30,10 @@ pub const MAX_TOPIC_SERIES: usize = 1000;
 /// API keys the table has room for (Kafka's keys are below 100).
 const API_SLOTS: usize = 128;
 
+/// Error codes with a counter of their own per API: Kafka's run from -1 to about 130; a code
+/// past the table (none is sent today) is counted in the last slot, named `OTHER`.
+const ERROR_SLOTS: usize = 192;
+
 #[derive(Default)]
 struct ApiCounters {
     requests: AtomicU64,
@@ -37,6 +41,9 @@ struct ApiCounters {
     /// Cumulative counts are computed at render time; each slot counts its own bucket.
     buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
     micros: AtomicU64,
+    /// Responses' error codes by code + 1 (so `UNKNOWN_SERVER_ERROR`, -1, is slot 0); made on
+    /// the API's first error tally, so the table costs memory only for APIs in use.
+    errors: std::sync::OnceLock<Box<[AtomicU64; ERROR_SLOTS]>>,
 }
 
 #[derive(Default)]
@@ -55,6 +62,9 @@ pub struct ApiTraffic {
     /// Per bucket of [`LATENCY_BUCKETS`] then `+Inf`, not cumulative.
     pub buckets: Vec<u64>,
     pub seconds: f64,
+    /// Error codes the API's responses carried, by Kafka's name (`NONE` for success), with
+    /// how often; only codes seen.
+    pub errors: Vec<(String, u64)>,
 }
 
 /// One topic's counts as of a scrape.
@@ -135,6 +145,28 @@ impl Traffic {
         counters.micros.fetch_add(micros, Ordering::Relaxed);
     }
 
+    /// Counts the error codes of one response of `api_key`.
+    pub(crate) fn errors(&self, api_key: i16, codes: &[(i16, u64)]) {
+        if codes.is_empty() {
+            return;
+        }
+        let Some(counters) = usize::try_from(api_key)
+            .ok()
+            .and_then(|key| self.apis.get(key))
+        else {
+            return;
+        };
+        let table = counters
+            .errors
+            .get_or_init(|| Box::new(std::array::from_fn(|_| AtomicU64::new(0))));
+        for &(code, count) in codes {
+            let slot = usize::try_from(i32::from(code) + 1)
+                .unwrap_or(ERROR_SLOTS - 1)
+                .min(ERROR_SLOTS - 1);
+            table[slot].fetch_add(count, Ordering::Relaxed);
+        }
+    }
+
     /// Counts a batch set accepted for `topic`: its bytes and the records its batch headers
     /// declare.
     pub(crate) fn produced(&self, topic: &Arc<str>, records: &[u8]) {
@@ -204,6 +236,7 @@ impl Traffic {
                         .map(|b| b.load(Ordering::Relaxed))
                         .collect(),
                     seconds: c.micros.load(Ordering::Relaxed) as f64 / 1e6,
+                    errors: error_counts(c),
                 })
             })
             .collect();
@@ -226,6 +259,28 @@ impl Traffic {
             connections_accepted: self.connections_accepted.load(Ordering::Relaxed),
         }
     }
+}
+
+fn error_counts(c: &ApiCounters) -> Vec<(String, u64)> {
+    let Some(table) = c.errors.get() else {
+        return Vec::new();
+    };
+    table
+        .iter()
+        .enumerate()
+        .filter_map(|(slot, count)| {
+            let count = count.load(Ordering::Relaxed);
+            (count > 0).then(|| {
+                let name = if slot == ERROR_SLOTS - 1 {
+                    "OTHER".to_string()
+                } else {
+                    let code = i16::try_from(slot).map_or(i16::MAX, |s| s - 1);
+                    crate::error_codes::error_name(code)
+                };
+                (name, count)
+            })
+        })
+        .collect()
 }
 
 fn load(c: &TopicCounters) -> TopicTraffic {
@@ -326,6 +381,27 @@ mod tests {
         assert_eq!(snapshot.apis[1].api, "Metadata");
         assert_eq!(snapshot.apis.len(), 2, "a negative key is not counted");
         assert_eq!(api_name(60), Some("DescribeCluster"));
+    }
+
+    #[test]
+    fn error_codes_are_counted_per_api_by_name() {
+        let traffic = Traffic::default();
+        traffic.request(0, Duration::from_millis(1), false);
+        traffic.errors(0, &[(0, 2), (6, 1)]);
+        traffic.errors(0, &[(6, 3), (-1, 1), (i16::MAX, 1)]);
+        traffic.request(3, Duration::from_millis(1), false);
+        traffic.errors(-4, &[(0, 1)]);
+        let snapshot = traffic.snapshot();
+        assert_eq!(
+            snapshot.apis[0].errors,
+            vec![
+                ("UNKNOWN_SERVER_ERROR".to_string(), 1),
+                ("NONE".to_string(), 2),
+                ("NOT_LEADER_OR_FOLLOWER".to_string(), 4),
+                ("OTHER".to_string(), 1),
+            ]
+        );
+        assert!(snapshot.apis[1].errors.is_empty(), "Metadata had no tally");
     }
 
     #[test]

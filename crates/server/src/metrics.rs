@@ -283,6 +283,20 @@ fn render_traffic(out: &mut Exposition, traffic: &TrafficSnapshot) {
         );
     }
     out.family(
+        "strata_request_errors_total",
+        "counter",
+        "Error codes in the responses sent, by API and Kafka's error name (NONE for success); every partition, topic or group outcome counts, as in Kafka's ErrorsPerSec.",
+    );
+    for api in &traffic.apis {
+        for (error, count) in &api.errors {
+            out.sample(
+                "strata_request_errors_total",
+                &[("api", api.api), ("error", error.as_str())],
+                *count,
+            );
+        }
+    }
+    out.family(
         "strata_request_seconds",
         "histogram",
         "Time from a request's frame to its reply, by API: includes a fetch's long poll and a produce's wait for durable storage, not the queueing behind earlier requests of the connection.",
@@ -1088,6 +1102,10 @@ mod tests {
                 refused: 1,
                 buckets,
                 seconds: 12.5,
+                errors: vec![
+                    ("NONE".to_string(), 9),
+                    ("OFFSET_OUT_OF_RANGE".to_string(), 1),
+                ],
             }],
             topics: vec![(
                 "orders".to_string(),
@@ -1105,6 +1123,13 @@ mod tests {
         assert_eq!(value_of(&text, "strata_requests_total{api=\"Fetch\"}"), "4");
         assert_eq!(
             value_of(&text, "strata_requests_refused_total{api=\"Fetch\"}"),
+            "1"
+        );
+        assert_eq!(
+            value_of(
+                &text,
+                "strata_request_errors_total{api=\"Fetch\",error=\"OFFSET_OUT_OF_RANGE\"}"
+            ),
             "1"
         );
         // Prometheus buckets are cumulative; +Inf is the count.

@@ -60,6 +60,10 @@ pub(crate) async fn handle(
         .map(Bytes::len)
         .sum();
     let mute = throttle(bytes);
+    ctx.errors.add(response.fields.error_code);
+    for partition in response.topics.iter().flat_map(|t| &t.partitions) {
+        ctx.errors.add(partition.fields.error_code);
+    }
     response.fields.throttle_time_ms = i32::try_from(mute.as_millis()).unwrap_or(i32::MAX);
     Ok((
         encode_fetch_response(ctx.correlation_id, &response, ctx.api_version)?,
@@ -500,6 +504,7 @@ mod tests {
             produce_turn: Default::default(),
             principal: std::sync::Arc::new(crate::security::Principal::anonymous()),
             listener: std::sync::Arc::new(crate::security::Listener::plaintext("127.0.0.1", 9092)),
+            errors: Default::default(),
         }
     }
 
