@@ -1,7 +1,8 @@
 //! Transactions end to end: confluent-kafka's transactional producer and read_committed
 //! consumers (tests/python/transactions.py) against the real binary — one broker for commit,
 //! abort, fencing, timeouts and offsets sent in a transaction; three brokers with the transaction coordinator's broker
-//! SIGKILLed mid-transaction.
+//! SIGKILLed mid-transaction; and an exactly-once pipeline (tests/python/eos_pipeline.py) through
+//! kills of itself and of brokers, and partition moves, checked record by record.
 
 // A failed expectation in a test is a panic; helpers here are test code too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -176,4 +177,214 @@ async fn transactions_work_when_partition_owners_verify_with_a_remote_coordinato
         .arg("--commit-and-abort-only");
     let finished = tokio::task::block_in_place(|| run_with_deadline(command, b"", CLIENT_DEADLINE));
     finished.assert_success("tests/python/transactions.py --commit-and-abort-only");
+}
+
+fn pipeline_script() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("python/eos_pipeline.py")
+}
+
+/// A running `eos_pipeline.py` process, its stdout read line by line.
+struct Script {
+    child: std::process::Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Script {
+    fn spawn(mode: &str, bootstrap: &str) -> Self {
+        let mut child = Command::new("python3")
+            .arg(pipeline_script())
+            .arg(mode)
+            .arg("--bootstrap")
+            .arg(bootstrap)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("run python3");
+        let stdout = child.stdout.take().unwrap();
+        let (lines_tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = lines_tx.send(line);
+            }
+        });
+        Self { child, lines }
+    }
+
+    fn say(&mut self, line: &str) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+}
+
+/// What the harness does to the pipeline, mid-transaction, once its input progress passes a
+/// threshold.
+#[derive(Debug, Clone, Copy)]
+enum Disruption {
+    KillPipeline,
+    KillCoordinatorBroker,
+    MoveOutputPartition,
+    KillOutputOwner,
+    MoveInputPartition,
+}
+
+/// The exactly-once pipeline of issue 15: read an input topic, write a transformed record per
+/// input record to an output topic, and commit the input offsets in the same transaction —
+/// with the pipeline SIGKILLed twice, the transaction coordinator's broker and an output
+/// partition's broker SIGKILLed, and an output and an input partition moved, each in the
+/// middle of a transaction (records written, offsets not yet sent). Afterwards the output holds
+/// every input record exactly once, every transaction whole (read_committed), and the output's
+/// last stable offsets, sampled throughout, never went back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exactly_once_pipeline_outputs_each_record_once_through_kills_and_moves() {
+    const RECORDS: i64 = 1500;
+    const RESTARTS_ALLOWED: usize = 6;
+    let plan = [
+        (150, Disruption::KillPipeline),
+        (300, Disruption::KillCoordinatorBroker),
+        (500, Disruption::MoveOutputPartition),
+        (700, Disruption::KillOutputOwner),
+        (900, Disruption::KillPipeline),
+        (1100, Disruption::MoveInputPartition),
+    ];
+    let mut cluster = Cluster::start(3, "3s", "500ms");
+    let ids = cluster.all_ids();
+    let bootstrap = cluster.bootstrap_of(&ids);
+    for topic in ["eos-in", "eos-out"] {
+        create_topic(&bootstrap, topic, 3, &[]).await;
+    }
+    tokio::task::block_in_place(|| {
+        for topic in ["eos-in", "eos-out"] {
+            cluster.wait_for_leaders(ids[0], topic, 3, &ids, "every partition has an owner");
+        }
+        let mut seed = Command::new("python3");
+        seed.arg(pipeline_script())
+            .arg("seed")
+            .arg("--bootstrap")
+            .arg(&bootstrap)
+            .arg("--records")
+            .arg(RECORDS.to_string());
+        run_with_deadline(seed, b"", CLIENT_DEADLINE).assert_success("eos_pipeline.py seed");
+    });
+
+    tokio::task::block_in_place(|| {
+        let mut lso = Script::spawn("lso", &bootstrap);
+        let mut pipeline = Script::spawn("run", &bootstrap);
+        let mut output = Vec::new();
+        let mut done = Vec::new();
+        let mut down: Option<i32> = None;
+        let mut unplanned_restarts = 0;
+        let deadline = Instant::now() + CLIENT_DEADLINE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = match pipeline.lines.recv_timeout(left) {
+                Ok(line) => line,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let status = pipeline.child.wait().unwrap();
+                    if status.success() {
+                        break;
+                    }
+                    // A fatal client error: the application's answer is a new incarnation,
+                    // which fences the old one. Bounded, and reported.
+                    unplanned_restarts += 1;
+                    assert!(
+                        unplanned_restarts <= RESTARTS_ALLOWED,
+                        "the pipeline failed {unplanned_restarts} times: {output:?}"
+                    );
+                    output.push(format!("(pipeline exited with {status}; restarted)"));
+                    pipeline = Script::spawn("run", &bootstrap);
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    let _ = pipeline.child.kill();
+                    panic!("the pipeline did not finish in time; its output: {output:?}");
+                }
+            };
+            output.push(line.clone());
+            let Some(progress) = line.strip_prefix("CHECKPOINT ") else {
+                continue;
+            };
+            let progress: i64 = progress.parse().unwrap();
+            // A broker killed at the previous checkpoint comes back now: a transaction has
+            // run (or failed over) without it.
+            if let Some(id) = down.take() {
+                cluster.broker(id).restart();
+            }
+            let due = plan
+                .get(done.len())
+                .filter(|(threshold, _)| progress >= *threshold)
+                .map(|(_, disruption)| *disruption);
+            let Some(disruption) = due else {
+                pipeline.say("GO");
+                continue;
+            };
+            done.push(disruption);
+            let live = ids.clone();
+            let owner = |cluster: &Cluster, topic: &str, partition: i32| {
+                cluster.wait_for_leaders(live[0], topic, 3, &live, "owners")[&partition]
+            };
+            match disruption {
+                Disruption::KillPipeline => {
+                    pipeline.child.kill().unwrap();
+                    pipeline.child.wait().unwrap();
+                    output.push(format!("(pipeline killed at {progress})"));
+                    pipeline = Script::spawn("run", &bootstrap);
+                    continue;
+                }
+                Disruption::KillCoordinatorBroker => {
+                    let asked = cluster.broker(live[0]).addr();
+                    let coordinator = wait_until(
+                        "the pipeline's transaction coordinator",
+                        Duration::from_secs(60),
+                        || coordinator_of(asked, "eos-pipeline"),
+                    );
+                    cluster.broker(coordinator).kill9();
+                    down = Some(coordinator);
+                }
+                Disruption::KillOutputOwner => {
+                    let victim = owner(&cluster, "eos-out", 1);
+                    cluster.broker(victim).kill9();
+                    down = Some(victim);
+                }
+                Disruption::MoveOutputPartition | Disruption::MoveInputPartition => {
+                    let (topic, partition) = match disruption {
+                        Disruption::MoveOutputPartition => ("eos-out", 0),
+                        _ => ("eos-in", 1),
+                    };
+                    let from = owner(&cluster, topic, partition);
+                    let to = *live.iter().find(|id| **id != from).unwrap();
+                    cluster.move_partition(topic, partition, to);
+                }
+            }
+            output.push(format!("({disruption:?} at {progress})"));
+            pipeline.say("GO");
+        }
+        assert_eq!(
+            done.len(),
+            plan.len(),
+            "the pipeline finished before every disruption: {output:?}"
+        );
+        eprintln!("{}", output.join("\n"));
+        if let Some(id) = down.take() {
+            cluster.broker(id).restart();
+        }
+
+        drop(lso.child.stdin.take());
+        let status = lso.child.wait().unwrap();
+        let lso_output: Vec<String> = lso.lines.iter().collect();
+        assert!(status.success(), "last stable offsets: {lso_output:?}");
+
+        let mut verify = Command::new("python3");
+        verify
+            .arg(pipeline_script())
+            .arg("verify")
+            .arg("--bootstrap")
+            .arg(&bootstrap)
+            .arg("--records")
+            .arg(RECORDS.to_string());
+        let verified = run_with_deadline(verify, b"", CLIENT_DEADLINE);
+        verified.assert_success("eos_pipeline.py verify");
+        assert!(verified.stdout.contains("VERIFIED"), "{}", verified.stdout);
+    });
 }
