@@ -54,6 +54,30 @@ async fn python_transactions_commit_abort_fence_time_out_and_send_offsets() {
     finished.assert_success("tests/python/transactions.py");
 }
 
+/// The same contract through kafka-python's own protocol code: commit and abort across 3
+/// partitions read with both isolation levels, fencing, and offsets sent in a transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_python_transactions_commit_abort_fence_and_send_offsets() {
+    let broker = StrataProcess::start_with(
+        strata_tests::StrataOptions::default().with_args(["--group-initial-rebalance-delay", "0s"]),
+    );
+    create_topic(&broker.bootstrap(), "kp-txn", 3, &[]).await;
+    let mut command = Command::new("python3");
+    command
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("python/kafka_python_transactions.py"))
+        .arg("--bootstrap")
+        .arg(broker.bootstrap())
+        .arg("--topic")
+        .arg("kp-txn");
+    let finished = tokio::task::block_in_place(|| run_with_deadline(command, b"", CLIENT_DEADLINE));
+    finished.assert_success("tests/python/kafka_python_transactions.py");
+    assert!(
+        finished.stdout.contains("transaction checks passed"),
+        "{}",
+        finished.stdout
+    );
+}
+
 /// The broker coordinating `transactional_id`, asked of the broker at `addr`.
 fn coordinator_of(addr: std::net::SocketAddr, transactional_id: &str) -> Option<i32> {
     let mut connection = RawConnection::connect(addr);
