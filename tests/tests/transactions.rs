@@ -412,3 +412,94 @@ async fn an_exactly_once_pipeline_outputs_each_record_once_through_kills_and_mov
         assert!(verified.stdout.contains("VERIFIED"), "{}", verified.stdout);
     });
 }
+
+/// Brokers whose inter-broker listener is SASL_PLAINTEXT log in to each other with their own
+/// SCRAM user (`inter_broker_sasl_*`, the password from the environment) to send transaction
+/// markers and KIP-890 checks: a transaction across partitions of both brokers commits and
+/// aborts, and the receiving broker counts the brokers' logins. Before, a broker sent markers
+/// only on PLAINTEXT and had no login.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_send_each_other_markers_over_sasl_with_their_own_login() {
+    let mut cluster = Cluster::start_with_env(
+        2,
+        "3s",
+        "500ms",
+        &[
+            (
+                "STRATA_LISTENERS",
+                "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+            ),
+            ("STRATA_INTER_BROKER_LISTENER_NAME", "SASL_PLAINTEXT"),
+            ("STRATA_INTER_BROKER_SASL_MECHANISM", "SCRAM-SHA-512"),
+            ("STRATA_INTER_BROKER_SASL_USERNAME", "broker"),
+            ("STRATA_INTER_BROKER_SASL_PASSWORD", "broker-secret"),
+        ],
+    );
+    cluster
+        .admin_command(&[
+            "users",
+            "create",
+            "--user",
+            "broker",
+            "--password",
+            "broker-secret",
+            "--mechanism",
+            "SCRAM-SHA-512",
+        ])
+        .assert_success("strata users create --user broker");
+    let ids = cluster.all_ids();
+    let bootstrap = cluster.bootstrap_of(&ids);
+    create_topic(&bootstrap, "sasl-markers", 3, &[]).await;
+    let leaders = tokio::task::block_in_place(|| {
+        cluster.wait_for_leaders(
+            ids[0],
+            "sasl-markers",
+            3,
+            &ids,
+            "every partition has an owner",
+        )
+    });
+    let asked = cluster.broker(ids[0]).addr();
+    let coordinator = tokio::task::block_in_place(|| {
+        wait_until(
+            "a transaction coordinator for the id",
+            Duration::from_secs(60),
+            || coordinator_of(asked, "sasl-markers-tx"),
+        )
+    });
+    // Some partition must be owned by the other broker, for markers to cross the network.
+    let other = *ids
+        .iter()
+        .find(|id| **id != coordinator)
+        .expect("two brokers");
+    if leaders.values().all(|leader| *leader == coordinator) {
+        tokio::task::block_in_place(|| cluster.move_partition("sasl-markers", 0, other));
+    }
+    let logins = |cluster: &mut Cluster| {
+        cluster
+            .metrics_text(other)
+            .lines()
+            .filter(|l| {
+                l.starts_with("strata_authentications_total{")
+                    && l.contains("SCRAM-SHA-512")
+                    && l.contains("result=\"success\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    assert_eq!(logins(&mut cluster), 0.0, "no login before any transaction");
+    let mut command = Command::new("python3");
+    command
+        .arg(script())
+        .arg("--bootstrap")
+        .arg(&bootstrap)
+        .arg("--topic")
+        .arg("sasl-markers")
+        .arg("--commit-and-abort-only");
+    let finished = tokio::task::block_in_place(|| run_with_deadline(command, b"", CLIENT_DEADLINE));
+    finished.assert_success("tests/python/transactions.py --commit-and-abort-only");
+    assert!(
+        logins(&mut cluster) >= 1.0,
+        "broker {other} saw no SCRAM login from the coordinator's broker"
+    );
+}

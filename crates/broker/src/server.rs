@@ -384,22 +384,29 @@ impl Broker {
         listeners: Vec<(TcpListener, Listener)>,
         shutdown: impl Future<Output = ()>,
     ) {
-        // Markers of transactions coordinated here go to partition owners on the first
-        // PLAINTEXT listener (see txn_markers.rs for why PLAINTEXT only).
-        if let Some(info) = listeners
-            .iter()
-            .map(|(_, info)| info)
-            .find(|info| info.protocol == crate::security::SecurityProtocol::Plaintext)
-        {
-            let own = (info.advertised_host.clone(), info.advertised_port);
-            self.txn
-                .set_default_marker_writer(Arc::new(crate::txn_markers::BrokerMarkers::new(
-                    Arc::downgrade(&self),
-                    info.name.clone(),
-                    own,
-                )));
-        } else {
-            warn!("no PLAINTEXT listener: transactions are refused (brokers send each other transaction markers on a PLAINTEXT listener)");
+        // Markers of transactions coordinated here go to partition owners on the inter-broker
+        // listener (see txn_markers.rs for which listeners can be).
+        let infos: Vec<&Listener> = listeners.iter().map(|(_, info)| info).collect();
+        match crate::txn_markers::inter_broker_listener(&self.settings, &infos) {
+            Some(info) => {
+                let own = (info.advertised_host.clone(), info.advertised_port);
+                let sasl = (info.protocol == crate::security::SecurityProtocol::SaslPlaintext)
+                    .then(|| self.settings.inter_broker_sasl.clone())
+                    .flatten();
+                self.txn.set_default_marker_writer(Arc::new(
+                    crate::txn_markers::BrokerMarkers::new(
+                        Arc::downgrade(&self),
+                        info.name.clone(),
+                        own,
+                        sasl,
+                    ),
+                ));
+            }
+            None => warn!(
+                "no inter-broker listener (a PLAINTEXT one, or SASL_PLAINTEXT with \
+                 inter_broker_sasl_mechanism): transactions are refused, since brokers could \
+                 not send each other transaction markers"
+            ),
         }
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         // Every connection task holds a clone of `done_tx`; when all are dropped, `recv` on

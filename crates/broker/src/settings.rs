@@ -122,6 +122,14 @@ pub struct BrokerSettings {
     /// partition is answered REQUEST_TIMED_OUT (the coordinator retries it); Kafka bounds it
     /// by `request.timeout.ms`, whose default this is.
     pub txn_marker_timeout: Duration,
+    /// The listener brokers send each other requests on (transaction markers, KIP-890
+    /// verification): Kafka's `inter.broker.listener.name`. None: the first PLAINTEXT
+    /// listener, or else the first SASL_PLAINTEXT one when `inter_broker_sasl` is set.
+    pub inter_broker_listener_name: Option<String>,
+    /// The login brokers use on a SASL_PLAINTEXT inter-broker listener. Its principal needs
+    /// CLUSTER_ACTION on the cluster (or to be a super user) under an ACL authorizer, as
+    /// Kafka's broker principal does.
+    pub inter_broker_sasl: Option<strata_client::SaslCredentials>,
     /// KIP-848 member session timeout (`GroupConfig::consumer_session_timeout`).
     pub group_consumer_session_timeout: Duration,
     /// KIP-848 heartbeat interval (`GroupConfig::consumer_heartbeat_interval`).
@@ -365,6 +373,8 @@ impl Default for BrokerSettings {
             group_max_session_timeout: groups.max_session_timeout,
             offsets_commit_timeout: groups.offsets_commit_timeout,
             txn_marker_timeout: Duration::from_secs(30),
+            inter_broker_listener_name: None,
+            inter_broker_sasl: None,
             group_consumer_session_timeout: groups.consumer_session_timeout,
             group_consumer_heartbeat_interval: groups.consumer_heartbeat_interval,
             group_share_session_timeout: Duration::from_secs(45),

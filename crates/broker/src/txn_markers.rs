@@ -2,12 +2,13 @@
 //! the current owner of each partition of a transaction, grouped by owner, over the Kafka
 //! protocol (`strata-client`), as Kafka's coordinator sends them to partition leaders.
 //!
-//! Brokers reach each other on a PLAINTEXT listener only: the broker picks the first
-//! PLAINTEXT listener of its own listeners and addresses every owner by that listener's name
-//! in the owner's registration. Inter-broker TLS or SASL would need credentials of a broker
-//! principal that Strata does not have yet; a broker with no PLAINTEXT listener therefore
-//! refuses transactions (FindCoordinator for a transactional id, see
-//! `handlers/groups.rs`) rather than accept transactions it could not finish.
+//! Brokers reach each other on the inter-broker listener ([`inter_broker_listener`]), and
+//! address every owner by that listener's name in the owner's registration. It is PLAINTEXT,
+//! or SASL_PLAINTEXT with the broker's own login (`inter_broker_sasl_*`), whose principal
+//! needs CLUSTER_ACTION as Kafka's broker principal does. TLS listeners cannot be: the brokers'
+//! client speaks no TLS yet. A broker with no usable listener refuses transactions
+//! (FindCoordinator for a transactional id, see `handlers/groups.rs`) rather than accept
+//! transactions it could not finish.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Weak};
@@ -45,7 +46,37 @@ pub(crate) struct BrokerMarkers {
     /// This broker's own address on that listener (a broker alone on its storage has no
     /// registration to read it from).
     own: (String, u16),
+    /// The login on a SASL_PLAINTEXT inter-broker listener.
+    sasl: Option<strata_client::SaslCredentials>,
     connections: tokio::sync::Mutex<HashMap<(String, u16), Connection>>,
+}
+
+/// The listener brokers reach each other on: the one `inter_broker_listener_name` names (if
+/// PLAINTEXT, or SASL_PLAINTEXT with a login), else the first PLAINTEXT listener, else the
+/// first SASL_PLAINTEXT one when the broker has a login. The server refuses to start with a
+/// name that cannot be used, so None here means "no such listener".
+pub(crate) fn inter_broker_listener<'a>(
+    settings: &crate::BrokerSettings,
+    listeners: &[&'a crate::security::Listener],
+) -> Option<&'a crate::security::Listener> {
+    use crate::security::SecurityProtocol::{Plaintext, SaslPlaintext};
+    let usable = |info: &&crate::security::Listener| match info.protocol {
+        Plaintext => true,
+        SaslPlaintext => settings.inter_broker_sasl.is_some(),
+        _ => false,
+    };
+    match &settings.inter_broker_listener_name {
+        Some(name) => listeners
+            .iter()
+            .copied()
+            .find(|info| &info.name == name)
+            .filter(usable),
+        None => listeners
+            .iter()
+            .copied()
+            .find(|info| info.protocol == Plaintext)
+            .or_else(|| listeners.iter().copied().find(usable)),
+    }
 }
 
 impl std::fmt::Debug for BrokerMarkers {
@@ -58,11 +89,17 @@ impl std::fmt::Debug for BrokerMarkers {
 }
 
 impl BrokerMarkers {
-    pub(crate) fn new(broker: Weak<Broker>, listener: String, own: (String, u16)) -> Self {
+    pub(crate) fn new(
+        broker: Weak<Broker>,
+        listener: String,
+        own: (String, u16),
+        sasl: Option<strata_client::SaslCredentials>,
+    ) -> Self {
         Self {
             broker,
             listener,
             own,
+            sasl,
             connections: tokio::sync::Mutex::new(HashMap::new()),
         }
     }
@@ -117,10 +154,11 @@ impl BrokerMarkers {
         let mut connections = self.connections.lock().await;
         let key = addr.clone();
         if !connections.contains_key(&key) {
-            let c = Connection::connect(
+            let c = Connection::connect_as(
                 &format!("{}:{}", addr.0, addr.1),
                 Arc::clone(&broker.clock),
                 broker.settings.txn_marker_timeout,
+                self.sasl.as_ref(),
             )
             .await?;
             connections.insert(key.clone(), c);

@@ -99,7 +99,9 @@ enum Command {
     /// Authorization: Bearer <token>], metrics_max_connections, metrics_timeout,
     /// group_lag_interval [default: 30s; 0s turns consumer-lag metrics off],
     /// console_listen [default: none; a bare port binds 127.0.0.1], console_sasl_mechanism
-    /// [default: none: the console uses metrics_token], cluster,
+    /// [default: none: the console uses metrics_token], inter_broker_listener_name [default:
+    /// the first PLAINTEXT listener], inter_broker_sasl_mechanism, inter_broker_sasl_username
+    /// [default: none; the password only from STRATA_INTER_BROKER_SASL_PASSWORD], cluster,
     /// lease_period,
     /// heartbeat_interval, ownership_interval, move_watch_interval, auto_rebalance,
     /// standalone_seal_check).
@@ -421,6 +423,29 @@ fn metrics_token(settings: &Settings) -> anyhow::Result<Option<Arc<str>>> {
         anyhow::bail!("metrics_token_file holds an empty token");
     }
     Ok(Some(Arc::from(token)))
+}
+
+/// The brokers' own login on a SASL_PLAINTEXT inter-broker listener, if one is configured;
+/// the password comes only from STRATA_INTER_BROKER_SASL_PASSWORD.
+fn inter_broker_sasl(
+    settings: &Settings,
+) -> anyhow::Result<Option<strata_client::SaslCredentials>> {
+    let (Some(mechanism), Some(username)) = (
+        &settings.inter_broker_sasl_mechanism,
+        &settings.inter_broker_sasl_username,
+    ) else {
+        return Ok(None);
+    };
+    let mechanism = strata_client::SaslMechanism::parse(mechanism)
+        .context("inter_broker_sasl_mechanism must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")?;
+    let password = std::env::var("STRATA_INTER_BROKER_SASL_PASSWORD").context(
+        "inter_broker_sasl_mechanism needs the password in STRATA_INTER_BROKER_SASL_PASSWORD",
+    )?;
+    Ok(Some(strata_client::SaslCredentials {
+        mechanism,
+        username: username.clone(),
+        password,
+    }))
 }
 
 fn main() -> ExitCode {
@@ -825,6 +850,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             group_max_session_timeout: settings.group_max_session_timeout,
             offsets_commit_timeout: settings.offsets_commit_timeout,
             txn_marker_timeout: settings.txn_marker_timeout,
+            inter_broker_listener_name: settings.inter_broker_listener_name.clone(),
+            inter_broker_sasl: inter_broker_sasl(&settings)?,
             group_consumer_session_timeout: settings.group_consumer_session_timeout,
             group_consumer_heartbeat_interval: settings.group_consumer_heartbeat_interval,
             group_share_session_timeout: settings.group_share_session_timeout,

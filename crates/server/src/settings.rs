@@ -276,6 +276,17 @@ pub struct Settings {
     /// SASL_PLAINTEXT listener, so the ACLs decide what each user sees and may do (moves and
     /// drains need ALTER on CLUSTER). Unset (the default): the token login.
     pub console_sasl_mechanism: Option<String>,
+    /// The listener brokers send each other transaction markers and KIP-890 checks on
+    /// (Kafka's `inter.broker.listener.name`): a PLAINTEXT listener, or a SASL_PLAINTEXT one
+    /// with `inter_broker_sasl_mechanism` [default: the first PLAINTEXT listener, else the first
+    /// SASL_PLAINTEXT one when a login is set].
+    pub inter_broker_listener_name: Option<String>,
+    /// How brokers log in to each other on a SASL_PLAINTEXT inter-broker listener: PLAIN,
+    /// SCRAM-SHA-256 or SCRAM-SHA-512, as `inter_broker_sasl_username`, with the password in the
+    /// environment variable STRATA_INTER_BROKER_SASL_PASSWORD (never in a file or a flag). The
+    /// user needs CLUSTER_ACTION on the cluster under `authorizer = acl` [default: none].
+    pub inter_broker_sasl_mechanism: Option<String>,
+    pub inter_broker_sasl_username: Option<String>,
     /// Connections the HTTP endpoint serves at once. At the limit, the connection that has
     /// waited longest for its request is closed to make room, so idle clients cannot keep a
     /// health check waiting.
@@ -462,6 +473,9 @@ impl Default for Settings {
             metrics_token_file: None,
             console_listen: None,
             console_sasl_mechanism: None,
+            inter_broker_listener_name: None,
+            inter_broker_sasl_mechanism: None,
+            inter_broker_sasl_username: None,
             metrics_max_connections: 64,
             metrics_timeout: Duration::from_secs(5),
             group_lag_interval: Duration::from_secs(30),
@@ -1005,6 +1019,21 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
     (
         "STRATA_CONSOLE_SASL_MECHANISM",
         &["console_sasl_mechanism"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_INTER_BROKER_LISTENER_NAME",
+        &["inter_broker_listener_name"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_INTER_BROKER_SASL_MECHANISM",
+        &["inter_broker_sasl_mechanism"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_INTER_BROKER_SASL_USERNAME",
+        &["inter_broker_sasl_username"],
         Kind::Text,
     ),
     (
@@ -1896,6 +1925,7 @@ impl Settings {
                 );
             }
         }
+        self.check_inter_broker()?;
         // Sent to clients as 32-bit milliseconds; an interval not below the session would
         // expire members between two heartbeats.
         if self.group_consumer_session_timeout.is_zero()
@@ -2196,6 +2226,71 @@ impl Settings {
             key: key.to_string(),
             message,
         })
+    }
+
+    /// The inter-broker settings name a listener brokers can use, and a whole login.
+    fn check_inter_broker(&self) -> Result<(), SettingsError> {
+        use strata_broker::security::SecurityProtocol;
+        let bad = |key: &str, message: String| {
+            Err(SettingsError::Value {
+                key: key.to_string(),
+                message,
+            })
+        };
+        match (
+            &self.inter_broker_sasl_mechanism,
+            &self.inter_broker_sasl_username,
+        ) {
+            (Some(mechanism), Some(_)) => {
+                if strata_client::SaslMechanism::parse(mechanism).is_none() {
+                    return bad(
+                        "inter_broker_sasl_mechanism",
+                        "must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512".into(),
+                    );
+                }
+            }
+            (None, None) => {}
+            (Some(_), None) => {
+                return bad(
+                    "inter_broker_sasl_username",
+                    "is needed with inter_broker_sasl_mechanism".into(),
+                )
+            }
+            (None, Some(_)) => {
+                return bad(
+                    "inter_broker_sasl_mechanism",
+                    "is needed with inter_broker_sasl_username".into(),
+                )
+            }
+        }
+        let Some(name) = &self.inter_broker_listener_name else {
+            return Ok(());
+        };
+        let specs = self.listener_specs()?;
+        let Some(spec) = specs.iter().find(|s| &s.name == name) else {
+            return bad(
+                "inter_broker_listener_name",
+                format!("names no listener ({name})"),
+            );
+        };
+        match spec.protocol {
+            SecurityProtocol::Plaintext => Ok(()),
+            SecurityProtocol::SaslPlaintext if self.inter_broker_sasl_mechanism.is_some() => Ok(()),
+            SecurityProtocol::SaslPlaintext => bad(
+                "inter_broker_listener_name",
+                format!(
+                    "{name} is SASL_PLAINTEXT: set inter_broker_sasl_mechanism and \
+                     inter_broker_sasl_username (and STRATA_INTER_BROKER_SASL_PASSWORD)"
+                ),
+            ),
+            _ => bad(
+                "inter_broker_listener_name",
+                format!(
+                    "{name} uses TLS, which brokers cannot speak to each other yet: name a \
+                     PLAINTEXT or SASL_PLAINTEXT listener"
+                ),
+            ),
+        }
     }
 
     /// `sasl_enabled_mechanisms` as a list.
@@ -2809,6 +2904,60 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("group_consumer_session_timeout"), "{e}");
+    }
+
+    #[test]
+    fn inter_broker_settings_name_a_usable_listener_and_a_whole_login() {
+        let listeners = (
+            "STRATA_LISTENERS",
+            "P://127.0.0.1:0,S://127.0.0.1:0,T://127.0.0.1:0",
+        );
+        let map = (
+            "STRATA_LISTENER_SECURITY_PROTOCOL_MAP",
+            "P:PLAINTEXT,S:SASL_PLAINTEXT,T:SSL",
+        );
+        let tls = [
+            ("STRATA_SSL_CERTIFICATE", "/c.pem"),
+            ("STRATA_SSL_KEY", "/k.pem"),
+        ];
+        let load_env = |extra: &[(&str, &str)]| {
+            let mut vars = vec![listeners, map, tls[0], tls[1]];
+            vars.extend_from_slice(extra);
+            load(None, env(&vars), &FlagOverrides::default())
+        };
+        let login = [
+            ("STRATA_INTER_BROKER_SASL_MECHANISM", "SCRAM-SHA-512"),
+            ("STRATA_INTER_BROKER_SASL_USERNAME", "broker"),
+        ];
+        let (s, _) = load_env(&[("STRATA_INTER_BROKER_LISTENER_NAME", "P")]).unwrap();
+        assert_eq!(s.inter_broker_listener_name.as_deref(), Some("P"));
+        let mut with_login = login.to_vec();
+        with_login.push(("STRATA_INTER_BROKER_LISTENER_NAME", "S"));
+        let (s, _) = load_env(&with_login).unwrap();
+        assert_eq!(s.inter_broker_sasl_username.as_deref(), Some("broker"));
+        for (extra, key) in [
+            (
+                vec![("STRATA_INTER_BROKER_LISTENER_NAME", "S")],
+                "inter_broker_listener_name",
+            ),
+            (
+                vec![("STRATA_INTER_BROKER_LISTENER_NAME", "T")],
+                "inter_broker_listener_name",
+            ),
+            (
+                vec![("STRATA_INTER_BROKER_LISTENER_NAME", "Q")],
+                "inter_broker_listener_name",
+            ),
+            (vec![login[0]], "inter_broker_sasl_username"),
+            (vec![login[1]], "inter_broker_sasl_mechanism"),
+            (
+                vec![("STRATA_INTER_BROKER_SASL_MECHANISM", "GSSAPI"), login[1]],
+                "inter_broker_sasl_mechanism",
+            ),
+        ] {
+            let e = load_env(&extra).unwrap_err().to_string();
+            assert!(e.contains(key), "{extra:?}: {e}");
+        }
     }
 
     #[test]

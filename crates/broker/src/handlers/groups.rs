@@ -63,8 +63,9 @@ mod key_type {
 
 /// What a transactional producer is told by a broker that could not send transaction markers
 /// to other brokers (see `txn_markers.rs`).
-pub(crate) const TRANSACTIONS_NEED_PLAINTEXT: &str = "transactions need a PLAINTEXT listener: \
-    Strata brokers send each other transaction markers on one";
+pub(crate) const TRANSACTIONS_NEED_PLAINTEXT: &str = "transactions need an inter-broker \
+    listener (PLAINTEXT, or SASL_PLAINTEXT with inter_broker_sasl_mechanism): Strata brokers \
+    send each other transaction markers on it";
 
 /// FindCoordinator v0–v6. Every group is coordinated by this broker: it hosts every shard of
 /// `__consumer_offsets`. Any group id is accepted, the empty one included, as Kafka does (the
