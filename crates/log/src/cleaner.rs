@@ -492,6 +492,13 @@ async fn clean_pass(
         throttle.charge(bytes.len()).await;
         for batch in batches_of(&bytes)? {
             let h = batch.header();
+            // The first dirty segment starts below `cleaned_to`; what precedes it was mapped
+            // by earlier passes. Mapping it again would spend the map on it, and a segment
+            // holding more keys than the map would then never get past `cleaned_to` (Kafka's
+            // buildOffsetMap also starts at the first dirty offset).
+            if h.last_offset() < manifest.cleaned_to {
+                continue;
+            }
             if h.is_control()
                 || (h.is_transactional() && aborted.holds(h.producer_id, h.base_offset))
             {
@@ -502,7 +509,7 @@ async fn clean_pass(
                 continue;
             }
             let records = wire_clean::records(&batch, limit)?;
-            for r in &records {
+            for r in records.iter().filter(|r| r.offset >= manifest.cleaned_to) {
                 if let Some(key) = &r.key {
                     if !map.put(key, r.offset) {
                         mapped_end = mapped_end.max(r.offset);
