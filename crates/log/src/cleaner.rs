@@ -728,10 +728,17 @@ async fn write_and_swap(
     }
 
     let _serial = part.maintenance.lock().await;
-    let (current, version) = {
+    let (current, version, serving) = {
         let st = part.lock();
-        (st.manifest.clone(), st.manifest_version.clone())
+        (st.manifest.clone(), st.manifest_version.clone(), st.serving)
     };
+    // Handed over (or its topic deleted) while the pass read and wrote: the successor owns
+    // the manifest now, so recording the pass would fail and read as being deposed. The
+    // segments written are orphans the successor's collector removes.
+    if serving == Serving::Gone {
+        tracing::info!(partition = %part.tp, "cleaning pass dropped: the partition was handed over");
+        return Ok(false);
+    }
     // Retention, DeleteRecords or a new owner may have moved on while we read: every replaced
     // segment must still be listed, under our claim, with no other pass recorded.
     let still_listed = outputs.iter().all(|o| {
