@@ -492,6 +492,13 @@ async fn clean_pass(
         throttle.charge(bytes.len()).await;
         for batch in batches_of(&bytes)? {
             let h = batch.header();
+            // The first dirty segment starts below `cleaned_to`; what precedes it was mapped
+            // by earlier passes. Mapping it again would spend the map on it, and a segment
+            // holding more keys than the map would then never get past `cleaned_to` (Kafka's
+            // buildOffsetMap also starts at the first dirty offset).
+            if h.last_offset() < manifest.cleaned_to {
+                continue;
+            }
             if h.is_control()
                 || (h.is_transactional() && aborted.holds(h.producer_id, h.base_offset))
             {
@@ -502,7 +509,7 @@ async fn clean_pass(
                 continue;
             }
             let records = wire_clean::records(&batch, limit)?;
-            for r in &records {
+            for r in records.iter().filter(|r| r.offset >= manifest.cleaned_to) {
                 if let Some(key) = &r.key {
                     if !map.put(key, r.offset) {
                         mapped_end = mapped_end.max(r.offset);
@@ -721,10 +728,17 @@ async fn write_and_swap(
     }
 
     let _serial = part.maintenance.lock().await;
-    let (current, version) = {
+    let (current, version, serving) = {
         let st = part.lock();
-        (st.manifest.clone(), st.manifest_version.clone())
+        (st.manifest.clone(), st.manifest_version.clone(), st.serving)
     };
+    // Handed over (or its topic deleted) while the pass read and wrote: the successor owns
+    // the manifest now, so recording the pass would fail and read as being deposed. The
+    // segments written are orphans the successor's collector removes.
+    if serving == Serving::Gone {
+        tracing::info!(partition = %part.tp, "cleaning pass dropped: the partition was handed over");
+        return Ok(false);
+    }
     // Retention, DeleteRecords or a new owner may have moved on while we read: every replaced
     // segment must still be listed, under our claim, with no other pass recorded.
     let still_listed = outputs.iter().all(|o| {

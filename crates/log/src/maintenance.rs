@@ -81,8 +81,13 @@ pub(crate) async fn on_failure(
     what: &str,
     error: &LogError,
 ) {
+    // A partition we handed over (or whose topic was deleted) has a successor by design: a
+    // task that was still working on it when it left is not a sign of being deposed.
+    let gone = part.lock().serving == Serving::Gone;
     let deposed = match error {
-        LogError::Fenced => matches!(resync_manifest(shared, part).await, Err(LogError::Fenced)),
+        LogError::Fenced if !gone => {
+            matches!(resync_manifest(shared, part).await, Err(LogError::Fenced))
+        }
         _ => false,
     };
     if deposed {

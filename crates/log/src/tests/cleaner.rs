@@ -438,6 +438,41 @@ async fn a_map_smaller_than_the_key_set_converges_over_several_passes() {
     assert_eq!(stats.records_removed, 60);
 }
 
+/// One segment holding more keys than the map: each pass must map from where the last one
+/// stopped, not from the segment's start (which filled the map with the same keys every time
+/// and never moved `cleaned_to`, found end to end by
+/// `a_consumer_reading_from_offset_0_during_cleaning_sees_every_latest_value`).
+#[tokio::test]
+async fn a_segment_with_more_keys_than_the_map_is_cleaned_over_several_passes() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let config = LogConfig {
+        cleaner_threads: 0,
+        // Nine keys a pass.
+        cleaner_dedupe_buffer_bytes: 10 * crate::cleaner::SLOT_BYTES,
+        // One segment for all 90 records.
+        segment_bytes: 1 << 20,
+        ..config()
+    };
+    let log = open_with_clock(&store, SystemClock::shared(), config).await;
+    log.create_topic("c", Some(1), compact_topic(&[]), false)
+        .await
+        .unwrap();
+    let appended = updates(&log, 90, 30, 0).await;
+    log.compact_now(&tp("c", 0)).await.unwrap();
+    let mut passes = 0;
+    loop {
+        let read = read_all(&log, 0).await;
+        let keys: std::collections::BTreeSet<&String> = read.iter().map(|(_, k, _)| k).collect();
+        if keys.len() == read.len() {
+            break;
+        }
+        assert!(log.clean_now(&tp("c", 0)).await.unwrap());
+        passes += 1;
+        assert!(passes < 20, "the cleaner does not converge");
+    }
+    assert_eq!(survivors(&read_all(&log, 0).await), latest(&appended));
+}
+
 #[tokio::test]
 async fn a_deposed_owners_pass_fails_at_its_manifest_and_its_segments_are_collected() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
