@@ -232,10 +232,7 @@ async fn route(
             produce::Outcome::CloseConnection => Ok(Reply::Close),
         },
         RequestKind::Fetch(r) => {
-            let (frame, mute) = fetch::handle(broker, r, ctx, |bytes| {
-                throttle(broker, ctx, QuotaKind::Fetch, bytes)
-            })
-            .await?;
+            let (frame, mute) = fetch::handle(broker, r, ctx).await?;
             Ok(throttled(Some(frame), mute))
         }
         RequestKind::ListOffsets(r) => reply(ctx, &list_offsets::handle(broker, r, ctx).await),
