@@ -628,7 +628,7 @@ pub fn render(snapshot: &Snapshot) -> String {
     out.family(
         "strata_authentications_total",
         "counter",
-        "Authentication attempts by mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, TLS, other) and result (success or the failure reason).",
+        "Authentication attempts by mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, TLS, other) and result (success, reauthenticated or the failure reason).",
     );
     for (mechanism, result, count) in &snapshot.authentications {
         out.sample(
