@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """ACLs against a Strata broker with Python's confluent-kafka client, over SASL_PLAINTEXT.
 
-Every command takes --bootstrap, --mechanism, --user and --password (the principal it acts as).
+Every command takes --bootstrap, --mechanism, --user and --password (the principal it acts as);
+or --protocol SSL with --ca, --cert and --key, acting as the client certificate's principal.
 
   add-acl --principal P --resource topic|group --name N [--pattern literal|prefixed]
           --operation OP [--deny]
@@ -39,6 +40,15 @@ REFUSED = 3
 
 
 def config(args):
+    if args.protocol == "SSL":
+        # The principal is the client certificate's, mapped by the broker's rules.
+        return {
+            "bootstrap.servers": args.bootstrap,
+            "security.protocol": "SSL",
+            "ssl.ca.location": args.ca,
+            "ssl.certificate.location": args.cert,
+            "ssl.key.location": args.key,
+        }
     return {
         "bootstrap.servers": args.bootstrap,
         "security.protocol": "SASL_PLAINTEXT",
@@ -133,8 +143,12 @@ def main():
     parser.add_argument("command", choices=["add-acl", "produce", "consume", "topics"])
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--mechanism", default="SCRAM-SHA-512")
-    parser.add_argument("--user", required=True)
-    parser.add_argument("--password", required=True)
+    parser.add_argument("--user", default="")
+    parser.add_argument("--password", default="")
+    parser.add_argument("--protocol", default="SASL_PLAINTEXT", choices=["SASL_PLAINTEXT", "SSL"])
+    parser.add_argument("--ca")
+    parser.add_argument("--cert")
+    parser.add_argument("--key")
     parser.add_argument("--principal")
     parser.add_argument("--resource", default="topic")
     parser.add_argument("--name")

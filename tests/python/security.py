@@ -12,11 +12,22 @@ Commands (all take --bootstrap, --protocol SASL_PLAINTEXT|SASL_SSL|SSL, --mechan
   alter-user --new-user U --new-password P
                          create U (SCRAM-SHA-512) with AdminClient.alter_user_scram_credentials,
                          then check describe_user_scram_credentials lists it
+  tls-refused            exit 0 when the client gets no Metadata answer and reports a TLS or
+                         transport error (a refused client certificate), 1 otherwise
+  served-cert            open a TLS connection (Python's ssl module, checked against --ca) and
+                         print the SHA-256 of the certificate the broker serves
+  hold                   open a TLS connection, send ApiVersions, print `served SHA256`, then
+                         on each line of input send ApiVersions again on the same connection
+                         and print `answered`; exit 0 at the end of input
 
 Exits 2 when confluent-kafka is not installed. Run by tests/tests/security.rs.
 """
 
 import argparse
+import hashlib
+import socket
+import ssl
+import struct
 import sys
 import time
 
@@ -144,9 +155,79 @@ def alter_user(args):
     return 0
 
 
+def tls_refused(args):
+    errors = []
+    admin = AdminClient({**config(args), "error_cb": errors.append})
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while time.monotonic() < deadline and not errors:
+        try:
+            admin.list_topics(timeout=1)
+            print("the broker answered Metadata to a client that should have been refused", file=sys.stderr)
+            return 1
+        except Exception:  # a timeout while the client reports its failure
+            admin.poll(0.1)
+    codes = {KafkaError._SSL, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN}
+    refusals = [str(e) for e in errors if e.code() in codes]
+    if refusals:
+        print(f"refused: {refusals[0]}")
+        return 0
+    print(f"no TLS or transport error; errors {errors}", file=sys.stderr)
+    return 1
+
+
+def tls_socket(args):
+    host, port = args.bootstrap.rsplit(":", 1)
+    context = ssl.create_default_context(cafile=args.ca)
+    if args.cert:
+        context.load_cert_chain(args.cert, args.key)
+    raw = socket.create_connection((host, int(port)), timeout=DEADLINE_SECONDS)
+    return context.wrap_socket(raw, server_hostname=host)
+
+
+def served_cert(args):
+    with tls_socket(args) as connection:
+        print(hashlib.sha256(connection.getpeercert(binary_form=True)).hexdigest())
+    return 0
+
+
+def read_exactly(connection, size):
+    data = b""
+    while len(data) < size:
+        chunk = connection.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("closed by the broker")
+        data += chunk
+    return data
+
+
+def api_versions(connection, correlation_id):
+    client_id = b"hold"
+    body = struct.pack(">hhih", 18, 0, correlation_id, len(client_id)) + client_id
+    connection.sendall(struct.pack(">i", len(body)) + body)
+    (size,) = struct.unpack(">i", read_exactly(connection, 4))
+    response = read_exactly(connection, size)
+    got_id, error_code = struct.unpack(">ih", response[:6])
+    if got_id != correlation_id or error_code != 0:
+        raise RuntimeError(f"ApiVersions answered {got_id} {error_code}")
+
+
+def hold(args):
+    with tls_socket(args) as connection:
+        api_versions(connection, 1)
+        digest = hashlib.sha256(connection.getpeercert(binary_form=True)).hexdigest()
+        print(f"served {digest}", flush=True)
+        for i, _ in enumerate(sys.stdin):
+            api_versions(connection, i + 2)
+            print("answered", flush=True)
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=["round-trip", "refused", "login", "alter-user"])
+    parser.add_argument(
+        "command",
+        choices=["round-trip", "refused", "login", "alter-user", "tls-refused", "served-cert", "hold"],
+    )
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--protocol", default="SASL_PLAINTEXT")
     parser.add_argument("--mechanism", default="SCRAM-SHA-512")
@@ -159,7 +240,15 @@ def main():
     parser.add_argument("--new-user")
     parser.add_argument("--new-password")
     args = parser.parse_args()
-    handlers = {"round-trip": round_trip, "refused": refused, "login": login, "alter-user": alter_user}
+    handlers = {
+        "round-trip": round_trip,
+        "refused": refused,
+        "login": login,
+        "alter-user": alter_user,
+        "tls-refused": tls_refused,
+        "served-cert": served_cert,
+        "hold": hold,
+    }
     sys.exit(handlers[args.command](args))
 
 

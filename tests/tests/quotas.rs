@@ -265,3 +265,106 @@ fn the_metrics_endpoint_wants_its_token_and_health_does_not() {
     let health = http_get(address, "/health", "");
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");
 }
+
+/// An over-quota Fetch as Kafka answers it, end to end: a fetch reads at most what the quota
+/// allows over its window, one that would go over is answered with `throttle_time_ms` and
+/// no partitions, and librdkafka, fetching under the same quota, still reads every record
+/// (the bound keeps a large fetch from being over the quota on its own every time).
+#[test]
+fn an_over_quota_fetch_is_answered_empty_and_a_consumer_still_reads_everything() {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::Message;
+
+    // Three one-second windows: a fetch reads at most 2 × 256 KiB.
+    let broker = StrataProcess::start_with(
+        StrataOptions::default()
+            .with_args(["--metrics-listen", "127.0.0.1:0"])
+            .with_config("quota_window_num = 3\nquota_window_size = \"1s\"\n"),
+    );
+    let bootstrap = broker.bootstrap();
+    let mut raw = RawConnection::connect(broker.addr());
+    let batch = encode_batch(
+        &[BatchRecord::new(b"k", &vec![b'z'; 128 * 1024])],
+        0,
+        Codec::None,
+    );
+    for _ in 0..8 {
+        let response = raw.request(9, &produce_request("metered", 0, batch.clone()));
+        let partition = produce_partition_response(response, "metered", 0);
+        assert_eq!(partition.error_code, 0, "{partition:?}");
+    }
+    strata(&[
+        "quotas",
+        "alter",
+        "--client-id-default",
+        "--set",
+        "consumer_byte_rate=262144",
+        "--bootstrap-server",
+        &bootstrap,
+    ])
+    .assert_success("strata quotas alter");
+
+    let fetch = |raw: &mut RawConnection| -> FetchResponse {
+        let request = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_bytes(50 << 20)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_static_str("metered")))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_fetch_offset(0)
+                    .with_current_leader_epoch(-1)
+                    .with_log_start_offset(-1)
+                    .with_partition_max_bytes(50 << 20)])]);
+        raw.request(12, &request)
+    };
+    let first = fetch(&mut raw);
+    let bytes: usize = first
+        .responses
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+        .sum();
+    assert!(
+        bytes > 0 && bytes <= 3 * (128 * 1024 + 100),
+        "a fetch reads at most the quota's window (512 KiB) but whole batches: {bytes}"
+    );
+    assert_eq!(first.throttle_time_ms, 0);
+    let second = fetch(&mut raw);
+    assert!(second.throttle_time_ms > 0, "{}", second.throttle_time_ms);
+    assert!(second.responses.is_empty(), "over the quota: no partitions");
+
+    let mut config = strata_tests::clients::base_config(&bootstrap);
+    config
+        .set("group.id", "metered-reader")
+        .set("enable.auto.commit", "false");
+    let consumer: BaseConsumer<strata_tests::clients::TestContext> = config
+        .create_with_context(strata_tests::clients::TestContext)
+        .unwrap();
+    let mut offsets = rdkafka::TopicPartitionList::new();
+    offsets
+        .add_partition_offset("metered", 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    consumer.assign(&offsets).unwrap();
+    let mut read = 0;
+    wait_until(
+        "librdkafka reads all 8 records under the quota",
+        DEADLINE,
+        || {
+            if let Some(message) = consumer.poll(Duration::from_millis(100)) {
+                let message = message.expect("a record, not an error");
+                assert_eq!(message.payload().map(<[u8]>::len), Some(128 * 1024));
+                read += 1;
+            }
+            (read == 8).then_some(())
+        },
+    );
+    assert!(
+        metric(
+            &broker,
+            "strata_quota_throttled_responses_total{kind=\"fetch\"}"
+        ) >= 1.0
+    );
+}

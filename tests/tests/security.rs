@@ -161,6 +161,85 @@ impl Certificates {
     fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
+
+    fn openssl(&self, args: &[&str]) {
+        let mut command = Command::new("openssl");
+        command.args(args).current_dir(self.dir.path());
+        run_with_deadline(command, b"", CLIENT_DEADLINE).assert_success(&args.join(" "));
+    }
+
+    /// A new self-signed CA, `NAME.pem` and `NAME.key`.
+    fn ca(&self, name: &str) {
+        let (key, pem, subject) = (
+            format!("{name}.key"),
+            format!("{name}.pem"),
+            format!("/CN={name}"),
+        );
+        self.openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &pem,
+            "-days",
+            "2",
+            "-subj",
+            &subject,
+        ]);
+    }
+
+    /// `NAME.pem` with `subject` (openssl's `/O=../CN=..` form), signed by CA `ca`, with the
+    /// key `key` (made if it does not exist) and the extensions in `extfile` (default: a
+    /// client certificate's).
+    fn signed(&self, name: &str, subject: &str, ca: &str, key: &str, extfile: Option<&str>) {
+        let csr = format!("{name}.csr");
+        let mut request = vec!["req", "-new", "-subj", subject, "-out", &csr];
+        let key_path = self.path(key);
+        if key_path.exists() {
+            request.extend(["-key", key]);
+        } else {
+            request.extend([
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+                key,
+            ]);
+        }
+        self.openssl(&request);
+        let (ca_pem, ca_key, pem) = (
+            format!("{ca}.pem"),
+            format!("{ca}.key"),
+            format!("{name}.pem"),
+        );
+        let mut sign = vec![
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &ca_pem,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-out",
+            &pem,
+            "-days",
+            "2",
+        ];
+        // Extensions make it an X.509 v3 certificate: WebPKI refuses v1 ones.
+        std::fs::write(self.path("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+        sign.extend(["-extfile", extfile.unwrap_or("client.ext")]);
+        self.openssl(&sign);
+    }
 }
 
 /// A broker on `storage` with a PLAINTEXT, a SASL_PLAINTEXT and (with `certs`) a SASL_SSL
@@ -1005,4 +1084,606 @@ fn the_console_logs_users_in_as_kafka_users_and_the_acls_decide() {
     assert_eq!(status, 403, "{json}");
     let (status, json) = undrain(admin);
     assert_eq!(status, 400, "past authorisation: {json}");
+}
+
+// ----- mTLS: client certificates, the principal mapping rules, reloading -----
+
+/// `strata serve` arguments for an SSL listener (and a PLAINTEXT one) serving `certs`'s
+/// server certificate, asking clients for certificates as `client_auth` says.
+fn mtls_args(certs: &Certificates, client_auth: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--listeners",
+        "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--ssl-client-auth",
+        client_auth,
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    for (flag, file) in [
+        ("--ssl-certificate", "server.pem"),
+        ("--ssl-key", "server.key"),
+        ("--ssl-truststore", "ca.pem"),
+    ] {
+        args.push(flag.to_string());
+        args.push(certs.path(file).display().to_string());
+    }
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args
+}
+
+/// acls.py COMMAND over the SSL listener with the client certificate `NAME.pem`.
+fn acls_py_tls(
+    command: &str,
+    bootstrap: &str,
+    certs: &Certificates,
+    name: &str,
+    args: &[&str],
+) -> Finished {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/acls.py");
+    let mut python = Command::new("python3");
+    python
+        .arg(&script)
+        .arg(command)
+        .args(["--bootstrap", bootstrap, "--protocol", "SSL", "--ca"])
+        .arg(certs.path("ca.pem"))
+        .arg("--cert")
+        .arg(certs.path(&format!("{name}.pem")))
+        .arg("--key")
+        .arg(certs.path(&format!("{name}.key")))
+        .args(args);
+    run_with_deadline(python, b"", CLIENT_DEADLINE)
+}
+
+/// security.py COMMAND over the SSL listener, with the client certificate `NAME.pem` if any.
+fn security_py_tls(
+    command: &str,
+    bootstrap: &str,
+    certs: &Certificates,
+    cert: Option<&str>,
+    args: &[&str],
+) -> Finished {
+    let ca = certs.path("ca.pem").display().to_string();
+    let mut all = vec!["--bootstrap", bootstrap, "--protocol", "SSL", "--ca", &ca];
+    let paths = cert.map(|name| {
+        (
+            certs.path(&format!("{name}.pem")).display().to_string(),
+            certs.path(&format!("{name}.key")).display().to_string(),
+        )
+    });
+    if let Some((pem, key)) = &paths {
+        all.extend(["--cert", pem, "--key", key]);
+    }
+    all.extend(args);
+    python(command, &all)
+}
+
+/// `ssl_client_auth = required`: a client whose certificate the truststore's CA signed is
+/// `User:<mapped subject>` (`CN=Alice,OU=eng,O=Acme` → `alice` through the rule), which is
+/// what the ACLs see: refused before an ACL names `User:alice`, producing and consuming
+/// after. A client without a certificate, and one whose certificate another CA signed, are
+/// refused at the handshake; a certificate no rule maps is refused after it.
+#[test]
+fn mtls_required_maps_the_certificate_subject_to_the_principal_acls_see() {
+    let certs = Certificates::make();
+    certs.signed("alice", "/O=Acme/OU=eng/CN=Alice", "ca", "alice.key", None);
+    certs.signed("carol", "/O=Other/CN=carol", "ca", "carol.key", None);
+    certs.ca("rogue-ca");
+    certs.signed(
+        "mallory",
+        "/O=Acme/OU=eng/CN=Alice",
+        "rogue-ca",
+        "mallory.key",
+        None,
+    );
+    let storage = SharedStorage::new();
+    let broker = StrataProcess::start_with(
+        StrataOptions::default()
+            .with_storage_url(storage.url())
+            .with_args(mtls_args(
+                &certs,
+                "required",
+                &[
+                    "--ssl-principal-mapping-rules",
+                    "RULE:^CN=([^,]+),OU=eng,O=Acme$/$1/L",
+                    "--authorizer",
+                    "acl",
+                    "--super-users",
+                    "User:ANONYMOUS",
+                ],
+            )),
+    );
+    let tls = listener_addr(&broker, "SSL").to_string();
+    let plaintext = listener_addr(&broker, "PLAINTEXT").to_string();
+
+    let refused = acls_py_tls("produce", &tls, &certs, "alice", &["--topic", "orders"]);
+    assert_eq!(refused.status.code(), Some(REFUSED), "{refused:?}");
+    acls_command(
+        &plaintext,
+        &[
+            "add",
+            "--principal",
+            "User:alice",
+            "--topic",
+            "orders",
+            "--pattern",
+            "prefixed",
+            "--operation",
+            "ALL",
+        ],
+    )
+    .assert_success("strata acls add for User:alice");
+    // security.py's consumer names a group (it only assigns, but librdkafka looks it up).
+    acls_command(
+        &plaintext,
+        &[
+            "add",
+            "--principal",
+            "User:alice",
+            "--group",
+            "security-test",
+            "--operation",
+            "READ",
+        ],
+    )
+    .assert_success("strata acls add for alice's group");
+    acls_py_tls("produce", &tls, &certs, "alice", &["--topic", "orders"])
+        .assert_success("alice produces with her certificate once User:alice may");
+    security_py_tls(
+        "round-trip",
+        &tls,
+        &certs,
+        Some("alice"),
+        &["--topic", "orders-rt"],
+    )
+    .assert_success("alice's round trip over SSL");
+    let successes = metric(
+        &broker,
+        r#"strata_authentications_total{mechanism="TLS",result="success"}"#,
+    );
+    assert!(successes >= 1.0, "{successes}");
+
+    let handshakes = |broker: &StrataProcess| {
+        metric(
+            broker,
+            r#"strata_authentications_total{mechanism="TLS",result="tls_handshake"}"#,
+        )
+    };
+    let before = handshakes(&broker);
+    security_py_tls("tls-refused", &tls, &certs, None, &[])
+        .assert_success("a client without a certificate is refused");
+    security_py_tls("tls-refused", &tls, &certs, Some("mallory"), &[])
+        .assert_success("a certificate from another CA is refused");
+    let after = handshakes(&broker);
+    assert!(after >= before + 2.0, "{before} -> {after}");
+
+    security_py_tls("tls-refused", &tls, &certs, Some("carol"), &[])
+        .assert_success("a certificate no mapping rule matches is refused");
+    assert!(
+        metric(
+            &broker,
+            r#"strata_authentications_total{mechanism="TLS",result="principal_mapping"}"#
+        ) >= 1.0
+    );
+}
+
+/// `ssl_client_auth = requested`: a client without a certificate connects as
+/// `User:ANONYMOUS` (a super user here, so it produces), one with a certificate as its
+/// subject (DEFAULT rule: the whole RFC 2253 subject), refused without an ACL.
+#[test]
+fn mtls_requested_lets_clients_without_a_certificate_in_as_anonymous() {
+    let certs = Certificates::make();
+    certs.signed("alice", "/O=Acme/CN=alice", "ca", "alice.key", None);
+    let storage = SharedStorage::new();
+    let broker = StrataProcess::start_with(
+        StrataOptions::default()
+            .with_storage_url(storage.url())
+            .with_args(mtls_args(
+                &certs,
+                "requested",
+                &["--authorizer", "acl", "--super-users", "User:ANONYMOUS"],
+            )),
+    );
+    let tls = listener_addr(&broker, "SSL").to_string();
+    security_py_tls("round-trip", &tls, &certs, None, &["--topic", "anonymous"])
+        .assert_success("a client without a certificate, as User:ANONYMOUS");
+    let refused = acls_py_tls("produce", &tls, &certs, "alice", &["--topic", "anonymous"]);
+    assert_eq!(refused.status.code(), Some(REFUSED), "{refused:?}");
+    let plaintext = listener_addr(&broker, "PLAINTEXT").to_string();
+    acls_command(
+        &plaintext,
+        &[
+            "add",
+            "--principal",
+            "User:CN=alice,O=Acme",
+            "--topic",
+            "anonymous",
+            "--operation",
+            "WRITE",
+        ],
+    )
+    .assert_success("strata acls add for the certificate's subject");
+    acls_py_tls("produce", &tls, &certs, "alice", &["--topic", "anonymous"])
+        .assert_success("alice's certificate is User:CN=alice,O=Acme");
+}
+
+/// A replaced certificate is served to new connections within `ssl_reload_interval` while
+/// a connection opened before keeps working; a file that does not load is counted and the
+/// previous certificate kept.
+#[test]
+fn a_replaced_certificate_is_served_to_new_connections_and_old_ones_keep_going() {
+    use std::io::{BufRead, BufReader, Write};
+
+    let certs = Certificates::make();
+    // The renewed certificate keeps the key, as a renewal usually does.
+    certs.signed(
+        "renewed",
+        "/CN=localhost",
+        "ca",
+        "server.key",
+        Some("san.ext"),
+    );
+    let storage = SharedStorage::new();
+    let broker = StrataProcess::start_with(
+        StrataOptions::default()
+            .with_storage_url(storage.url())
+            .with_args(mtls_args(
+                &certs,
+                "none",
+                &["--ssl-reload-interval", "200ms"],
+            )),
+    );
+    let tls = listener_addr(&broker, "SSL").to_string();
+    let served = || {
+        let out = security_py_tls("served-cert", &tls, &certs, None, &[]);
+        out.assert_success("served-cert");
+        out.stdout.trim().to_string()
+    };
+    let digest_of = |name: &str| {
+        let mut command = Command::new("openssl");
+        command
+            .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
+            .arg(certs.path(name));
+        let out = run_with_deadline(command, b"", CLIENT_DEADLINE);
+        out.assert_success("openssl x509 -fingerprint");
+        // `sha256 Fingerprint=AB:CD:...`
+        out.stdout
+            .trim()
+            .rsplit('=')
+            .next()
+            .unwrap_or_default()
+            .replace(':', "")
+            .to_ascii_lowercase()
+    };
+    let original = served();
+    assert_eq!(original, digest_of("server.pem"));
+
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/security.py");
+    let mut held = Command::new("python3")
+        .arg(&script)
+        .args(["hold", "--bootstrap", &tls, "--ca"])
+        .arg(certs.path("ca.pem"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    let out = BufReader::new(held.stdout.take().unwrap());
+    std::thread::spawn(move || {
+        for line in out.lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let first = lines
+        .recv_timeout(CLIENT_DEADLINE)
+        .expect("the held connection's first answer");
+    assert_eq!(first, format!("served {original}"));
+
+    // A broken certificate file: counted, and the old certificate still served.
+    let pem = std::fs::read(certs.path("server.pem")).unwrap();
+    std::fs::write(
+        certs.path("server.pem"),
+        b"-----BEGIN CERTIFICATE-----\nnot base64\n",
+    )
+    .unwrap();
+    strata_tests::wait::wait_until("the broken file is seen", CLIENT_DEADLINE, || {
+        (metric(&broker, r#"strata_tls_reloads_total{result="error"}"#) >= 1.0).then_some(())
+    });
+    assert_eq!(served(), original);
+    std::fs::write(certs.path("server.pem"), pem).unwrap();
+
+    // Renewed: swapped in by rename, as deployment tools do.
+    std::fs::copy(certs.path("renewed.pem"), certs.path("renewed.tmp")).unwrap();
+    std::fs::rename(certs.path("renewed.tmp"), certs.path("server.pem")).unwrap();
+    let renewed = digest_of("renewed.pem");
+    assert_ne!(renewed, original);
+    strata_tests::wait::wait_until(
+        "new connections get the renewed certificate",
+        CLIENT_DEADLINE,
+        || (served() == renewed).then_some(()),
+    );
+    assert!(metric(&broker, r#"strata_tls_reloads_total{result="success"}"#) >= 1.0);
+
+    let mut stdin = held.stdin.take().unwrap();
+    stdin.write_all(b"again\n").unwrap();
+    stdin.flush().unwrap();
+    let again = lines
+        .recv_timeout(CLIENT_DEADLINE)
+        .expect("the held connection's second answer");
+    assert_eq!(
+        again, "answered",
+        "the connection opened before the swap still works"
+    );
+    drop(stdin);
+    let finished = strata_tests::wait::wait_until("the held client exits", CLIENT_DEADLINE, || {
+        held.try_wait().ok().flatten()
+    });
+    assert!(finished.success(), "{finished}");
+
+    security_py_tls("round-trip", &tls, &certs, None, &["--topic", "renewed"])
+        .assert_success("confluent-kafka round trip against the renewed certificate");
+}
+
+// ----- OAUTHBEARER and re-authentication (KIP-368) -----
+
+/// tests/python/oauth.py COMMAND with the keys in `keys` and these arguments.
+fn oauth_py(command: &str, keys: &Path, args: &[&str]) -> Finished {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/oauth.py");
+    let mut python = Command::new("python3");
+    python
+        .arg(&script)
+        .arg(command)
+        .arg("--dir")
+        .arg(keys)
+        .args(args);
+    run_with_deadline(python, b"", CLIENT_DEADLINE)
+}
+
+/// A broker with PLAINTEXT and SASL_PLAINTEXT listeners offering OAUTHBEARER (tokens checked
+/// against `keys/jwks.json`, issuer `https://issuer.test`, audience `strata`) and
+/// SCRAM-SHA-512, the ACLs on (`User:ANONYMOUS` a super user), and `extra` arguments.
+fn oauth_broker(storage: &SharedStorage, keys: &Path, extra: &[&str]) -> StrataProcess {
+    let jwks = keys.join("jwks.json").display().to_string();
+    let mut args = vec![
+        "--listeners",
+        "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--sasl-enabled-mechanisms",
+        "OAUTHBEARER,SCRAM-SHA-512",
+        "--sasl-oauthbearer-jwks-file",
+        &jwks,
+        "--sasl-oauthbearer-expected-issuer",
+        "https://issuer.test",
+        "--sasl-oauthbearer-expected-audience",
+        "strata",
+        "--authorizer",
+        "acl",
+        "--super-users",
+        "User:ANONYMOUS",
+    ];
+    args.extend(extra);
+    StrataProcess::start_with(
+        StrataOptions::default()
+            .with_storage_url(storage.url())
+            .with_args(args.iter().map(|a| a.to_string()).collect::<Vec<_>>()),
+    )
+}
+
+fn allow_topic_and_group(plaintext: &str, principal: &str, topic: &str, group: &str) {
+    acls_command(
+        plaintext,
+        &[
+            "add",
+            "--principal",
+            principal,
+            "--topic",
+            topic,
+            "--operation",
+            "ALL",
+        ],
+    )
+    .assert_success("strata acls add (topic)");
+    acls_command(
+        plaintext,
+        &[
+            "add",
+            "--principal",
+            principal,
+            "--group",
+            group,
+            "--operation",
+            "READ",
+        ],
+    )
+    .assert_success("strata acls add (group)");
+}
+
+/// OAUTHBEARER with confluent-kafka's `oauth_cb`: RS256 and ES256 tokens signed by keys of
+/// the JWKS log in as `User:<sub>` (the only principal the ACLs let write the topic); an
+/// expired token, one for another audience and one from another issuer are refused with an
+/// authentication error.
+#[test]
+fn oauthbearer_tokens_signed_by_a_jwks_key_log_in_as_their_subject() {
+    let keys = tempfile::Builder::new()
+        .prefix("strata-oauth-")
+        .tempdir()
+        .unwrap();
+    oauth_py("keys", keys.path(), &[]).assert_success("oauth.py keys");
+    let storage = SharedStorage::new();
+    let broker = oauth_broker(&storage, keys.path(), &[]);
+    let sasl = listener_addr(&broker, "SASL_PLAINTEXT").to_string();
+    let plaintext = listener_addr(&broker, "PLAINTEXT").to_string();
+    allow_topic_and_group(&plaintext, "User:alice", "oauth", "oauth-test");
+
+    for alg in ["RS256", "ES256"] {
+        oauth_py(
+            "round-trip",
+            keys.path(),
+            &[
+                "--bootstrap",
+                &sasl,
+                "--alg",
+                alg,
+                "--sub",
+                "alice",
+                "--topic",
+                "oauth",
+            ],
+        )
+        .assert_success(&format!("{alg} round trip as alice"));
+    }
+    assert!(
+        metric(
+            &broker,
+            r#"strata_authentications_total{mechanism="OAUTHBEARER",result="success"}"#
+        ) >= 2.0
+    );
+
+    for (what, args) in [
+        ("an expired token", vec!["--expires-in", "-600"]),
+        (
+            "a token for another audience",
+            vec!["--aud", "someone-else"],
+        ),
+        (
+            "a token from another issuer",
+            vec!["--iss", "https://evil.test"],
+        ),
+    ] {
+        let mut all = vec!["--bootstrap", sasl.as_str(), "--sub", "alice"];
+        all.extend(args);
+        let refused = oauth_py("refused", keys.path(), &all);
+        refused.assert_success(what);
+        assert!(
+            refused.stdout.contains("invalid_token"),
+            "{what}: {}",
+            refused.stdout
+        );
+    }
+    assert!(
+        metric(
+            &broker,
+            r#"strata_authentications_total{mechanism="OAUTHBEARER",result="invalid_token"}"#
+        ) >= 3.0
+    );
+}
+
+/// KIP-368 with confluent-kafka: sessions last 2s (`connections_max_reauth`), or less when
+/// the OAUTHBEARER token expires sooner; the producer logs in again on its connection as
+/// they run out and keeps delivering for several lifetimes, and no connection is closed
+/// for an expired session.
+#[test]
+fn a_producer_keeps_working_across_session_lifetimes_by_reauthenticating() {
+    let keys = tempfile::Builder::new()
+        .prefix("strata-oauth-")
+        .tempdir()
+        .unwrap();
+    oauth_py("keys", keys.path(), &[]).assert_success("oauth.py keys");
+    let storage = SharedStorage::new();
+    let broker = oauth_broker(&storage, keys.path(), &["--connections-max-reauth", "2s"]);
+    let sasl = listener_addr(&broker, "SASL_PLAINTEXT").to_string();
+    let plaintext = listener_addr(&broker, "PLAINTEXT").to_string();
+    allow_topic_and_group(&plaintext, "User:alice", "reauth", "oauth-test");
+
+    oauth_py(
+        "keep-producing",
+        keys.path(),
+        &[
+            "--bootstrap",
+            &sasl,
+            "--sub",
+            "alice",
+            "--topic",
+            "reauth",
+            // Tokens for 30s: the 2s session, not the token, sets the lifetime.
+            "--lifetime",
+            "30",
+            "--records",
+            "8",
+            "--pause",
+            "1",
+        ],
+    )
+    .assert_success("keep producing across session lifetimes");
+    let reauthenticated = metric(
+        &broker,
+        r#"strata_authentications_total{mechanism="OAUTHBEARER",result="reauthenticated"}"#,
+    );
+    assert!(reauthenticated >= 2.0, "{reauthenticated}");
+    assert_eq!(
+        metric(
+            &broker,
+            r#"strata_authentications_total{mechanism="other",result="session_expired"}"#
+        ),
+        0.0
+    );
+}
+
+/// SaslAuthenticate v1+ tells the session's lifetime; a connection that does not log in
+/// again before it ends is closed on its next request, as Kafka closes it; with
+/// `connections_max_reauth` off the lifetime is 0 and the session does not end.
+#[test]
+fn an_expired_session_that_did_not_reauthenticate_is_closed_on_its_next_request() {
+    use kafka_protocol::messages::SaslAuthenticateRequest;
+
+    let storage = SharedStorage::new();
+    create_user(storage.url(), "erin", "erin-secret", "SCRAM-SHA-512");
+    let login = |addr: SocketAddr| {
+        let mut raw = RawConnection::connect(addr);
+        let mut handshake = SaslHandshakeRequest::default();
+        handshake.mechanism = StrBytes::from_static_str("PLAIN");
+        assert_eq!(raw.request(1, &handshake).error_code, 0);
+        let mut authenticate = SaslAuthenticateRequest::default();
+        authenticate.auth_bytes = bytes::Bytes::from_static(b"\0erin\0erin-secret");
+        let response = raw.request(2, &authenticate);
+        assert_eq!(response.error_code, 0, "{response:?}");
+        (raw, response.session_lifetime_ms)
+    };
+
+    let broker = StrataProcess::start_with(
+        StrataOptions::default()
+            .with_storage_url(storage.url())
+            .with_args([
+                "--listeners",
+                "SASL_PLAINTEXT://127.0.0.1:0",
+                "--metrics-listen",
+                "127.0.0.1:0",
+                "--connections-max-reauth",
+                "1500ms",
+            ]),
+    );
+    let sasl = listener_addr(&broker, "SASL_PLAINTEXT");
+    let (mut raw, lifetime) = login(sasl);
+    assert_eq!(lifetime, 1500);
+    assert_eq!(raw.request(4, &MetadataRequest::default()).brokers.len(), 1);
+    strata_tests::wait::wait_until(
+        "the expired session's next request closes the connection",
+        CLOSE_DEADLINE,
+        || {
+            raw.send(4, &MetadataRequest::default());
+            match raw.read_frame(CLOSE_DEADLINE) {
+                strata_tests::raw::ReadOutcome::Closed => Some(()),
+                _ => None,
+            }
+        },
+    );
+    assert!(
+        metric(
+            &broker,
+            r#"strata_authentications_total{mechanism="other",result="session_expired"}"#
+        ) >= 1.0
+    );
+
+    // One broker at a time on the storage, as outside cluster mode.
+    drop(broker);
+    let unlimited = secured_broker(&storage, None);
+    let (mut raw, lifetime) = login(listener_addr(&unlimited, "SASL_PLAINTEXT"));
+    assert_eq!(lifetime, 0, "connections_max_reauth off");
+    assert!(!raw
+        .request(4, &MetadataRequest::default())
+        .brokers
+        .is_empty());
 }

@@ -44,6 +44,9 @@ pub(crate) struct Connection {
     /// When the connection was accepted: authentication must be done within
     /// `authentication_timeout` of it.
     accepted: Duration,
+    /// Who the client certificate says the client is (mTLS), on a TLS listener; SASL's
+    /// identity replaces it on SASL_SSL, as in Kafka.
+    tls_principal: Option<Principal>,
 }
 
 impl Connection {
@@ -60,7 +63,12 @@ impl Connection {
             shutdown,
             listener,
             accepted,
+            tls_principal: None,
         }
+    }
+
+    pub fn set_tls_principal(&mut self, principal: Principal) {
+        self.tls_principal = Some(principal);
     }
 
     /// Serves the connection read from `reader` and answered on `writer` (the two halves of
@@ -74,7 +82,11 @@ impl Connection {
         let mut sasl = if self.listener.protocol.uses_sasl() {
             Session::unauthenticated()
         } else {
-            Session::authenticated(Principal::anonymous())
+            Session::authenticated(
+                self.tls_principal
+                    .take()
+                    .unwrap_or_else(Principal::anonymous),
+            )
         };
         // Until SASL completes, requests that reach dispatch (ApiVersions) act for nobody.
         let unauthenticated = Arc::new(Principal::anonymous());
@@ -149,6 +161,9 @@ impl Connection {
                             buf = BytesMut::from(&buf[..]);
                         }
                         frame_started = (!buf.is_empty()).then(|| clock.monotonic());
+                        if sasl.begin_reauthentication(&frame) {
+                            debug!(peer = %self.peer, "re-authentication started");
+                        }
                         if !sasl.is_done() {
                             match sasl.gate(&frame) {
                                 Gate::Dispatch => {}
@@ -174,6 +189,18 @@ impl Connection {
                                     break;
                                 }
                             }
+                        }
+                        // KIP-368: past its session's end, a connection that has not logged in
+                        // again is closed on its next request, as Kafka closes it.
+                        if sasl
+                            .expires_at()
+                            .is_some_and(|end| clock.monotonic() >= end)
+                        {
+                            debug!(peer = %self.peer, "session expired without re-authentication; closing connection");
+                            self.broker.auth_stats.record("other", "session_expired");
+                            charge = None;
+                            reading = false;
+                            break;
                         }
                         let principal = match sasl.principal() {
                             Some(principal) => Arc::clone(principal),

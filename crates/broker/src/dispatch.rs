@@ -249,10 +249,7 @@ async fn route(
             produce::Outcome::CloseConnection => Ok(Reply::Close),
         },
         RequestKind::Fetch(r) => {
-            let (frame, mute) = fetch::handle(broker, r, ctx, |bytes| {
-                throttle(broker, ctx, QuotaKind::Fetch, bytes)
-            })
-            .await?;
+            let (frame, mute) = fetch::handle(broker, r, ctx).await?;
             Ok(throttled(Some(frame), mute))
         }
         RequestKind::ListOffsets(r) => reply(ctx, &list_offsets::handle(broker, r, ctx).await),
@@ -288,9 +285,9 @@ async fn route(
             ctx,
             &security::alter_user_scram_credentials(broker, r, ctx).await,
         ),
-        // The connection runs the SASL exchange itself, before anything reaches here; once
-        // authenticated (or on a listener without SASL) a new exchange is out of turn
-        // (re-authentication, KIP-368, is not implemented).
+        // The connection runs the SASL exchange itself, before anything reaches here, and
+        // re-authentications (KIP-368) when `connections_max_reauth` is set; otherwise, once
+        // authenticated (or on a listener without SASL), a new exchange is out of turn.
         RequestKind::SaslHandshake(_) => {
             let mut response = SaslHandshakeResponse::default();
             response.error_code = code::ILLEGAL_SASL_STATE;
@@ -305,9 +302,8 @@ async fn route(
         RequestKind::SaslAuthenticate(_) => {
             let mut response = SaslAuthenticateResponse::default();
             response.error_code = code::ILLEGAL_SASL_STATE;
-            response.error_message = crate::errors::message(
-                "SaslAuthenticate outside a SASL exchange (re-authentication is not supported)",
-            );
+            response.error_message =
+                crate::errors::message("SaslAuthenticate outside a SASL exchange");
             Ok(Reply::Frame(respond(ctx, &response)?))
         }
         RequestKind::DescribeClientQuotas(r) => {

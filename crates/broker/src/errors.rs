@@ -171,9 +171,10 @@ pub fn fetch_session_error_code(error: &FetchSessionError) -> i16 {
 /// must not say whether the user exists); a user store that cannot be reached is retriable.
 pub fn security_error_code(error: &SecurityError) -> i16 {
     match error {
-        SecurityError::BadSaslMessage(_) | SecurityError::BadCredentials => {
-            code::SASL_AUTHENTICATION_FAILED
-        }
+        SecurityError::BadSaslMessage(_)
+        | SecurityError::BadCredentials
+        | SecurityError::InvalidToken(_)
+        | SecurityError::ReauthPrincipalChanged => code::SASL_AUTHENTICATION_FAILED,
         SecurityError::UnsupportedMechanism(_) => code::UNSUPPORTED_SASL_MECHANISM,
         SecurityError::IllegalState(_) => code::ILLEGAL_SASL_STATE,
         SecurityError::Unacceptable(_) => code::UNACCEPTABLE_CREDENTIAL,

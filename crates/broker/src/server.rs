@@ -17,7 +17,7 @@ use crate::coordinator::GroupCoordinator;
 use crate::fetch_sessions::{FetchSessionStats, FetchSessions};
 use crate::limits::Limits;
 use crate::quotas::{QuotaStore, Quotas, ThrottleStats};
-use crate::security::{AclStore, AuthStats, Listener, SecurityError, UserStore};
+use crate::security::{AclStore, AuthStats, Listener, Principal, SecurityError, UserStore};
 use crate::traffic::Traffic;
 use crate::txn_coordinator::TxnCoordinator;
 use crate::BrokerSettings;
@@ -65,6 +65,8 @@ pub struct Broker {
     /// Where quotas are stored; None until [`Broker::with_quotas`] (such a broker enforces
     /// none and refuses AlterClientQuotas).
     pub(crate) quota_store: Option<Arc<QuotaStore>>,
+    /// Checks OAUTHBEARER tokens; None: the mechanism is refused.
+    pub(crate) oauth: Option<Arc<crate::security::oauth::TokenValidator>>,
     /// Share groups (KIP-932): membership, share partitions, share sessions.
     pub(crate) share: Arc<crate::share::ShareState>,
     /// Seeds share member ids (not the group coordinator's seed: independent streams).
@@ -153,6 +155,7 @@ impl Broker {
             traffic: Traffic::default(),
             acls: None,
             quota_store: None,
+            oauth: None,
         })
     }
 
@@ -237,7 +240,14 @@ impl Broker {
             traffic: Traffic::default(),
             acls: None,
             quota_store: None,
+            oauth: None,
         })
+    }
+
+    /// Checks OAUTHBEARER tokens with `validator` (without one, OAUTHBEARER is refused).
+    pub fn with_oauth(mut self, validator: crate::security::oauth::TokenValidator) -> Self {
+        self.oauth = Some(Arc::new(validator));
+        self
     }
 
     /// Keeps SCRAM users in `store` (the cluster's storage), cached per the settings.
@@ -493,7 +503,7 @@ impl Broker {
                 debug!(%peer, error = %e, "could not set TCP_NODELAY");
             }
             let accepted_at = self.clock.monotonic();
-            let connection = Connection::new(
+            let mut connection = Connection::new(
                 Arc::clone(&self),
                 peer,
                 shutdown_rx.clone(),
@@ -503,6 +513,7 @@ impl Broker {
             let done = done_tx.clone();
             let broker = Arc::clone(&self);
             let tls = info.tls.clone();
+            let uses_sasl = info.protocol.uses_sasl();
             broker.traffic.connection_opened();
             tokio::spawn(async move {
                 match tls {
@@ -510,20 +521,40 @@ impl Broker {
                         let (reader, writer) = stream.into_split();
                         connection.run(reader, writer).await;
                     }
-                    Some(acceptor) => {
+                    Some(context) => {
                         // The handshake counts against the authentication deadline: a
                         // client that never finishes one holds its slot only that long.
                         let limit = broker.settings.authentication_timeout;
                         match strata_core::timeout(
                             broker.clock.as_ref(),
                             limit,
-                            acceptor.accept(stream),
+                            context.acceptor().accept(stream),
                         )
                         .await
                         {
                             Ok(Ok(tls)) => {
-                                let (reader, writer) = tokio::io::split(tls);
-                                connection.run(reader, writer).await;
+                                let certificates = tls.get_ref().1.peer_certificates();
+                                // On SASL_SSL the SASL login names the principal, as in
+                                // Kafka: the certificate's subject is not mapped.
+                                let principal = if uses_sasl {
+                                    Some(Principal::anonymous())
+                                } else {
+                                    context.principal(certificates)
+                                };
+                                match principal {
+                                    Some(principal) => {
+                                        if certificates.is_some() {
+                                            broker.auth_stats.record("TLS", "success");
+                                        }
+                                        connection.set_tls_principal(principal);
+                                        let (reader, writer) = tokio::io::split(tls);
+                                        connection.run(reader, writer).await;
+                                    }
+                                    None => {
+                                        broker.auth_stats.record("TLS", "principal_mapping");
+                                        warn!(%peer, "no ssl_principal_mapping_rules rule matches the client certificate's subject; closing");
+                                    }
+                                }
                             }
                             Ok(Err(e)) => {
                                 broker.auth_stats.record("TLS", "tls_handshake");

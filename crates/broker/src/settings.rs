@@ -193,6 +193,11 @@ pub struct BrokerSettings {
     /// cache costs one storage read; made-up names past this bound flush the cache instead of
     /// growing it.
     pub sasl_user_cache_entries: usize,
+    /// Kafka's `connections.max.reauth.ms` (KIP-368): a SASL login lasts this long (or until
+    /// its OAUTHBEARER token expires, if sooner), is told to the client in SaslAuthenticate
+    /// v1+, and the client must log in again on the same connection before it ends, or its
+    /// next request closes the connection. Zero (the default, as Kafka's) turns it off.
+    pub connections_max_reauth: Duration,
     /// The ACL authorizer (`authorizer = acl`): None (`authorizer = none`) lets every client
     /// do everything, as a Kafka broker without an authorizer; Some enforces the ACLs kept in
     /// storage with these super users and this rule for resources without ACLs.
@@ -392,13 +397,15 @@ impl Default for BrokerSettings {
             // A thousand sessions of a thousand partitions: about 150 MB at the most.
             max_incremental_fetch_session_partitions: 1_000_000,
             min_incremental_fetch_session_eviction: Duration::from_secs(120),
-            sasl_enabled_mechanisms: crate::security::MECHANISMS
+            // OAUTHBEARER needs keys to check tokens against: off unless configured.
+            sasl_enabled_mechanisms: ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
                 .iter()
                 .map(|m| m.to_string())
                 .collect(),
             authentication_timeout: Duration::from_secs(10),
             sasl_user_cache_ttl: Duration::from_secs(1),
             sasl_user_cache_entries: 10_000,
+            connections_max_reauth: Duration::ZERO,
             authorizer: None,
             acl_refresh_interval: Duration::from_secs(1),
             // Kafka's defaults.

@@ -66,7 +66,12 @@ enum Command {
     ///
     /// The file takes the flag names with underscores (listen, advertised_listener,
     /// listeners, advertised_listeners, listener_security_protocol_map,
-    /// sasl_enabled_mechanisms, ssl_certificate, ssl_key, authentication_timeout [default:
+    /// sasl_enabled_mechanisms, ssl_certificate, ssl_key, ssl_client_auth [default: none],
+    /// ssl_truststore, ssl_principal_mapping_rules [default: DEFAULT], ssl_reload_interval
+    /// [default: 30s], sasl_oauthbearer_jwks_file, sasl_oauthbearer_expected_issuer,
+    /// sasl_oauthbearer_expected_audience, sasl_oauthbearer_clock_skew [default: 30s],
+    /// sasl_oauthbearer_sub_claim_name [default: sub], connections_max_reauth [default: 0s],
+    /// authentication_timeout [default:
     /// 10s], sasl_user_cache_ttl [default: 1s], sasl_user_cache_entries [default: 10000],
     /// authorizer [default: none], super_users, allow_everyone_if_no_acl_found [default:
     /// false], acl_refresh_interval [default: 1s],
@@ -207,7 +212,8 @@ struct ServeArgs {
     /// [default: PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL].
     #[arg(long, value_name = "MAP")]
     listener_security_protocol_map: Option<String>,
-    /// SASL mechanisms offered on SASL listeners [default: PLAIN,SCRAM-SHA-256,SCRAM-SHA-512].
+    /// SASL mechanisms offered on SASL listeners (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512,
+    /// OAUTHBEARER) [default: PLAIN,SCRAM-SHA-256,SCRAM-SHA-512].
     #[arg(long, value_name = "LIST")]
     sasl_enabled_mechanisms: Option<String>,
     /// PEM certificate chain of SSL and SASL_SSL listeners (read at start-up).
@@ -216,6 +222,40 @@ struct ServeArgs {
     /// PEM private key of --ssl-certificate.
     #[arg(long, value_name = "PATH")]
     ssl_key: Option<String>,
+    /// Client certificates on SSL and SASL_SSL listeners (Kafka's ssl.client.auth): none,
+    /// requested or required, or NAME:MODE,... per listener [default: none].
+    #[arg(long, value_name = "MODE")]
+    ssl_client_auth: Option<String>,
+    /// PEM CA certificates that client certificates must chain to.
+    #[arg(long, value_name = "PATH")]
+    ssl_truststore: Option<String>,
+    /// Client certificate subject to principal name (Kafka's ssl.principal.mapping.rules):
+    /// RULE:pattern/replacement/[LU],...,DEFAULT [default: DEFAULT].
+    #[arg(long, value_name = "RULES")]
+    ssl_principal_mapping_rules: Option<String>,
+    /// How often the certificate, key and truststore files are checked for changes
+    /// [default: 30s].
+    #[arg(long, value_name = "DURATION")]
+    ssl_reload_interval: Option<String>,
+    /// How long a SASL login lasts before the client must log in again on its connection
+    /// (Kafka's connections.max.reauth.ms, KIP-368); 0s turns it off [default: 0s].
+    #[arg(long, value_name = "DURATION")]
+    connections_max_reauth: Option<String>,
+    /// JWKS file with the keys OAUTHBEARER tokens are checked against (read at start-up).
+    #[arg(long, value_name = "PATH")]
+    sasl_oauthbearer_jwks_file: Option<String>,
+    /// The iss claim OAUTHBEARER tokens must carry [default: not checked].
+    #[arg(long, value_name = "ISSUER")]
+    sasl_oauthbearer_expected_issuer: Option<String>,
+    /// Audiences (comma-separated) one of which a token's aud must name [default: not checked].
+    #[arg(long, value_name = "LIST")]
+    sasl_oauthbearer_expected_audience: Option<String>,
+    /// Slack on token times (exp, nbf, iat) [default: 30s].
+    #[arg(long, value_name = "DURATION")]
+    sasl_oauthbearer_clock_skew: Option<String>,
+    /// The token claim naming the principal [default: sub].
+    #[arg(long, value_name = "CLAIM")]
+    sasl_oauthbearer_sub_claim_name: Option<String>,
     /// `acl` to enforce the ACLs kept in storage (CreateAcls, `strata acls`); `none` lets
     /// every client do everything [default: none].
     #[arg(long, value_name = "none|acl")]
@@ -538,6 +578,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         sasl_enabled_mechanisms: args.sasl_enabled_mechanisms,
         ssl_certificate: args.ssl_certificate,
         ssl_key: args.ssl_key,
+        ssl_client_auth: args.ssl_client_auth,
+        ssl_truststore: args.ssl_truststore,
+        ssl_principal_mapping_rules: args.ssl_principal_mapping_rules,
+        ssl_reload_interval: args.ssl_reload_interval,
+        connections_max_reauth: args.connections_max_reauth,
+        sasl_oauthbearer_jwks_file: args.sasl_oauthbearer_jwks_file,
+        sasl_oauthbearer_expected_issuer: args.sasl_oauthbearer_expected_issuer,
+        sasl_oauthbearer_expected_audience: args.sasl_oauthbearer_expected_audience,
+        sasl_oauthbearer_clock_skew: args.sasl_oauthbearer_clock_skew,
+        sasl_oauthbearer_sub_claim_name: args.sasl_oauthbearer_sub_claim_name,
         authorizer: args.authorizer,
         super_users: args.super_users,
         allow_everyone_if_no_acl_found: args.allow_everyone_if_no_acl_found,
@@ -710,9 +760,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .then(|| settings.cluster_settings(&wal_scheme));
     // Bound before anything else so the advertised addresses (which a cluster registration
     // carries) are known; connections wait in the backlog until serving starts.
-    let tls = tls_acceptor(&settings)?;
+    let specs = settings.listener_specs()?;
+    let client_auth = settings.ssl_client_auth_modes(&specs)?;
+    let mut tls_contexts = Vec::new();
     let mut listeners = Vec::new();
-    for spec in settings.listener_specs()? {
+    for spec in specs {
         let listener = TcpListener::bind(spec.bind)
             .await
             .with_context(|| format!("binding listener {} on {}", spec.name, spec.bind))?;
@@ -722,14 +774,30 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             None if settings.listeners.is_none() => advertised(&settings, bound)?,
             None => default_advertised(bound),
         };
+        let tls = match client_auth.iter().find(|(name, _)| *name == spec.name) {
+            Some((_, mode)) => {
+                let context = Arc::new(tls_context(&settings, *mode)?);
+                tls_contexts.push(Arc::clone(&context));
+                Some(context)
+            }
+            None => None,
+        };
         let info = strata_broker::security::Listener {
             name: spec.name.clone(),
             protocol: spec.protocol,
             advertised_host: host,
             advertised_port: port,
-            tls: spec.protocol.uses_tls().then(|| tls.clone()).flatten(),
+            tls,
         };
         listeners.push((listener, info, bound));
+    }
+    if !tls_contexts.is_empty() {
+        tokio::spawn(strata_broker::security::tls::TlsContext::watch(
+            tls_contexts,
+            Arc::clone(&clock),
+            settings.ssl_reload_interval,
+            metrics.tls_reload_stats(),
+        ));
     }
     // Bound now, so a taken port fails before recovery; served once the broker is.
     let console_listener = match settings.console_listen {
@@ -877,6 +945,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             authentication_timeout: settings.authentication_timeout,
             sasl_user_cache_ttl: settings.sasl_user_cache_ttl,
             sasl_user_cache_entries: settings.sasl_user_cache_entries,
+            connections_max_reauth: settings.connections_max_reauth,
             authorizer: settings.authorizer_config(),
             acl_refresh_interval: settings.acl_refresh_interval,
             quota_window_num: settings.quota_window_num,
@@ -889,6 +958,21 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         // Not the jitter seed itself: the two streams of numbers stay independent.
         member_id_seed: seed.rotate_left(32) ^ 0x9e37_79b9_7f4a_7c15,
     };
+    // Loaded before the broker starts: a bad key file stops start-up, as a bad certificate does.
+    let oauth = match (
+        settings.oauth_settings(),
+        &settings.sasl_oauthbearer_jwks_file,
+    ) {
+        (Some(oauth), Some(jwks)) => Some(
+            strata_broker::security::oauth::TokenValidator::from_jwks_file(
+                jwks,
+                oauth,
+                Arc::clone(&clock),
+            )
+            .context("loading sasl_oauthbearer_jwks_file")?,
+        ),
+        _ => None,
+    };
     let broker = match joined {
         Some(joined) => Broker::open_joined(parts, Arc::clone(&storage.store), joined)
             .await
@@ -896,6 +980,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         None => Broker::open(parts)
             .await
             .context("starting the consumer-group coordinator (__consumer_offsets)")?,
+    };
+    let broker = match oauth {
+        Some(oauth) => broker.with_oauth(oauth),
+        None => broker,
     };
     let broker = Arc::new(
         broker
@@ -1102,15 +1190,25 @@ async fn open_backend(url: String) -> anyhow::Result<Arc<dyn strata_storage::Obj
 
 /// The address clients are told to use: the configured one, or the bound one (with the host
 /// name instead of a wildcard address, which clients cannot connect to).
-/// The TLS acceptor of the SSL and SASL_SSL listeners, if any is configured.
-fn tls_acceptor(settings: &Settings) -> anyhow::Result<Option<tokio_rustls::TlsAcceptor>> {
-    match (&settings.ssl_certificate, &settings.ssl_key) {
-        (Some(certificate), Some(key)) => Ok(Some(
-            strata_broker::security::tls::acceptor(certificate, key)
-                .context("loading ssl_certificate and ssl_key")?,
-        )),
-        _ => Ok(None),
-    }
+/// The TLS configuration of one SSL or SASL_SSL listener.
+fn tls_context(
+    settings: &Settings,
+    client_auth: strata_broker::security::tls::ClientAuth,
+) -> anyhow::Result<strata_broker::security::tls::TlsContext> {
+    use strata_broker::security::tls::{TlsContext, TlsFiles};
+    let (Some(certificate), Some(key)) = (&settings.ssl_certificate, &settings.ssl_key) else {
+        anyhow::bail!("a TLS listener needs ssl_certificate and ssl_key");
+    };
+    let mapper = strata_broker::security::principal_mapping::PrincipalMapper::parse(
+        &settings.ssl_principal_mapping_rules,
+    )?;
+    let files = TlsFiles {
+        certificate: certificate.clone(),
+        key: key.clone(),
+        truststore: settings.ssl_truststore.clone(),
+    };
+    TlsContext::load(files, client_auth, mapper)
+        .context("loading ssl_certificate, ssl_key and ssl_truststore")
 }
 
 /// What a named listener without an advertised endpoint advertises: its bound address, or

@@ -44,6 +44,8 @@ pub struct MetricsSource {
     broker: OnceLock<Arc<Broker>>,
     /// Consumer-group lag passes (`group_lag_interval`); None when they are off.
     lag: OnceLock<Arc<crate::lag::LagMetrics>>,
+    /// Reloads of the TLS files (`ssl_reload_interval`).
+    tls_reloads: Arc<strata_broker::security::tls::TlsReloadStats>,
     clock: Arc<dyn Clock>,
     started: Duration,
 }
@@ -73,6 +75,7 @@ impl MetricsSource {
             cluster: OnceLock::new(),
             broker: OnceLock::new(),
             lag: OnceLock::new(),
+            tls_reloads: Arc::default(),
             clock,
             started,
         }
@@ -108,6 +111,11 @@ impl MetricsSource {
     /// The Kafka front end's own counts (fetch sessions) are reported from now on.
     pub fn attach_broker(&self, broker: Arc<Broker>) {
         let _ = self.broker.set(broker);
+    }
+
+    /// Where the TLS file watcher counts its reloads.
+    pub fn tls_reload_stats(&self) -> Arc<strata_broker::security::tls::TlsReloadStats> {
+        Arc::clone(&self.tls_reloads)
     }
 
     /// Consumer-group lag is reported from now on. Only the first call counts.
@@ -158,6 +166,7 @@ impl MetricsSource {
                 .map(|broker| broker.throttle_stats().snapshot())
                 .unwrap_or_default(),
             lag: self.lag.get().and_then(|lag| lag.snapshot()),
+            tls_reloads: self.tls_reloads.snapshot(),
             uptime: self.clock.monotonic().saturating_sub(self.started),
         }
     }
@@ -238,6 +247,8 @@ pub struct Snapshot {
     /// Consumer-group lag of the groups coordinated here, as of the last pass; None before
     /// the first pass or when `group_lag_interval` is 0s.
     pub lag: Option<crate::lag::LagSnapshot>,
+    /// TLS file reloads: (swapped in, refused).
+    pub tls_reloads: (u64, u64),
     pub uptime: Duration,
 }
 
@@ -631,7 +642,7 @@ pub fn render(snapshot: &Snapshot) -> String {
     out.family(
         "strata_authentications_total",
         "counter",
-        "Authentication attempts by mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, TLS, other) and result (success or the failure reason).",
+        "Authentication attempts by mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, TLS, other) and result (success, reauthenticated or the failure reason).",
     );
     for (mechanism, result, count) in &snapshot.authentications {
         out.sample(
@@ -639,6 +650,18 @@ pub fn render(snapshot: &Snapshot) -> String {
             &[("mechanism", mechanism), ("result", result)],
             count,
         );
+    }
+
+    out.family(
+        "strata_tls_reloads_total",
+        "counter",
+        "Changes to the TLS certificate, key or truststore files seen by the watcher (ssl_reload_interval), by result: success (new connections get them) or error (they did not load; the previous ones are kept).",
+    );
+    for (result, count) in [
+        ("success", snapshot.tls_reloads.0),
+        ("error", snapshot.tls_reloads.1),
+    ] {
+        out.sample("strata_tls_reloads_total", &[("result", result)], count);
     }
 
     if let Some(traffic) = &snapshot.traffic {
@@ -1083,6 +1106,7 @@ mod tests {
             authorization_denied: vec![("TOPIC", "WRITE", 3)],
             throttles: Vec::new(),
             lag: None,
+            tls_reloads: (1, 0),
             uptime: Duration::from_millis(1500),
         }
     }

@@ -48,13 +48,46 @@ pub struct Settings {
     /// SASL_PLAINTEXT or SASL_SSL [default: each protocol's name maps to itself].
     pub listener_security_protocol_map: String,
     /// SASL mechanisms offered on SASL listeners, comma-separated: any of PLAIN,
-    /// SCRAM-SHA-256, SCRAM-SHA-512 [default: all three].
+    /// SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER [default: PLAIN,SCRAM-SHA-256,SCRAM-SHA-512].
     pub sasl_enabled_mechanisms: String,
     /// PEM file with the certificate chain (leaf first) of SSL and SASL_SSL listeners.
     /// Read at start-up; a renewed certificate takes a restart.
     pub ssl_certificate: Option<std::path::PathBuf>,
     /// PEM file with the private key of `ssl_certificate` (PKCS#8, PKCS#1 or SEC1).
     pub ssl_key: Option<std::path::PathBuf>,
+    /// Kafka's `ssl.client.auth`: whether SSL and SASL_SSL listeners ask clients for a
+    /// certificate, `none`, `requested` or `required`, for every TLS listener, or
+    /// `NAME:MODE` pairs per listener (listeners not named: `none`) [default: none].
+    pub ssl_client_auth: String,
+    /// PEM file with the CA certificates client certificates must chain to; needed when
+    /// `ssl_client_auth` is not `none`.
+    pub ssl_truststore: Option<std::path::PathBuf>,
+    /// Kafka's `ssl.principal.mapping.rules`: how a client certificate's subject (RFC 2253,
+    /// `CN=alice,OU=eng,O=Acme`) becomes the principal `User:<name>` on an SSL listener,
+    /// `RULE:pattern/replacement/[LU]` and `DEFAULT`, comma-separated [default: DEFAULT].
+    pub ssl_principal_mapping_rules: String,
+    /// How often `ssl_certificate`, `ssl_key` and `ssl_truststore` are read again: changed
+    /// files are served to new connections (open ones keep theirs); files that do not load
+    /// are logged and the previous ones kept.
+    #[serde(with = "humantime_serde")]
+    pub ssl_reload_interval: Duration,
+    /// JSON Web Key Set file (`{"keys": [...]}`) with the public keys OAUTHBEARER tokens are
+    /// checked against (RSA and EC P-256/P-384); needed when `sasl_enabled_mechanisms` names
+    /// OAUTHBEARER. Read at start-up.
+    pub sasl_oauthbearer_jwks_file: Option<std::path::PathBuf>,
+    /// The `iss` OAUTHBEARER tokens must carry (Kafka's `sasl.oauthbearer.expected.issuer`);
+    /// unset: not checked.
+    pub sasl_oauthbearer_expected_issuer: Option<String>,
+    /// Audiences, comma-separated, one of which an OAUTHBEARER token's `aud` must name (Kafka's
+    /// `sasl.oauthbearer.expected.audience`) [default: empty, not checked].
+    pub sasl_oauthbearer_expected_audience: String,
+    /// Slack allowed when checking an OAUTHBEARER token's `exp`, `nbf` and `iat` against the
+    /// broker's clock (Kafka's `sasl.oauthbearer.clock.skew.seconds`).
+    #[serde(with = "humantime_serde")]
+    pub sasl_oauthbearer_clock_skew: Duration,
+    /// The token claim naming the principal `User:<value>` (Kafka's
+    /// `sasl.oauthbearer.sub.claim.name`) [default: sub].
+    pub sasl_oauthbearer_sub_claim_name: String,
     /// A connection on an SSL or SASL listener must finish its TLS handshake and SASL login
     /// within this long of being accepted, or it is closed: an unauthenticated client holds a
     /// connection slot no longer than this.
@@ -67,6 +100,12 @@ pub struct Settings {
     /// Users (known or not) the cache holds at most; a flood of made-up names flushes it
     /// rather than growing it.
     pub sasl_user_cache_entries: usize,
+    /// Kafka's `connections.max.reauth.ms` (KIP-368): how long a SASL login lasts (or until
+    /// its OAUTHBEARER token expires, if sooner); clients that support it (SaslAuthenticate
+    /// v1+) log in again on the same connection before then, and a connection whose session
+    /// ended is closed on its next request. 0s (the default, as Kafka's) turns it off.
+    #[serde(with = "humantime_serde")]
+    pub connections_max_reauth: Duration,
     /// `none` (the default): no authorization, every client may do everything, as a Kafka
     /// broker without an authorizer. `acl`: the ACLs in storage decide (CreateAcls,
     /// `strata acls`); without ACLs only `super_users` may do anything.
@@ -410,9 +449,19 @@ impl Default for Settings {
             sasl_enabled_mechanisms: broker.sasl_enabled_mechanisms.join(","),
             ssl_certificate: None,
             ssl_key: None,
+            ssl_client_auth: "none".to_string(),
+            ssl_truststore: None,
+            ssl_principal_mapping_rules: "DEFAULT".to_string(),
+            ssl_reload_interval: Duration::from_secs(30),
+            sasl_oauthbearer_jwks_file: None,
+            sasl_oauthbearer_expected_issuer: None,
+            sasl_oauthbearer_expected_audience: String::new(),
+            sasl_oauthbearer_clock_skew: Duration::from_secs(30),
+            sasl_oauthbearer_sub_claim_name: "sub".to_string(),
             authentication_timeout: broker.authentication_timeout,
             sasl_user_cache_ttl: broker.sasl_user_cache_ttl,
             sasl_user_cache_entries: broker.sasl_user_cache_entries,
+            connections_max_reauth: broker.connections_max_reauth,
             authorizer: "none".to_string(),
             super_users: String::new(),
             allow_everyone_if_no_acl_found: false,
@@ -773,6 +822,43 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
     ),
     ("STRATA_SSL_CERTIFICATE", &["ssl_certificate"], Kind::Text),
     ("STRATA_SSL_KEY", &["ssl_key"], Kind::Text),
+    ("STRATA_SSL_CLIENT_AUTH", &["ssl_client_auth"], Kind::Text),
+    ("STRATA_SSL_TRUSTSTORE", &["ssl_truststore"], Kind::Text),
+    (
+        "STRATA_SSL_PRINCIPAL_MAPPING_RULES",
+        &["ssl_principal_mapping_rules"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_SSL_RELOAD_INTERVAL",
+        &["ssl_reload_interval"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_SASL_OAUTHBEARER_JWKS_FILE",
+        &["sasl_oauthbearer_jwks_file"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_SASL_OAUTHBEARER_EXPECTED_ISSUER",
+        &["sasl_oauthbearer_expected_issuer"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_SASL_OAUTHBEARER_EXPECTED_AUDIENCE",
+        &["sasl_oauthbearer_expected_audience"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_SASL_OAUTHBEARER_CLOCK_SKEW",
+        &["sasl_oauthbearer_clock_skew"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_SASL_OAUTHBEARER_SUB_CLAIM_NAME",
+        &["sasl_oauthbearer_sub_claim_name"],
+        Kind::Text,
+    ),
     (
         "STRATA_AUTHENTICATION_TIMEOUT",
         &["authentication_timeout"],
@@ -787,6 +873,11 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         "STRATA_SASL_USER_CACHE_ENTRIES",
         &["sasl_user_cache_entries"],
         Kind::Integer,
+    ),
+    (
+        "STRATA_CONNECTIONS_MAX_REAUTH",
+        &["connections_max_reauth"],
+        Kind::Text,
     ),
     ("STRATA_AUTHORIZER", &["authorizer"], Kind::Text),
     ("STRATA_SUPER_USERS", &["super_users"], Kind::Text),
@@ -1178,6 +1269,16 @@ pub struct FlagOverrides {
     pub sasl_enabled_mechanisms: Option<String>,
     pub ssl_certificate: Option<String>,
     pub ssl_key: Option<String>,
+    pub ssl_client_auth: Option<String>,
+    pub ssl_truststore: Option<String>,
+    pub ssl_principal_mapping_rules: Option<String>,
+    pub ssl_reload_interval: Option<String>,
+    pub connections_max_reauth: Option<String>,
+    pub sasl_oauthbearer_jwks_file: Option<String>,
+    pub sasl_oauthbearer_expected_issuer: Option<String>,
+    pub sasl_oauthbearer_expected_audience: Option<String>,
+    pub sasl_oauthbearer_clock_skew: Option<String>,
+    pub sasl_oauthbearer_sub_claim_name: Option<String>,
     pub authorizer: Option<String>,
     pub super_users: Option<String>,
     pub allow_everyone_if_no_acl_found: Option<bool>,
@@ -1372,6 +1473,77 @@ pub fn load(
             "ssl-key",
             &["ssl_key"],
             flags.ssl_key.clone().map(toml::Value::String),
+        ),
+        (
+            "ssl-client-auth",
+            &["ssl_client_auth"],
+            flags.ssl_client_auth.clone().map(toml::Value::String),
+        ),
+        (
+            "ssl-truststore",
+            &["ssl_truststore"],
+            flags.ssl_truststore.clone().map(toml::Value::String),
+        ),
+        (
+            "ssl-principal-mapping-rules",
+            &["ssl_principal_mapping_rules"],
+            flags
+                .ssl_principal_mapping_rules
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
+            "ssl-reload-interval",
+            &["ssl_reload_interval"],
+            flags.ssl_reload_interval.clone().map(toml::Value::String),
+        ),
+        (
+            "connections-max-reauth",
+            &["connections_max_reauth"],
+            flags
+                .connections_max_reauth
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
+            "sasl-oauthbearer-jwks-file",
+            &["sasl_oauthbearer_jwks_file"],
+            flags
+                .sasl_oauthbearer_jwks_file
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
+            "sasl-oauthbearer-expected-issuer",
+            &["sasl_oauthbearer_expected_issuer"],
+            flags
+                .sasl_oauthbearer_expected_issuer
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
+            "sasl-oauthbearer-expected-audience",
+            &["sasl_oauthbearer_expected_audience"],
+            flags
+                .sasl_oauthbearer_expected_audience
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
+            "sasl-oauthbearer-clock-skew",
+            &["sasl_oauthbearer_clock_skew"],
+            flags
+                .sasl_oauthbearer_clock_skew
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
+            "sasl-oauthbearer-sub-claim-name",
+            &["sasl_oauthbearer_sub_claim_name"],
+            flags
+                .sasl_oauthbearer_sub_claim_name
+                .clone()
+                .map(toml::Value::String),
         ),
         (
             "authorizer",
@@ -2139,6 +2311,42 @@ impl Settings {
                 "an SSL or SASL_SSL listener needs ssl_certificate and ssl_key".into(),
             );
         }
+        let client_auth = self.ssl_client_auth_modes(&specs)?;
+        if client_auth
+            .iter()
+            .any(|(_, mode)| *mode != strata_broker::security::tls::ClientAuth::None)
+            && self.ssl_truststore.is_none()
+        {
+            return bad(
+                "ssl_truststore",
+                "ssl_client_auth requested or required needs ssl_truststore (the CAs client \
+                 certificates must chain to)"
+                    .into(),
+            );
+        }
+        if let Err(e) = strata_broker::security::principal_mapping::PrincipalMapper::parse(
+            &self.ssl_principal_mapping_rules,
+        ) {
+            return bad("ssl_principal_mapping_rules", e.to_string());
+        }
+        if self.ssl_reload_interval.is_zero() {
+            return bad("ssl_reload_interval", "must be more than 0".into());
+        }
+        if self.sasl_mechanisms().iter().any(|m| m == "OAUTHBEARER")
+            && self.sasl_oauthbearer_jwks_file.is_none()
+        {
+            return bad(
+                "sasl_oauthbearer_jwks_file",
+                "OAUTHBEARER in sasl_enabled_mechanisms needs the keys to check tokens against"
+                    .into(),
+            );
+        }
+        if self.sasl_oauthbearer_sub_claim_name.trim().is_empty() {
+            return bad(
+                "sasl_oauthbearer_sub_claim_name",
+                "must name a claim".into(),
+            );
+        }
         let mechanisms = self.sasl_mechanisms();
         if mechanisms.is_empty() {
             return bad("sasl_enabled_mechanisms", "names no mechanism".into());
@@ -2147,7 +2355,9 @@ impl Settings {
             if !strata_broker::security::MECHANISMS.contains(&mechanism.as_str()) {
                 return bad(
                     "sasl_enabled_mechanisms",
-                    format!("{mechanism} is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+                    format!(
+                        "{mechanism} is not PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"
+                    ),
                 );
             }
         }
@@ -2291,6 +2501,73 @@ impl Settings {
                 ),
             ),
         }
+    }
+
+    /// Each TLS listener's `ssl_client_auth` mode, by listener name.
+    pub fn ssl_client_auth_modes(
+        &self,
+        specs: &[crate::listeners::ListenerSpec],
+    ) -> Result<Vec<(String, strata_broker::security::tls::ClientAuth)>, SettingsError> {
+        use strata_broker::security::tls::ClientAuth;
+        let bad = |message: String| SettingsError::Value {
+            key: "ssl_client_auth".to_string(),
+            message,
+        };
+        let text = self.ssl_client_auth.trim();
+        let tls = specs.iter().filter(|s| s.protocol.uses_tls());
+        if let Some(mode) = ClientAuth::from_name(text) {
+            return Ok(tls.map(|s| (s.name.clone(), mode)).collect());
+        }
+        let mut named = Vec::new();
+        for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let (name, mode) = entry.split_once(':').ok_or_else(|| {
+                bad(format!(
+                    "{entry:?} is not none, requested, required or NAME:MODE"
+                ))
+            })?;
+            let mode = ClientAuth::from_name(mode.trim()).ok_or_else(|| {
+                bad(format!(
+                    "{entry:?}: {mode:?} is not none, requested or required"
+                ))
+            })?;
+            let name = name.trim().to_ascii_uppercase();
+            match specs.iter().find(|s| s.name == name) {
+                Some(spec) if spec.protocol.uses_tls() => {}
+                Some(_) => return Err(bad(format!("listener {name} is not SSL or SASL_SSL"))),
+                None => return Err(bad(format!("there is no listener {name}"))),
+            }
+            if named.iter().any(|(n, _)| *n == name) {
+                return Err(bad(format!("listener {name} is named twice")));
+            }
+            named.push((name, mode));
+        }
+        Ok(tls
+            .map(|s| {
+                let mode = named
+                    .iter()
+                    .find(|(n, _)| *n == s.name)
+                    .map_or(ClientAuth::None, |(_, m)| *m);
+                (s.name.clone(), mode)
+            })
+            .collect())
+    }
+
+    /// The OAUTHBEARER token checks, when the mechanism is enabled.
+    pub fn oauth_settings(&self) -> Option<strata_broker::security::oauth::OAuthSettings> {
+        self.sasl_mechanisms()
+            .iter()
+            .any(|m| m == "OAUTHBEARER")
+            .then(|| strata_broker::security::oauth::OAuthSettings {
+                expected_issuer: self.sasl_oauthbearer_expected_issuer.clone(),
+                expected_audience: self
+                    .sasl_oauthbearer_expected_audience
+                    .split(',')
+                    .map(|a| a.trim().to_string())
+                    .filter(|a| !a.is_empty())
+                    .collect(),
+                clock_skew: self.sasl_oauthbearer_clock_skew,
+                sub_claim_name: self.sasl_oauthbearer_sub_claim_name.trim().to_string(),
+            })
     }
 
     /// `sasl_enabled_mechanisms` as a list.
@@ -2958,6 +3235,86 @@ mod tests {
             let e = load_env(&extra).unwrap_err().to_string();
             assert!(e.contains(key), "{extra:?}: {e}");
         }
+    }
+
+    #[test]
+    fn ssl_client_auth_is_one_mode_or_per_listener_and_needs_a_truststore() {
+        use strata_broker::security::tls::ClientAuth;
+        let tls_flags = |client_auth: &str, truststore: bool| FlagOverrides {
+            listeners: Some("A://127.0.0.1:0,B://127.0.0.1:0,P://127.0.0.1:0".into()),
+            listener_security_protocol_map: Some("A:SSL,B:SASL_SSL,P:PLAINTEXT".into()),
+            ssl_certificate: Some("c.pem".into()),
+            ssl_key: Some("k.pem".into()),
+            ssl_client_auth: Some(client_auth.into()),
+            ssl_truststore: truststore.then(|| "ca.pem".into()),
+            ..Default::default()
+        };
+        let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        assert_eq!(s.ssl_client_auth, "none");
+        assert_eq!(s.ssl_principal_mapping_rules, "DEFAULT");
+        assert_eq!(s.ssl_reload_interval, Duration::from_secs(30));
+
+        let (s, _) = load(None, env(&[]), &tls_flags("required", true)).unwrap();
+        let modes = s
+            .ssl_client_auth_modes(&s.listener_specs().unwrap())
+            .unwrap();
+        assert_eq!(
+            modes,
+            [
+                ("A".to_string(), ClientAuth::Required),
+                ("B".to_string(), ClientAuth::Required)
+            ]
+        );
+        let (s, _) = load(None, env(&[]), &tls_flags("b:requested", true)).unwrap();
+        let modes = s
+            .ssl_client_auth_modes(&s.listener_specs().unwrap())
+            .unwrap();
+        assert_eq!(
+            modes,
+            [
+                ("A".to_string(), ClientAuth::None),
+                ("B".to_string(), ClientAuth::Requested)
+            ]
+        );
+        let (s, _) = load(None, env(&[]), &tls_flags("none", false)).unwrap();
+        assert_eq!(s.ssl_truststore, None);
+
+        let refused = |flags: FlagOverrides| load(None, env(&[]), &flags).unwrap_err().to_string();
+        for (client_auth, truststore, key) in [
+            ("required", false, "ssl_truststore"),
+            ("A:requested", false, "ssl_truststore"),
+            ("sometimes", true, "ssl_client_auth"),
+            ("P:required", true, "ssl_client_auth"),
+            ("Z:required", true, "ssl_client_auth"),
+            ("A:required,A:none", true, "ssl_client_auth"),
+        ] {
+            let e = refused(tls_flags(client_auth, truststore));
+            assert!(e.contains(key), "{client_auth}: {e}");
+        }
+        let e = refused(FlagOverrides {
+            ssl_principal_mapping_rules: Some("RULE:^CN=(.*$/$1/".into()),
+            ..Default::default()
+        });
+        assert!(e.contains("ssl_principal_mapping_rules"), "{e}");
+        let e = refused(FlagOverrides {
+            ssl_reload_interval: Some("0s".into()),
+            ..Default::default()
+        });
+        assert!(e.contains("ssl_reload_interval"), "{e}");
+        let (s, _) = load(
+            None,
+            env(&[
+                (
+                    "STRATA_SSL_PRINCIPAL_MAPPING_RULES",
+                    "RULE:^CN=(.*)$/$1/L,DEFAULT",
+                ),
+                ("STRATA_SSL_RELOAD_INTERVAL", "5s"),
+            ]),
+            &FlagOverrides::default(),
+        )
+        .unwrap();
+        assert_eq!(s.ssl_reload_interval, Duration::from_secs(5));
+        assert!(s.ssl_principal_mapping_rules.starts_with("RULE:"));
     }
 
     #[test]

@@ -71,10 +71,6 @@ pub(crate) fn describe_topic_partitions(
             .collect()
     };
     names.retain(|name| name.as_str() >= from);
-    // Topics the principal may not describe are left out (Kafka answers a named one
-    // TOPIC_AUTHORIZATION_FAILED; leaving it out tells no more).
-    let authz = broker.authz(ctx);
-    names.retain(|name| authz.shows(Op::Describe, Res::Topic, name));
     names.sort();
     names.dedup();
     if let Some((name, partition)) = &cursor {
@@ -92,6 +88,21 @@ pub(crate) fn describe_topic_partitions(
             return refused_topic_partitions(&request, code::INVALID_REQUEST);
         }
     }
+    // As Kafka: a topic named that the principal may not describe is answered
+    // TOPIC_AUTHORIZATION_FAILED (after the others, whether it exists or not, so the answer
+    // tells nothing about it); with none named, such topics are left out.
+    let authz = broker.authz(ctx);
+    let mut unauthorized = Vec::new();
+    names.retain(|name| {
+        if fetch_all {
+            return authz.shows(Op::Describe, Res::Topic, name);
+        }
+        let allowed = authz.allows(Op::Describe, Res::Topic, name);
+        if !allowed {
+            unauthorized.push(unauthorized_topic(name));
+        }
+        allowed
+    });
     let limit = usize::try_from(request.response_partition_limit)
         .unwrap_or(0)
         .min(broker.settings.max_request_partition_size_limit)
@@ -128,7 +139,17 @@ pub(crate) fn describe_topic_partitions(
         }
         remaining -= usize::try_from(end - start).unwrap_or(0);
     }
+    response.topics.extend(unauthorized);
     response
+}
+
+fn unauthorized_topic(name: &str) -> DescribeTopicPartitionsResponseTopic {
+    let mut topic = DescribeTopicPartitionsResponseTopic::default();
+    topic.error_code = code::TOPIC_AUTHORIZATION_FAILED;
+    topic.name = Some(topic_name(name));
+    topic.topic_id = Uuid::nil();
+    topic.is_internal = false;
+    topic
 }
 
 fn described_topic(
@@ -285,12 +306,18 @@ pub(crate) fn describe_log_dirs(
 /// (all types when none is named): every topic, and every live broker (Kafka's BROKER). The
 /// other types Kafka knows (BROKER_LOGGER, CLIENT_METRICS, GROUP) have no configurable
 /// resources here and list nothing; an unknown type is UNSUPPORTED_VERSION, as in Kafka.
+/// Without DESCRIBE_CONFIGS on the cluster: CLUSTER_AUTHORIZATION_FAILED.
 pub(crate) fn list_config_resources(
     broker: &Broker,
     request: ListConfigResourcesRequest,
     ctx: &RequestContext,
 ) -> ListConfigResourcesResponse {
     let mut response = ListConfigResourcesResponse::default();
+    // As Kafka's KafkaApis: the whole listing needs DESCRIBE_CONFIGS on the cluster.
+    if !broker.authz(ctx).allows_cluster(Op::DescribeConfigs) {
+        response.error_code = code::CLUSTER_AUTHORIZATION_FAILED;
+        return response;
+    }
     response.error_code = code::NONE;
     if ctx.api_version == 0 {
         return response;

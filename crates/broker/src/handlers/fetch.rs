@@ -40,17 +40,30 @@ use crate::authorize::{Authz, Op, Res};
 use crate::errors::{code, error_code, fetch_session_error_code};
 use crate::fetch_sessions::{Begin, PartitionKey, Seen, TopicKey, Wants};
 use crate::framing::{encode_fetch_response, EncodeError, ResponseFrame};
+use crate::quotas::QuotaKind;
 use crate::server::Broker;
 use crate::RequestContext;
 
-/// Answers a Fetch; `throttle` is told the size of the records it returns and says how long
-/// the client must be held back for its quota, which the answer carries as `throttle_time_ms`.
+/// Answers a Fetch, with the client's fetch quota applied as Kafka applies it: the read is
+/// bounded by what the quota allows over its whole window; the records read are counted;
+/// over the quota, the answer carries no partitions (only `throttle_time_ms`, and the
+/// session id of an incremental fetch), the records are not counted after all, and the
+/// connection is muted for the returned time.
 pub(crate) async fn handle(
     broker: &Broker,
-    request: FetchRequest,
+    mut request: FetchRequest,
     ctx: &RequestContext,
-    throttle: impl FnOnce(usize) -> std::time::Duration,
 ) -> Result<(ResponseFrame, std::time::Duration), EncodeError> {
+    let quotas = &broker.quotas;
+    let (user, client_id) = (
+        ctx.principal.name.as_str(),
+        ctx.client_id.as_deref().unwrap_or(""),
+    );
+    if let Some(max) = quotas.max_in_window(QuotaKind::Fetch, user, client_id) {
+        // f64 to i32 saturates; at least one byte, as Kafka reads at least one batch anyway.
+        request.max_bytes = request.max_bytes.min((max as i32).max(1));
+    }
+    let incremental = request.session_id != 0 && request.session_epoch > 0;
     let mut response = fetch(broker, request, ctx).await;
     let bytes: usize = response
         .topics
@@ -59,12 +72,21 @@ pub(crate) async fn handle(
         .flat_map(|p| p.records.iter().flatten())
         .map(Bytes::len)
         .sum();
-    let mute = throttle(bytes);
+    let mute = quotas.record(QuotaKind::Fetch, user, client_id, bytes as f64);
+    if !mute.is_zero() {
+        quotas.unrecord(QuotaKind::Fetch, user, client_id, bytes as f64);
+        // Kafka's FetchContext.getThrottledResponse: the records read wait for the next
+        // fetch at the same offsets; a full fetch's new session is not handed out.
+        response.topics.clear();
+        if !incremental {
+            response.fields.session_id = 0;
+        }
+    }
+    response.fields.throttle_time_ms = i32::try_from(mute.as_millis()).unwrap_or(i32::MAX);
     ctx.errors.add(response.fields.error_code);
     for partition in response.topics.iter().flat_map(|t| &t.partitions) {
         ctx.errors.add(partition.fields.error_code);
     }
-    response.fields.throttle_time_ms = i32::try_from(mute.as_millis()).unwrap_or(i32::MAX);
     Ok((
         encode_fetch_response(ctx.correlation_id, &response, ctx.api_version)?,
         mute,
@@ -559,11 +581,7 @@ mod tests {
             let mut request = FetchRequest::default();
             request.max_bytes = 1 << 20;
             request.topics = vec![topic];
-            let (frame, _) = handle(&broker, request, &ctx(version), |_| {
-                std::time::Duration::ZERO
-            })
-            .await
-            .unwrap();
+            let (frame, _) = handle(&broker, request, &ctx(version)).await.unwrap();
             for batch in stored.iter().filter(|batch| batch.len() >= 512) {
                 assert!(
                     frame

@@ -139,6 +139,32 @@ impl Quotas {
         throttle
     }
 
+    /// Takes back `value` recorded for a response that was not sent after all (Kafka's
+    /// `unrecordQuotaSensor`: an over-quota Fetch is answered empty, so its records do not
+    /// count against the client).
+    pub fn unrecord(&self, kind: QuotaKind, user: &str, client_id: &str, value: f64) {
+        let table = self.table();
+        let Some((_, bucket)) = table.resolve(kind, user, client_id) else {
+            return;
+        };
+        let now = self.clock.monotonic();
+        if let Ok(mut usage) = self.usage.lock() {
+            if let Some((rate, _)) = usage.get_mut(&(kind, bucket)) {
+                rate.record(self.settings.window, -value, now);
+            }
+        }
+    }
+
+    /// The most a client may use within the quota's whole window (Kafka's
+    /// `getMaxValueInQuotaWindow`: the quota times `quota_window_num - 1` windows), or None
+    /// without a quota. A Fetch reads no more than this, or a large enough one would be over
+    /// the quota on its own every time and never be answered.
+    pub fn max_in_window(&self, kind: QuotaKind, user: &str, client_id: &str) -> Option<f64> {
+        let (quota, _) = self.table().resolve(kind, user, client_id)?;
+        let windows = self.settings.window.samples.max(2) - 1;
+        Some(quota * windows as f64 * self.settings.window.size.as_secs_f64())
+    }
+
     /// Drops buckets unused for a whole quota window (their rate is zero anyway), or, if
     /// every bucket is in use (client ids are the client's to choose), the least recently
     /// used one: it starts over from zero, which favours that client a little.

@@ -1,5 +1,6 @@
-//! Authentication: listeners and their security protocols, TLS, SASL (PLAIN, SCRAM-SHA-256,
-//! SCRAM-SHA-512) and the SCRAM users kept in shared storage.
+//! Authentication: listeners and their security protocols, TLS (with client certificates and
+//! Kafka's principal mapping rules), SASL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) and the SCRAM
+//! users kept in shared storage.
 //!
 //! A connection is authenticated before anything else reaches a handler; the result is its
 //! [`Principal`], carried in every request's context, where authorization (ACLs) and quotas
@@ -7,10 +8,13 @@
 
 pub mod acl;
 pub mod acl_store;
+pub mod oauth;
+pub mod principal_mapping;
 pub(crate) mod sasl;
 pub mod scram;
 pub mod tls;
 pub mod users;
+pub mod x509;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -29,6 +33,13 @@ pub enum SecurityError {
     /// Wrong password, or a user that does not exist: the two are never told apart.
     #[error("invalid credentials")]
     BadCredentials,
+    /// An OAUTHBEARER token that does not verify (signature, issuer, audience, expiry); why,
+    /// for the log: the client is told only RFC 7628's `invalid_token`.
+    #[error("invalid token: {0}")]
+    InvalidToken(String),
+    /// A re-authentication (KIP-368) logged in as someone else than the connection is.
+    #[error("Cannot change principals during re-authentication")]
+    ReauthPrincipalChanged,
     /// The mechanism is not enabled on this broker.
     #[error("unsupported SASL mechanism {0}")]
     UnsupportedMechanism(String),
@@ -127,7 +138,7 @@ impl fmt::Display for Principal {
 }
 
 /// The SASL mechanisms Strata implements, by Kafka name.
-pub const MECHANISMS: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+pub const MECHANISMS: [&str; 4] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"];
 
 /// Fills `buf` from the operating system's generator. Not the process's seeded generator,
 /// unlike every other random draw: a nonce or salt that a replayed seed reproduces would be
@@ -193,6 +204,8 @@ impl AuthStats {
 pub(crate) fn failure_reason(error: &SecurityError) -> &'static str {
     match error {
         SecurityError::BadCredentials => "bad_credentials",
+        SecurityError::InvalidToken(_) => "invalid_token",
+        SecurityError::ReauthPrincipalChanged => "reauth_principal_changed",
         SecurityError::BadSaslMessage(_) => "malformed",
         SecurityError::UnsupportedMechanism(_) => "unsupported_mechanism",
         SecurityError::IllegalState(_) => "illegal_state",
@@ -216,7 +229,7 @@ pub struct Listener {
     pub protocol: SecurityProtocol,
     pub advertised_host: String,
     pub advertised_port: u16,
-    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    pub tls: Option<std::sync::Arc<tls::TlsContext>>,
 }
 
 impl fmt::Debug for Listener {
@@ -226,7 +239,7 @@ impl fmt::Debug for Listener {
             .field("protocol", &self.protocol)
             .field("advertised_host", &self.advertised_host)
             .field("advertised_port", &self.advertised_port)
-            .field("tls", &self.tls.is_some())
+            .field("tls", &self.tls.as_ref().map(|t| t.client_auth()))
             .finish()
     }
 }

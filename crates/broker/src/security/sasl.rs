@@ -15,6 +15,7 @@ use kafka_protocol::protocol::{Encodable, HeaderVersion, StrBytes};
 use strata_wire::frame::{parse_request_header, RequestApi};
 use tracing::{debug, info, warn};
 
+use super::oauth;
 use super::scram::{self, Credential, Mechanism, ServerExchange};
 use super::users::credential_of;
 use super::{failure_reason, Principal, SecurityError};
@@ -31,6 +32,7 @@ const FAILED: &str = "Authentication failed: Invalid username or password";
 enum Method {
     Plain,
     Scram(Mechanism),
+    OAuthBearer,
 }
 
 impl Method {
@@ -38,6 +40,7 @@ impl Method {
         match self {
             Method::Plain => "PLAIN",
             Method::Scram(m) => m.name(),
+            Method::OAuthBearer => "OAUTHBEARER",
         }
     }
 }
@@ -52,6 +55,12 @@ enum State {
     },
     ScramFinal {
         exchange: Box<ServerExchange>,
+        raw: bool,
+    },
+    /// A refused token, answered with RFC 7628's error challenge: the client's `\x01`
+    /// (or anything) ends the exchange with the failure.
+    OAuthRefused {
+        reason: String,
         raw: bool,
     },
     Done,
@@ -73,6 +82,16 @@ pub(crate) enum Gate {
 pub(crate) struct Session {
     state: State,
     principal: Option<Arc<Principal>>,
+    /// The mechanism of the last successful login: a re-authentication must use it.
+    method: Option<Method>,
+    /// When the session ends (monotonic), with `connections_max_reauth` set: a request
+    /// other than a re-authentication after then closes the connection (KIP-368).
+    expires_at: Option<std::time::Duration>,
+    /// A new exchange on an authenticated connection: requests keep running as the
+    /// current principal meanwhile, and the new login must be the same principal.
+    reauthenticating: bool,
+    /// The session's lifetime as told to the client (SaslAuthenticate v1+); 0: no limit.
+    lifetime_ms: i64,
 }
 
 impl Session {
@@ -81,6 +100,10 @@ impl Session {
         Self {
             state: State::Handshake,
             principal: None,
+            method: None,
+            expires_at: None,
+            reauthenticating: false,
+            lifetime_ms: 0,
         }
     }
 
@@ -89,7 +112,30 @@ impl Session {
         Self {
             state: State::Done,
             principal: Some(Arc::new(principal)),
+            method: None,
+            expires_at: None,
+            reauthenticating: false,
+            lifetime_ms: 0,
         }
+    }
+
+    /// When the session ends, if it does (KIP-368).
+    pub fn expires_at(&self) -> Option<std::time::Duration> {
+        self.expires_at
+    }
+
+    /// Whether `frame` starts a re-authentication (KIP-368): a SaslHandshake on a connection
+    /// logged in through SASL while `connections_max_reauth` is set. If so, the session
+    /// goes back to waiting for the exchange, keeping its principal until it completes.
+    pub fn begin_reauthentication(&mut self, frame: &[u8]) -> bool {
+        let handshake = frame.get(..2).map(|k| i16::from_be_bytes([k[0], k[1]]))
+            == Some(ApiKey::SaslHandshake as i16);
+        if !handshake || !self.is_done() || self.method.is_none() || self.expires_at.is_none() {
+            return false;
+        }
+        self.state = State::Handshake;
+        self.reauthenticating = true;
+        true
     }
 
     /// Who the connection acts for, once authenticated.
@@ -105,7 +151,9 @@ impl Session {
     pub fn gate(&self, frame: &[u8]) -> Gate {
         if matches!(
             self.state,
-            State::Authenticate { raw: true, .. } | State::ScramFinal { raw: true, .. }
+            State::Authenticate { raw: true, .. }
+                | State::ScramFinal { raw: true, .. }
+                | State::OAuthRefused { raw: true, .. }
         ) {
             return Gate::Sasl;
         }
@@ -116,6 +164,9 @@ impl Session {
         match key {
             Some(ApiKey::ApiVersions) => Gate::Dispatch,
             Some(ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) => Gate::Sasl,
+            // Requests pipelined around a re-authentication act for the principal that
+            // is still logged in (its session's end is checked by the connection).
+            _ if self.reauthenticating => Gate::Dispatch,
             _ => Gate::Refuse,
         }
     }
@@ -123,8 +174,9 @@ impl Session {
     /// Runs one step of the exchange. Returns the reply and whether to close the connection
     /// after it.
     pub async fn step(&mut self, broker: &Broker, frame: Bytes, peer: SocketAddr) -> (Reply, bool) {
-        if let State::Authenticate { raw: true, .. } | State::ScramFinal { raw: true, .. } =
-            self.state
+        if let State::Authenticate { raw: true, .. }
+        | State::ScramFinal { raw: true, .. }
+        | State::OAuthRefused { raw: true, .. } = self.state
         {
             return match self.authenticate(broker, &frame, peer).await {
                 Ok(token) => (raw_frame(token), false),
@@ -165,6 +217,9 @@ impl Session {
                 let close = match self.authenticate(broker, &r.auth_bytes, peer).await {
                     Ok(token) => {
                         response.auth_bytes = token;
+                        if version >= 1 && self.is_done() {
+                            response.session_lifetime_ms = self.lifetime_ms;
+                        }
                         false
                     }
                     Err(e) => {
@@ -176,6 +231,10 @@ impl Session {
                         };
                         response.error_message = Some(StrBytes::from_string(match e {
                             SecurityError::BadCredentials => FAILED.to_string(),
+                            SecurityError::InvalidToken(_) => format!(
+                                "Authentication failed: {}",
+                                String::from_utf8_lossy(oauth::ERROR_CHALLENGE)
+                            ),
                             SecurityError::Storage(_) | SecurityError::Contended(_) => {
                                 "Authentication failed: the user store is unavailable".into()
                             }
@@ -207,9 +266,14 @@ impl Session {
             response.error_code = code::ILLEGAL_SASL_STATE;
             return (response, true);
         }
-        let method = if enabled.iter().any(|m| m == mechanism) {
+        let method = if self.reauthenticating && self.method.is_some_and(|m| m.name() != mechanism)
+        {
+            // Kafka refuses to change mechanisms on a re-authentication.
+            None
+        } else if enabled.iter().any(|m| m == mechanism) {
             match mechanism {
                 "PLAIN" => Some(Method::Plain),
+                "OAUTHBEARER" if broker.oauth.is_some() => Some(Method::OAuthBearer),
                 other => Mechanism::from_name(other).map(Method::Scram),
             }
         } else {
@@ -243,7 +307,17 @@ impl Session {
         let (method, result) = match state {
             State::Authenticate { method, raw } => {
                 let result = match method {
-                    Method::Plain => plain(broker, token).await.map(|user| (user, Bytes::new())),
+                    Method::Plain => plain(broker, token)
+                        .await
+                        .map(|user| (user, Bytes::new(), None)),
+                    Method::OAuthBearer => match oauth_first(broker, token) {
+                        Err(SecurityError::InvalidToken(reason)) => {
+                            debug!(%peer, reason, "OAUTHBEARER token refused; sending the error challenge");
+                            self.state = State::OAuthRefused { reason, raw };
+                            return Ok(Bytes::from_static(oauth::ERROR_CHALLENGE));
+                        }
+                        other => other.map(|(user, expires)| (user, Bytes::new(), Some(expires))),
+                    },
                     Method::Scram(mechanism) => match scram_first(broker, mechanism, token).await {
                         Ok(exchange) => {
                             let reply = Bytes::copy_from_slice(exchange.server_first());
@@ -256,14 +330,18 @@ impl Session {
                         Err(e) => Err(e),
                     },
                 };
-                (method.name(), result)
+                (method, result)
             }
             State::ScramFinal { exchange, .. } => {
                 let result = exchange
                     .finish(token)
-                    .map(|last| (exchange.user().to_string(), Bytes::from(last)));
-                (exchange_mechanism(&exchange), result)
+                    .map(|last| (exchange.user().to_string(), Bytes::from(last), None));
+                (Method::Scram(exchange.mechanism()), result)
             }
+            State::OAuthRefused { reason, .. } => (
+                Method::OAuthBearer,
+                Err(SecurityError::InvalidToken(reason)),
+            ),
             State::Handshake | State::Done => {
                 broker.auth_stats.record("other", "illegal_state");
                 return Err(SecurityError::IllegalState(
@@ -271,25 +349,82 @@ impl Session {
                 ));
             }
         };
+        let result = result.and_then(|(user, token, expires)| {
+            let principal = Principal::user(user);
+            // As Kafka: a re-authentication may not change who the connection is.
+            match &self.principal {
+                Some(current) if self.reauthenticating && **current != principal => {
+                    Err(SecurityError::ReauthPrincipalChanged)
+                }
+                _ => Ok((principal, token, expires)),
+            }
+        });
+        let name = method.name();
         match result {
-            Ok((user, token)) => {
-                broker.auth_stats.record(method, "success");
-                debug!(%peer, user, mechanism = method, "authenticated");
-                self.principal = Some(Arc::new(Principal::user(user)));
+            Ok((principal, token, expires)) => {
+                broker.auth_stats.record(
+                    name,
+                    if self.reauthenticating {
+                        "reauthenticated"
+                    } else {
+                        "success"
+                    },
+                );
+                debug!(%peer, %principal, mechanism = name, "authenticated");
+                self.principal = Some(Arc::new(principal));
+                self.method = Some(method);
+                self.reauthenticating = false;
                 self.state = State::Done;
+                self.start_session(broker, expires);
                 Ok(token)
             }
             Err(e) => {
-                broker.auth_stats.record(method, failure_reason(&e));
-                info!(%peer, mechanism = method, error = %e, "authentication failed");
+                broker.auth_stats.record(name, failure_reason(&e));
+                info!(%peer, mechanism = name, error = %e, "authentication failed");
                 Err(e)
             }
         }
     }
+
+    /// Starts the session of a login that just succeeded: with `connections_max_reauth`
+    /// set, it lasts that long, or until the credential expires if sooner (an OAUTHBEARER
+    /// token's `exp`, in milliseconds since the epoch), as Kafka's does. Off (0): forever.
+    fn start_session(&mut self, broker: &Broker, credential_expires_ms: Option<i64>) {
+        let max = broker.settings.connections_max_reauth;
+        if max.is_zero() {
+            self.lifetime_ms = 0;
+            self.expires_at = None;
+            return;
+        }
+        let mut lifetime_ms = i64::try_from(max.as_millis()).unwrap_or(i64::MAX);
+        if let Some(expires_ms) = credential_expires_ms {
+            let left = expires_ms.saturating_sub(broker.clock.wall_millis()).max(0);
+            lifetime_ms = lifetime_ms.min(left);
+        }
+        self.lifetime_ms = lifetime_ms;
+        let lifetime = std::time::Duration::from_millis(u64::try_from(lifetime_ms).unwrap_or(0));
+        self.expires_at = Some(broker.clock.monotonic().saturating_add(lifetime));
+    }
 }
 
-fn exchange_mechanism(exchange: &ServerExchange) -> &'static str {
-    exchange.mechanism().name()
+/// An OAUTHBEARER client first message: the principal its token names and when the token
+/// expires, or why not.
+fn oauth_first(broker: &Broker, token: &[u8]) -> Result<(String, i64), SecurityError> {
+    let validator = broker
+        .oauth
+        .as_deref()
+        .ok_or(SecurityError::IllegalState("OAUTHBEARER is not configured"))?;
+    let (authzid, token) = oauth::parse_client_first(token)?;
+    let valid = validator
+        .validate(&token)
+        .map_err(|e| SecurityError::InvalidToken(e.0))?;
+    // As Kafka: an authorization id, if given, must be the token's own principal.
+    if authzid.is_some_and(|a| a != valid.principal) {
+        return Err(SecurityError::InvalidToken(
+            "authorization id differs from the token's principal".into(),
+        ));
+    }
+    Ok((valid.principal, valid.expires_at_ms))
 }
 
 /// SASL/PLAIN (RFC 4616): `authzid NUL authcid NUL password`, checked against the user's

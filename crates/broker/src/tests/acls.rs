@@ -242,3 +242,106 @@ async fn without_an_authorizer_everything_is_allowed_and_the_acl_apis_are_disabl
     assert_eq!(created.results[0].error_code, SECURITY_DISABLED);
     broker.shutdown().await;
 }
+
+/// DescribeTopicPartitions as Kafka answers it under ACLs: a named topic the principal may
+/// not describe is TOPIC_AUTHORIZATION_FAILED (after the others, existing or not), and left
+/// out when all topics are asked for. ListConfigResources needs DESCRIBE_CONFIGS on the
+/// cluster.
+#[tokio::test]
+async fn describe_topic_partitions_refuses_named_topics_and_list_config_resources_is_checked() {
+    use kafka_protocol::messages::describe_topic_partitions_request::TopicRequest;
+    use kafka_protocol::messages::{
+        DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse,
+        ListConfigResourcesRequest, ListConfigResourcesResponse,
+    };
+
+    let broker = guarded_broker().await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "open").await;
+    let mut request = CreateTopicsRequest::default();
+    request.topics = vec![creatable("closed", 1, 1)];
+    request.timeout_ms = 10_000;
+    let created: CreateTopicsResponse = client.call(ApiKey::CreateTopics, 7, &request).await;
+    assert_eq!(created.topics[0].error_code, 0);
+
+    let describe = |names: &[&str]| {
+        let mut request = DescribeTopicPartitionsRequest::default();
+        request.topics = names
+            .iter()
+            .map(|n| {
+                let mut t = TopicRequest::default();
+                t.name = topic_name(n);
+                t
+            })
+            .collect();
+        request.response_partition_limit = 100;
+        request
+    };
+    let named: DescribeTopicPartitionsResponse = client
+        .call(
+            ApiKey::DescribeTopicPartitions,
+            0,
+            &describe(&["closed", "open", "nowhere"]),
+        )
+        .await;
+    let answers: Vec<(String, i16)> = named
+        .topics
+        .iter()
+        .map(|t| {
+            (
+                t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default(),
+                t.error_code,
+            )
+        })
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            ("open".to_string(), 0),
+            ("closed".to_string(), TOPIC_AUTHORIZATION_FAILED),
+            ("nowhere".to_string(), TOPIC_AUTHORIZATION_FAILED),
+        ]
+    );
+    let refused = named.topics.iter().find(|t| t.error_code != 0).unwrap();
+    assert!(refused.partitions.is_empty());
+    assert!(refused.topic_id.is_nil());
+
+    let all: DescribeTopicPartitionsResponse = client
+        .call(ApiKey::DescribeTopicPartitions, 0, &describe(&[]))
+        .await;
+    let names: Vec<_> = all
+        .topics
+        .iter()
+        .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
+        .collect();
+    assert_eq!(names, ["open"]);
+
+    let listed: ListConfigResourcesResponse = client
+        .call(
+            ApiKey::ListConfigResources,
+            1,
+            &ListConfigResourcesRequest::default(),
+        )
+        .await;
+    assert_eq!(listed.error_code, CLUSTER_AUTHORIZATION_FAILED);
+    assert!(listed.config_resources.is_empty());
+    let mut request = CreateAclsRequest::default();
+    let mut grant = creation(CLUSTER_NAME, Operation::DescribeConfigs);
+    grant.resource_type = ResourceType::Cluster.code();
+    request.creations = vec![grant];
+    let created: CreateAclsResponse = client.call(ApiKey::CreateAcls, 3, &request).await;
+    assert_eq!(created.results[0].error_code, 0, "{:?}", created.results[0]);
+    let listed: ListConfigResourcesResponse = client
+        .call(
+            ApiKey::ListConfigResources,
+            1,
+            &ListConfigResourcesRequest::default(),
+        )
+        .await;
+    assert_eq!(listed.error_code, 0);
+    assert!(listed
+        .config_resources
+        .iter()
+        .any(|r| r.resource_name.as_str() == "open"));
+    broker.shutdown().await;
+}

@@ -145,3 +145,61 @@ async fn a_client_over_its_quota_gets_its_throttle_and_is_not_read_until_it_pass
     assert_eq!(second.throttle_time_ms, 2000);
     broker.shutdown().await;
 }
+
+/// An over-quota Fetch is answered as Kafka answers it: a fetch reads no more than the
+/// quota allows over its whole window (but at least one batch), and one that goes over the
+/// quota gets `throttle_time_ms` and no partitions, its records left for a later fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_over_quota_fetch_is_answered_empty_and_a_fetch_reads_at_most_the_quota_window() {
+    let broker = start_with(|s| s.quota_max_throttle = Duration::from_millis(100)).await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "metered").await;
+    let big = vec![b'x'; 1500];
+    for value in [&b"small"[..], &big[..]] {
+        let produced: ProduceResponse = client
+            .call(
+                ApiKey::Produce,
+                9,
+                &produce_request("metered", -1, record_batch(&[value], 0)),
+            )
+            .await;
+        assert_eq!(produced.responses[0].partition_responses[0].error_code, 0);
+    }
+    // 100 bytes a second over 11 one-second windows: at most 1,000 bytes a fetch.
+    let set: AlterClientQuotasResponse = client
+        .call(
+            ApiKey::AlterClientQuotas,
+            1,
+            &alter(
+                &[("client-id", Some("broker-test"))],
+                &[("consumer_byte_rate", 100.0, false)],
+            ),
+        )
+        .await;
+    assert_eq!(set.entries[0].error_code, 0);
+    let records_of = |response: &FetchResponse| -> usize {
+        response
+            .responses
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+            .sum()
+    };
+
+    let first: FetchResponse = client
+        .call(ApiKey::Fetch, 12, &fetch_request("metered", 0, 0, 0))
+        .await;
+    let bytes = records_of(&first);
+    assert!(
+        bytes > 0 && bytes < 1000,
+        "only the small batch: {bytes} bytes"
+    );
+    assert_eq!(first.throttle_time_ms, 0);
+
+    let second: FetchResponse = client
+        .call(ApiKey::Fetch, 12, &fetch_request("metered", 1, 0, 0))
+        .await;
+    assert!(second.throttle_time_ms > 0, "{second:?}");
+    assert!(second.responses.is_empty(), "{:?}", second.responses);
+    broker.shutdown().await;
+}
