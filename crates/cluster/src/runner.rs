@@ -404,7 +404,12 @@ impl<H: ResourceHost> OwnershipRunner<H> {
                     }
                     batch.push((resource, Some(expected), dead_stream));
                 }
-                Some(_) | None => break,
+                // Not reached (the front was a claim); put it back rather than lose it.
+                Some(other) => {
+                    self.pending.push_front(other);
+                    break;
+                }
+                None => break,
             }
         }
         let me = self.controller.me().clone();
