@@ -27,6 +27,8 @@ pub(crate) struct Recorder {
     pub resources: BTreeSet<String>,
     pub serving: Arc<Mutex<BTreeMap<String, Epoch>>>,
     pub stops: Arc<Mutex<Vec<(String, StopReason)>>>,
+    /// The size of every batch `start_serving_all` was given.
+    pub batches: Arc<Mutex<Vec<usize>>>,
 }
 
 #[async_trait]
@@ -43,6 +45,14 @@ impl ResourceHost for Recorder {
             .unwrap()
             .insert(resource.to_string(), epoch);
         Ok(())
+    }
+    async fn start_serving_all(&self, batch: &[(String, Epoch)]) -> Vec<ClusterResult<()>> {
+        self.batches.lock().unwrap().push(batch.len());
+        let mut results = Vec::new();
+        for (resource, epoch) in batch {
+            results.push(self.start_serving(resource, *epoch).await);
+        }
+        results
     }
     async fn stop_serving(&self, resource: &str, reason: StopReason) -> ClusterResult<()> {
         self.serving.lock().unwrap().remove(resource);
@@ -146,6 +156,35 @@ impl ObjectStore for Untagged {
     }
     fn backend_name(&self) -> &'static str {
         "untagged"
+    }
+}
+
+/// Counts the listings of write-ahead streams (each seal of a stream lists it).
+#[derive(Debug)]
+pub(crate) struct WalListings(pub Arc<dyn ObjectStore>, pub Arc<Mutex<usize>>);
+
+#[async_trait]
+impl ObjectStore for WalListings {
+    async fn put(&self, key: &ObjectKey, data: Bytes, mode: PutMode) -> StorageResult<Version> {
+        self.0.put(key, data, mode).await
+    }
+    async fn get(&self, key: &ObjectKey) -> StorageResult<(Bytes, Version)> {
+        self.0.get(key).await
+    }
+    async fn get_range(&self, key: &ObjectKey, range: Range<u64>) -> StorageResult<Bytes> {
+        self.0.get_range(key, range).await
+    }
+    async fn list(&self, prefix: &str) -> StorageResult<Vec<ObjectMeta>> {
+        if prefix.starts_with("wal/") {
+            *self.1.lock().unwrap() += 1;
+        }
+        self.0.list(prefix).await
+    }
+    async fn delete(&self, key: &ObjectKey) -> StorageResult<()> {
+        self.0.delete(key).await
+    }
+    fn backend_name(&self) -> &'static str {
+        "wal-listings"
     }
 }
 

@@ -90,6 +90,8 @@ pub(crate) async fn on_failure(
         }
         _ => false,
     };
+    // A failed pass may have left a segment its manifest does not list.
+    part.lock().segments_collected = None;
     if deposed {
         let hw = {
             let mut st = part.lock();
@@ -785,6 +787,13 @@ pub(crate) async fn collect_garbage(shared: &Shared) -> LogResult<usize> {
 ///   a successor's segments carry a larger claim and are never judged here.
 async fn collect_segments(shared: &Shared, part: &Arc<Partition>) -> LogResult<usize> {
     let mut deleted = 0usize;
+    let seen = {
+        let st = part.lock();
+        if st.manifest_version.is_some() && st.segments_collected == st.manifest_version {
+            return Ok(0);
+        }
+        st.manifest_version.clone()
+    };
     let prefix = strata_layout::partition::segment_prefix(part.topic_id, part.tp.partition);
     let listed = shared.store.list(&prefix).await?;
     let mut cleaned = Vec::new();
@@ -810,6 +819,7 @@ async fn collect_segments(shared: &Shared, part: &Arc<Partition>) -> LogResult<u
         }
     }
     if cleaned.is_empty() {
+        collected(part, seen);
         return Ok(deleted);
     }
     let _serial = part.maintenance.lock().await;
@@ -822,14 +832,28 @@ async fn collect_segments(shared: &Shared, part: &Arc<Partition>) -> LogResult<u
         return Ok(deleted);
     }
     let inflight = lock_mutex(&shared.cleaner_inflight).clone();
+    // A cleaning pass still writing keeps its segments; they are judged at the next change.
+    let writing = !inflight.is_empty();
     for key in crate::cleaner::unreferenced_cleaned(&stored, &cleaned, &inflight) {
         delete_quietly(shared, &key).await;
         deleted += 1;
+    }
+    if !writing {
+        collected(part, seen);
     }
     Ok(deleted)
 }
 
 use strata_layout::partition::parse_segment_key;
+
+/// Records that the partition's segments were collected under manifest version `seen` (if
+/// the manifest has not moved since: a pass that changed it meanwhile may have left more).
+fn collected(part: &Partition, seen: Option<Version>) {
+    let mut st = part.lock();
+    if st.manifest_version == seen {
+        st.segments_collected = seen;
+    }
+}
 
 // The manager's maintenance API, for operators and tests (the background task above runs
 // the same passes on its own schedule).

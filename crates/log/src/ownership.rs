@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::StreamExt;
 use strata_core::{Offset, TopicPartition};
 use strata_storage::{ObjectKey, StorageError, Version};
 
@@ -31,6 +32,11 @@ use crate::partition::{PartState, Partition, Serving, TailEntry};
 use crate::shared::{lock_mutex, read_lock, write_partitions, Shared};
 use crate::wal;
 use crate::{LogError, LogResult};
+
+/// Manifest reads, manifest claims and compactions of replayed tails in flight at once during
+/// a takeover: enough to hide a local disk's sync or an object store's round trip behind each
+/// other, few enough to leave the storage limits to the write path.
+pub(crate) const TAKEOVER_CONCURRENCY: usize = 32;
 
 /// One partition to take over, under `epoch` (None = one past the manifest's epoch, for a
 /// broker that owns everything by itself).
@@ -61,6 +67,7 @@ pub(crate) async fn acquire(
 ) -> LogResult<Vec<(TopicPartition, LogResult<()>)>> {
     let mut loading = Vec::new();
     let mut results = Vec::new();
+    let mut to_read = Vec::new();
     let mut phases = Phases::new(shared);
     for want in wanted {
         let tp = TopicPartition::new(want.topic.name.clone(), want.partition);
@@ -101,7 +108,26 @@ pub(crate) async fn acquire(
             // hold is stale.
             write_partitions(shared).remove(&tp);
         }
-        let (manifest, version) = read_manifest(shared, want.topic.id, want.partition).await?;
+        to_read.push((tp, want));
+    }
+    // Manifests are independent objects: read them concurrently (one at a time, 10,000 of
+    // them were most of a large takeover on a local disk).
+    let read: Vec<_> = futures::stream::iter(to_read)
+        .map(|(tp, want)| async move {
+            let manifest = read_manifest(shared, want.topic.id, want.partition).await;
+            (tp, want, manifest)
+        })
+        .buffered(TAKEOVER_CONCURRENCY)
+        .collect()
+        .await;
+    for (tp, want, manifest) in read {
+        let (manifest, version) = match manifest {
+            Ok(m) => m,
+            Err(e) => {
+                results.push((tp, Err(e)));
+                continue;
+            }
+        };
         // Our own claim at this very epoch landed in an earlier attempt that then failed (an
         // ambiguous storage error, a failure right after the claim) before the partition was
         // served: nothing can be in our stream for it, since appends need it served. Replaying
@@ -180,34 +206,40 @@ pub(crate) async fn acquire(
     }
 
     phases.mark("replay");
-    let mut acquired = Vec::new();
-    for mut l in loading {
-        let tp = TopicPartition::new(l.want.topic.name.clone(), l.want.partition);
-        let epoch = l.want.epoch.unwrap_or(l.manifest.epoch + 1);
-        let mut claimed = l.manifest.clone();
-        claimed.writer_stream = shared.stream;
-        claimed.epoch = epoch;
-        claimed.claim = l.manifest.claim + 1;
-        claimed.released = false;
-        claimed.inherited_streams = l.contributed.clone();
-        match crate::maintenance::put_manifest_raw(
-            shared,
-            l.want.topic.id,
-            l.want.partition,
-            &claimed,
-            l.version.clone(),
-        )
-        .await
-        {
-            Ok(version) => {
+    // Claims of different manifests do not depend on each other: concurrently.
+    let claims: Vec<_> = futures::stream::iter(loading)
+        .map(|mut l| async move {
+            let epoch = l.want.epoch.unwrap_or(l.manifest.epoch + 1);
+            let mut claimed = l.manifest.clone();
+            claimed.writer_stream = shared.stream;
+            claimed.epoch = epoch;
+            claimed.claim = l.manifest.claim + 1;
+            claimed.released = false;
+            claimed.inherited_streams = l.contributed.clone();
+            let put = crate::maintenance::put_manifest_raw(
+                shared,
+                l.want.topic.id,
+                l.want.partition,
+                &claimed,
+                l.version.clone(),
+            )
+            .await;
+            let put = put.map(|version| {
                 l.state.manifest = claimed;
                 l.state.manifest_version = Some(version);
-            }
-            Err(e) => {
-                tracing::warn!(partition = %tp, error = %e, "lost the race for a partition's manifest");
-                results.push((tp, Err(e)));
-                continue;
-            }
+            });
+            (l, epoch, put)
+        })
+        .buffered(TAKEOVER_CONCURRENCY)
+        .collect()
+        .await;
+    let mut acquired = Vec::new();
+    for (l, epoch, put) in claims {
+        let tp = TopicPartition::new(l.want.topic.name.clone(), l.want.partition);
+        if let Err(e) = put {
+            tracing::warn!(partition = %tp, error = %e, "lost the race for a partition's manifest");
+            results.push((tp, Err(e)));
+            continue;
         }
         let part = Arc::new(Partition::new(tp.clone(), l.want.topic.id, epoch, l.state));
         write_partitions(shared).insert(tp.clone(), part.clone());
@@ -217,14 +249,16 @@ pub(crate) async fn acquire(
     }
     phases.mark("claim");
     // Compact replayed tails right away: the old stream must not be needed again.
-    for part in &acquired {
-        let needs = part.lock().tail.iter().any(|t| t.stream != shared.stream);
-        if needs {
+    let replayed = acquired
+        .iter()
+        .filter(|part| part.lock().tail.iter().any(|t| t.stream != shared.stream));
+    futures::stream::iter(replayed)
+        .for_each_concurrent(TAKEOVER_CONCURRENCY, |part| async move {
             if let Err(e) = crate::maintenance::compact(shared, part).await {
                 tracing::warn!(partition = %part.tp, error = %e, "compacting a replayed tail failed; will retry");
             }
-        }
-    }
+        })
+        .await;
     let cached: Vec<(Arc<Partition>, i64, usize)> = acquired
         .iter()
         .flat_map(|p| {

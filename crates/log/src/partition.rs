@@ -113,6 +113,12 @@ pub struct PartState {
     pub chunks: BTreeMap<i64, LoadedChunk>,
     /// Whether appends and reads are served; see [`Serving`].
     pub serving: Serving,
+    /// The manifest version the garbage collector last listed this partition's segments
+    /// under. Orphan segments appear only with a manifest change (a compaction, a cleaning
+    /// pass) or a failed pass (which clears this), so an unchanged partition is not listed
+    /// again: listing every partition every pass was 10,000 listings per pass at 10,000
+    /// partitions, idle or not.
+    pub segments_collected: Option<Version>,
 }
 
 #[derive(Debug)]
@@ -194,6 +200,7 @@ impl PartState {
             manifest_version,
             chunks: BTreeMap::new(),
             serving: Serving::Active,
+            segments_collected: None,
         }
     }
 

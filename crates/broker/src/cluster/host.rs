@@ -43,6 +43,82 @@ impl LogHost {
         Some(TopicPartition::new(Arc::clone(&info.name), partition))
     }
 
+    /// The partition `resource` names, reading the catalog (once per batch) for a topic
+    /// created through another broker.
+    async fn resolve(&self, resource: &str, refreshed: &mut bool) -> ClusterResult<TopicPartition> {
+        let (id, partition) = parse_resource(resource)
+            .ok_or_else(|| ClusterError::Invalid(format!("{resource:?} is not a partition")))?;
+        let info = match self.log.topic_by_id(id) {
+            Some(info) => info,
+            None => {
+                if !*refreshed {
+                    self.log
+                        .refresh_catalog()
+                        .await
+                        .map_err(|e| self.cluster_error(resource, e))?;
+                    *refreshed = true;
+                }
+                self.log
+                    .topic_by_id(id)
+                    .ok_or_else(|| ClusterError::Invalid(format!("{resource}: no such topic")))?
+            }
+        };
+        Ok(TopicPartition::new(Arc::clone(&info.name), partition))
+    }
+
+    /// What follows the log's acquire of one partition: its group or transaction shard, the
+    /// bookkeeping and the log line.
+    async fn finish_start(
+        &self,
+        resource: &str,
+        tp: TopicPartition,
+        epoch: Epoch,
+        acquired: Result<(), LogError>,
+        started: std::time::Duration,
+    ) -> ClusterResult<()> {
+        if let Err(e) = acquired {
+            self.stats.acquire_failed.fetch_add(1, Ordering::Relaxed);
+            return Err(self.cluster_error(resource, e));
+        }
+        let partition = tp.partition;
+        if &*tp.topic == OFFSETS_TOPIC {
+            if let Err(e) = self.groups.load_shard(partition).await {
+                // Serving the partition without its shard would answer NOT_COORDINATOR
+                // forever: give it up and let the runner try again.
+                warn!(partition, error = %e, "could not load the group coordinator shard");
+                self.log.abandon(&tp);
+                self.stats.acquire_failed.fetch_add(1, Ordering::Relaxed);
+                return Err(self.cluster_error(resource, e));
+            }
+        }
+        if let (true, Some(txn)) = (&*tp.topic == TXN_TOPIC, &self.txn) {
+            if let Err(e) = txn.load_shard(partition).await {
+                warn!(partition, error = %e, "could not load the transaction coordinator shard");
+                self.log.abandon(&tp);
+                self.stats.acquire_failed.fetch_add(1, Ordering::Relaxed);
+                return Err(self.cluster_error(resource, e));
+            }
+        }
+        self.served().insert(resource.to_string(), tp.clone());
+        let elapsed = self.clock.monotonic().saturating_sub(started);
+        OwnershipStats::record(
+            &self.stats.acquired,
+            &self.stats.acquire_micros,
+            &self.stats.acquire_max_micros,
+            elapsed,
+        );
+        let high = self.log.watermarks(&tp).map(|w| w.high.get()).unwrap_or(-1);
+        info!(
+            "acquired {}-{} epoch {} in {} ms (high watermark {})",
+            tp.topic,
+            tp.partition,
+            epoch.0,
+            elapsed.as_millis(),
+            high
+        );
+        Ok(())
+    }
+
     fn cluster_error(&self, resource: &str, error: LogError) -> ClusterError {
         if *self.log.fenced().borrow() {
             return ClusterError::Fenced;
@@ -121,70 +197,66 @@ impl ResourceHost for LogHost {
     }
 
     async fn start_serving(&self, resource: &str, epoch: Epoch) -> ClusterResult<()> {
-        let (id, partition) = parse_resource(resource)
-            .ok_or_else(|| ClusterError::Invalid(format!("{resource:?} is not a partition")))?;
-        let info = match self.log.topic_by_id(id) {
-            Some(info) => info,
-            None => {
-                self.log
-                    .refresh_catalog()
-                    .await
-                    .map_err(|e| self.cluster_error(resource, e))?;
-                self.log
-                    .topic_by_id(id)
-                    .ok_or_else(|| ClusterError::Invalid(format!("{resource}: no such topic")))?
-            }
-        };
-        let tp = TopicPartition::new(Arc::clone(&info.name), partition);
-        let started = self.clock.monotonic();
-        let acquired = match self
-            .log
-            .acquire(vec![(info.name.to_string(), partition, epoch.0)])
+        let batch = [(resource.to_string(), epoch)];
+        self.start_serving_all(&batch)
             .await
-        {
-            Ok(results) => results.into_iter().try_for_each(|(_, r)| r),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = acquired {
-            self.stats.acquire_failed.fetch_add(1, Ordering::Relaxed);
-            return Err(self.cluster_error(resource, e));
-        }
-        if &*info.name == OFFSETS_TOPIC {
-            if let Err(e) = self.groups.load_shard(partition).await {
-                // Serving the partition without its shard would answer NOT_COORDINATOR
-                // forever: give it up and let the runner try again.
-                warn!(partition, error = %e, "could not load the group coordinator shard");
-                self.log.abandon(&tp);
-                self.stats.acquire_failed.fetch_add(1, Ordering::Relaxed);
-                return Err(self.cluster_error(resource, e));
+            .pop()
+            .unwrap_or_else(|| Err(ClusterError::Invalid(format!("{resource}: no result"))))
+    }
+
+    async fn start_serving_all(&self, batch: &[(String, Epoch)]) -> Vec<ClusterResult<()>> {
+        let started = self.clock.monotonic();
+        let mut results: Vec<Option<ClusterResult<()>>> = batch.iter().map(|_| None).collect();
+        let mut partitions = Vec::with_capacity(batch.len());
+        let mut refreshed = false;
+        for (i, (resource, epoch)) in batch.iter().enumerate() {
+            match self.resolve(resource, &mut refreshed).await {
+                Ok(tp) => partitions.push((i, tp, *epoch)),
+                Err(e) => results[i] = Some(Err(e)),
             }
         }
-        if let (true, Some(txn)) = (&*info.name == TXN_TOPIC, &self.txn) {
-            if let Err(e) = txn.load_shard(partition).await {
-                warn!(partition, error = %e, "could not load the transaction coordinator shard");
-                self.log.abandon(&tp);
-                self.stats.acquire_failed.fetch_add(1, Ordering::Relaxed);
-                return Err(self.cluster_error(resource, e));
+        // One acquire for the whole batch: the log seals and replays each predecessor's
+        // stream once for all of its partitions.
+        let wanted = partitions
+            .iter()
+            .map(|(_, tp, epoch)| (tp.topic.to_string(), tp.partition, epoch.0))
+            .collect();
+        let mut acquired: HashMap<TopicPartition, Result<(), LogError>> =
+            match self.log.acquire(wanted).await {
+                Ok(outcomes) => outcomes.into_iter().collect(),
+                Err(e) => {
+                    // Nothing of the batch is served: every resource fails the same way.
+                    let error = self.cluster_error("partitions", e);
+                    for (i, (resource, _)) in batch.iter().enumerate() {
+                        if results[i].is_none() {
+                            results[i] = Some(Err(match &error {
+                                ClusterError::Fenced => ClusterError::Fenced,
+                                ClusterError::Lost { .. } => ClusterError::Lost {
+                                    resource: resource.clone(),
+                                },
+                                other => ClusterError::Invalid(format!("{resource}: {other}")),
+                            }));
+                        }
+                    }
+                    HashMap::new()
+                }
+            };
+        for (i, tp, epoch) in partitions {
+            if results[i].is_some() {
+                continue;
             }
+            let outcome = acquired
+                .remove(&tp)
+                .unwrap_or(Err(LogError::UnknownTopicOrPartition));
+            results[i] = Some(
+                self.finish_start(&batch[i].0, tp, epoch, outcome, started)
+                    .await,
+            );
         }
-        self.served().insert(resource.to_string(), tp.clone());
-        let elapsed = self.clock.monotonic().saturating_sub(started);
-        OwnershipStats::record(
-            &self.stats.acquired,
-            &self.stats.acquire_micros,
-            &self.stats.acquire_max_micros,
-            elapsed,
-        );
-        let high = self.log.watermarks(&tp).map(|w| w.high.get()).unwrap_or(-1);
-        info!(
-            "acquired {}-{} epoch {} in {} ms (high watermark {})",
-            tp.topic,
-            tp.partition,
-            epoch.0,
-            elapsed.as_millis(),
-            high
-        );
-        Ok(())
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(ClusterError::Invalid("no result".to_string()))))
+            .collect()
     }
 
     async fn stop_serving(&self, resource: &str, reason: StopReason) -> ClusterResult<()> {
