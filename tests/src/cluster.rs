@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::MetadataRequest;
+use kafka_protocol::messages::{DescribeClusterRequest, MetadataRequest};
 
 use crate::binary::strata_binary;
 use crate::command::{run_with_deadline, Finished};
@@ -208,6 +208,16 @@ impl Cluster {
             }
         }
         ClusterView { brokers, leaders }
+    }
+
+    /// The live brokers broker `id` answers to DescribeCluster. Metadata lists more: brokers
+    /// that left within `departed_broker_listing` stay there, leading nothing.
+    pub fn live_brokers_from(&self, id: i32) -> BTreeSet<i32> {
+        let mut connection = RawConnection::connect(self.brokers[&id].addr());
+        let versions = connection.api_versions();
+        let version = RawConnection::negotiate::<DescribeClusterRequest>(&versions, 1);
+        let response = connection.request(version, &DescribeClusterRequest::default());
+        response.brokers.iter().map(|b| b.broker_id.0).collect()
     }
 
     /// Waits until broker `asked` names a leader for each of `topic`'s `partitions` partitions,

@@ -252,6 +252,16 @@ pub struct ClusterSettings {
     /// Off: partitions stay with their live owner unless moved explicitly (failover and
     /// draining still move them).
     pub auto_rebalance: bool,
+    /// How long Metadata keeps listing a broker that left the cluster (crashed, or shut
+    /// down), as a broker that owns nothing. librdkafka destroys a broker object that Metadata
+    /// stops listing, and a transactional producer whose cached group coordinator was that
+    /// broker then waits forever in send_offsets_to_transaction: its coordinator request is
+    /// only retried on a state change of that broker, which no longer has any (librdkafka
+    /// issues 5456 and 5511). Kept listed, the broker's failed reconnects re-run the lookup,
+    /// which finds the new coordinator. The default, 15 minutes, is librdkafka's
+    /// `metadata.max.age.ms`, after which its coordinator cache forgets an entry left unused.
+    /// Zero lists live brokers only, as Kafka does.
+    pub departed_broker_listing: Duration,
 }
 
 impl Default for ClusterSettings {
@@ -262,6 +272,7 @@ impl Default for ClusterSettings {
             ownership_interval: Duration::from_millis(250),
             move_watch_interval: Duration::from_millis(10),
             auto_rebalance: true,
+            departed_broker_listing: Duration::from_secs(15 * 60),
         }
     }
 }

@@ -24,9 +24,9 @@ use bytes::{Buf, BytesMut};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
-    ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, MetadataRequest,
-    MetadataResponse, RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
-    TopicName,
+    ApiVersionsRequest, ApiVersionsResponse, DescribeClusterRequest, FindCoordinatorRequest,
+    MetadataRequest, MetadataResponse, RequestHeader, ResponseHeader, SaslAuthenticateRequest,
+    SaslHandshakeRequest, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use strata_core::Clock;
@@ -510,6 +510,30 @@ impl Client {
                 .insert(broker.node_id.0, format!("{}:{}", broker.host, broker.port));
         }
         Ok(response)
+    }
+
+    /// The live brokers' ids, from DescribeCluster, for requests sent to every broker. Not
+    /// Metadata's list: a Strata cluster keeps listing a broker that left there for a while
+    /// (`departed_broker_listing`), and a request to it would only fail.
+    pub async fn live_brokers(&mut self) -> ClientResult<Vec<i32>> {
+        let response = self
+            .bootstrap
+            .request(0, &DescribeClusterRequest::default())
+            .await?;
+        check(
+            response.error_code,
+            || "describing the cluster".to_string(),
+            response.error_message.as_ref(),
+        )?;
+        let mut ids = Vec::new();
+        for broker in &response.brokers {
+            self.addresses.insert(
+                broker.broker_id.0,
+                format!("{}:{}", broker.host, broker.port),
+            );
+            ids.push(broker.broker_id.0);
+        }
+        Ok(ids)
     }
 
     /// The connection to broker `node` (known from a Metadata answer).

@@ -804,6 +804,7 @@ mod tests {
                 .iter()
                 .map(|b| member(b.abs(), *b < 0, Duration::ZERO))
                 .collect(),
+            departed: BTreeMap::new(),
             self_lease_until: Some(now + LEASE),
             registration_lost: false,
         }

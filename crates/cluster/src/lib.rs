@@ -100,8 +100,8 @@ pub use fence::{
 };
 pub use liveness::LivenessTracker;
 pub use membership::{
-    BrokerRegistration, ClusterView, Incarnation, JoinProgress, ListenerEndpoint, LocalBroker,
-    Member, Membership, MembershipConfig, MembershipHandle,
+    BrokerRegistration, ClusterView, Departed, Incarnation, JoinProgress, ListenerEndpoint,
+    LocalBroker, Member, Membership, MembershipConfig, MembershipHandle,
 };
 pub use node_ids::{
     join_with_allocated_id, Newcomer, FIRST_ALLOCATED_NODE_ID, MAX_CONFIGURED_NODE_ID,

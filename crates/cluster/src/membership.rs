@@ -101,13 +101,16 @@ impl Schema for BrokerRegistration {
     const WHAT: &'static str = "broker registration";
 }
 
-/// Timing of membership. Both are measured on each observer's own monotonic clock.
+/// Timing of membership. All are measured on each observer's own monotonic clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MembershipConfig {
     /// How often a broker rewrites its registration and re-reads everybody else's.
     pub heartbeat_interval: Duration,
     /// How long a registration may stay unchanged before its broker counts as dead.
     pub lease_period: Duration,
+    /// How long the view remembers a broker that left it (lease expired or registration
+    /// withdrawn) in [`ClusterView::departed`]. Zero forgets at once.
+    pub remember_departed: Duration,
 }
 
 impl Default for MembershipConfig {
@@ -115,6 +118,7 @@ impl Default for MembershipConfig {
         Self {
             heartbeat_interval: Duration::from_secs(1),
             lease_period: Duration::from_secs(5),
+            remember_departed: Duration::from_secs(15 * 60),
         }
     }
 }
@@ -157,6 +161,15 @@ pub struct Member {
     pub live_since: Duration,
 }
 
+/// A broker that was live in an earlier view of this observer and is not any more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Departed {
+    /// Its registration as last seen live (its endpoints).
+    pub registration: BrokerRegistration,
+    /// Observer's monotonic time of the first view without it.
+    pub since: Duration,
+}
+
 /// One observer's picture of the cluster, republished after every listing round.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ClusterView {
@@ -164,6 +177,11 @@ pub struct ClusterView {
     pub observed_at: Duration,
     /// Live brokers only (the observer itself included once registered).
     pub members: BTreeMap<BrokerId, Member>,
+    /// Brokers this observer saw live and that left since, for
+    /// [`MembershipConfig::remember_departed`]; never a live one, never the observer. They
+    /// own nothing: the broker layer only keeps listing them to clients for a while (see
+    /// `departed_broker_listing` in the broker's Metadata).
+    pub departed: BTreeMap<BrokerId, Departed>,
     /// Until when nobody can have judged *us* dead: one lease after we issued our last
     /// heartbeat that landed. None while unregistered.
     pub self_lease_until: Option<Duration>,
@@ -559,14 +577,48 @@ impl Membership {
                 ))
             })
             .collect();
+        let departed = self.departed(now, &members);
         let view = ClusterView {
             observed_at: now,
             members,
+            departed,
             self_lease_until: self.self_lease_until(),
             registration_lost: matches!(self.state, JoinState::Lost),
         };
         self.view.send_replace(view.clone());
         Ok(view)
+    }
+
+    /// The departed brokers of the view about to be published with `members`: those the last
+    /// view had live and `members` lacks, since `now`, and the last view's departed ones not
+    /// back and not yet forgotten.
+    fn departed(
+        &self,
+        now: Duration,
+        members: &BTreeMap<BrokerId, Member>,
+    ) -> BTreeMap<BrokerId, Departed> {
+        let previous = self.view.borrow();
+        let remembered =
+            |since: Duration| now.saturating_sub(since) < self.config.remember_departed;
+        let mut departed: BTreeMap<BrokerId, Departed> = previous
+            .departed
+            .iter()
+            .filter(|(id, d)| !members.contains_key(id) && remembered(d.since))
+            .map(|(id, d)| (*id, d.clone()))
+            .collect();
+        for (id, member) in &previous.members {
+            if members.contains_key(id)
+                || *id == self.me.node_id
+                || self.config.remember_departed.is_zero()
+            {
+                continue;
+            }
+            departed.entry(*id).or_insert_with(|| Departed {
+                registration: member.registration.clone(),
+                since: now,
+            });
+        }
+        departed
     }
 
     /// Deletes the registrations that stayed unchanged for [`MembershipConfig::forget_after`]
@@ -1047,7 +1099,11 @@ mod tests {
         }
         clock.advance(SECOND);
         a.heartbeat().await.unwrap();
-        assert_eq!(ids(&a.refresh().await.unwrap()), [1]);
+        let view = a.refresh().await.unwrap();
+        assert_eq!(ids(&view), [1]);
+        assert_eq!(view.departed.keys().map(|b| b.0).collect::<Vec<_>>(), [2]);
+        assert_eq!(view.departed[&BrokerId(2)].since, Duration::from_secs(5));
+        assert_eq!(view.departed[&BrokerId(2)].registration.port, 9092);
         // b comes back: live again, with a new streak.
         b.heartbeat().await.unwrap();
         clock.advance(SECOND);
@@ -1059,6 +1115,41 @@ mod tests {
             Duration::from_secs(6)
         );
         assert_eq!(view.members[&BrokerId(1)].live_since, Duration::ZERO);
+        assert!(view.departed.is_empty(), "back, so not departed: {view:?}");
+    }
+
+    /// A departed broker is remembered for `remember_departed`, through later rounds, then
+    /// forgotten; with zero it is never recorded.
+    #[tokio::test]
+    async fn a_departed_broker_is_remembered_for_its_time_then_forgotten() {
+        for remember in [Duration::from_secs(3), Duration::ZERO] {
+            let (store, clock) = setup();
+            let config = MembershipConfig {
+                remember_departed: remember,
+                ..MembershipConfig::default()
+            };
+            let mut a =
+                Membership::new(store.clone(), clock.clone(), config, local(1, 11)).unwrap();
+            let mut b = membership(&store, &clock, 2, 22);
+            a.try_register().await.unwrap();
+            b.try_register().await.unwrap();
+            assert_eq!(ids(&a.refresh().await.unwrap()), [1, 2]);
+            b.leave().await.unwrap();
+            let mut remembered = Vec::new();
+            for _ in 0..5 {
+                let view = a.refresh().await.unwrap();
+                assert_eq!(ids(&view), [1]);
+                remembered.push(view.departed.contains_key(&BrokerId(2)));
+                clock.advance(SECOND);
+                a.heartbeat().await.unwrap();
+            }
+            let expected = if remember.is_zero() {
+                [false; 5]
+            } else {
+                [true, true, true, false, false]
+            };
+            assert_eq!(remembered, expected, "remember_departed {remember:?}");
+        }
     }
 
     #[tokio::test]
@@ -1076,7 +1167,9 @@ mod tests {
             BTreeSet::from([BrokerId(1)])
         );
         b.leave().await.unwrap();
-        assert_eq!(ids(&a.refresh().await.unwrap()), [1]);
+        let view = a.refresh().await.unwrap();
+        assert_eq!(ids(&view), [1]);
+        assert!(view.departed.contains_key(&BrokerId(2)), "{view:?}");
     }
 
     #[tokio::test]

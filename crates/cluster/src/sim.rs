@@ -365,6 +365,7 @@ impl World {
             MembershipConfig {
                 heartbeat_interval: HEARTBEAT,
                 lease_period: LEASE,
+                ..MembershipConfig::default()
             },
             LocalBroker {
                 node_id: BrokerId(broker),

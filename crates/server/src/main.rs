@@ -109,7 +109,7 @@ enum Command {
     /// [default: none; the password only from STRATA_INTER_BROKER_SASL_PASSWORD], cluster,
     /// lease_period,
     /// heartbeat_interval, ownership_interval, move_watch_interval, auto_rebalance,
-    /// standalone_seal_check).
+    /// departed_broker_listing [default: 15m; 0s lists live brokers only], standalone_seal_check).
     ///
     /// The [log] section (file only, or STRATA_LOG_<KEY>):
     ///   flush_interval: a group-commit write starts when the oldest batch waited this long

@@ -365,6 +365,12 @@ pub struct Settings {
     /// broker that joins (as few as possible: rendezvous hashing). Off, partitions stay with
     /// their live owner; explicit moves, draining and failover still move them.
     pub auto_rebalance: bool,
+    /// Cluster mode: how long Metadata keeps listing a broker that left the cluster, as a
+    /// broker that leads nothing; 0s lists live brokers only, as Kafka does. It keeps
+    /// librdkafka's transactional producer from waiting forever on a group coordinator that
+    /// died (see `strata_broker::ClusterSettings::departed_broker_listing`).
+    #[serde(with = "humantime_serde")]
+    pub departed_broker_listing: Duration,
     /// Standalone mode (`cluster = false`): how often the broker checks whether another broker
     /// started on the same storage sealed its write-ahead stream, so that it exits instead of
     /// answering as leader with stale data. Each check lists this broker's stream.
@@ -538,6 +544,8 @@ impl Default for Settings {
             ownership_interval: None,
             move_watch_interval: None,
             auto_rebalance: true,
+            departed_broker_listing: strata_broker::ClusterSettings::default()
+                .departed_broker_listing,
             standalone_seal_check: Duration::from_secs(2),
             log: LogSettings::default(),
         }
@@ -1161,6 +1169,11 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         Kind::Text,
     ),
     ("STRATA_AUTO_REBALANCE", &["auto_rebalance"], Kind::Boolean),
+    (
+        "STRATA_DEPARTED_BROKER_LISTING",
+        &["departed_broker_listing"],
+        Kind::Text,
+    ),
     (
         "STRATA_STANDALONE_SEAL_CHECK",
         &["standalone_seal_check"],
@@ -1908,6 +1921,7 @@ impl Settings {
                 .move_watch_interval
                 .unwrap_or(profile.move_watch_interval),
             auto_rebalance: self.auto_rebalance,
+            departed_broker_listing: self.departed_broker_listing,
         }
     }
 
@@ -3578,6 +3592,31 @@ mod tests {
         assert_eq!(
             s.cluster_settings("file").move_watch_interval,
             Duration::ZERO
+        );
+    }
+
+    #[test]
+    fn departed_brokers_are_listed_for_15_minutes_unless_set() {
+        let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        assert_eq!(
+            s.cluster_settings("file").departed_broker_listing,
+            Duration::from_secs(900)
+        );
+        let (s, _) = load(
+            None,
+            env(&[("STRATA_DEPARTED_BROKER_LISTING", "0s")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            s.cluster_settings("file").departed_broker_listing,
+            Duration::ZERO
+        );
+        let f = file("departed_broker_listing = \"2m\"\n");
+        let (s, _) = load(Some(f.path()), env(&[]), &FlagOverrides::default()).unwrap();
+        assert_eq!(
+            s.cluster_settings("s3").departed_broker_listing,
+            Duration::from_secs(120)
         );
     }
 

@@ -144,6 +144,7 @@ impl ClusterNode {
         let config = MembershipConfig {
             heartbeat_interval: settings.heartbeat_interval,
             lease_period: settings.lease_period,
+            remember_departed: settings.departed_broker_listing,
         };
         // A broker restarted on the same machine after a crash proves its predecessor dead
         // through the process table and takes its id over without waiting a lease.

@@ -22,7 +22,7 @@ use crate::errors::{code, lookup_error_code};
 use crate::security::acl::CLUSTER_NAME;
 use crate::server::Broker;
 use crate::RequestContext;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use strata_cluster::{rendezvous_weight, ClusterView, OwnerRecord};
 use strata_core::{BrokerId, TopicPartition};
 use strata_layout::cluster::partition_resource;
@@ -41,7 +41,7 @@ pub(crate) async fn handle(
 
     let leaders = Leaders::of(broker);
     response.brokers = leaders
-        .brokers(&ctx.listener)
+        .listed_brokers(&ctx.listener)
         .into_iter()
         .map(|(id, host, port)| {
             let mut b = MetadataResponseBroker::default();
@@ -281,6 +281,27 @@ impl<'a> Leaders<'a> {
                 brokers
             }
         }
+    }
+
+    /// What Metadata lists: [`Self::brokers`], and the brokers that left the cluster within
+    /// `departed_broker_listing` (see [`crate::ClusterSettings::departed_broker_listing`]), at
+    /// their last endpoints. A departed broker leads nothing and coordinates nothing: it is
+    /// listed only so that clients keep their broker object for it.
+    pub(crate) fn listed_brokers(&self, listener: &Listener) -> Vec<(i32, String, u16)> {
+        let mut brokers = self.brokers(listener);
+        let Some((_, view, _)) = &self.cluster else {
+            return brokers;
+        };
+        let listed: BTreeSet<i32> = brokers.iter().map(|(id, _, _)| *id).collect();
+        for (id, departed) in &view.departed {
+            if listed.contains(&id.0) {
+                continue;
+            }
+            let (host, port) = departed.registration.endpoint(&listener.name);
+            brokers.push((id.0, host.to_string(), port));
+        }
+        brokers.sort_by_key(|(id, _, _)| *id);
+        brokers
     }
 
     /// The ids of [`Self::brokers`].

@@ -22,6 +22,7 @@ fn fast() -> ClusterSettings {
         ownership_interval: Duration::from_millis(50),
         move_watch_interval: Duration::from_millis(10),
         auto_rebalance: true,
+        departed_broker_listing: ClusterSettings::default().departed_broker_listing,
     }
 }
 
@@ -357,6 +358,7 @@ async fn a_dead_brokers_partitions_are_taken_over_with_every_acknowledged_record
 
     let clock = SystemClock::shared();
     let died = clock.monotonic();
+    let a_port = a.addr.port();
     a.crash().await;
     eventually(
         "the survivor serves everything, the coordinator shard included",
@@ -381,6 +383,34 @@ async fn a_dead_brokers_partitions_are_taken_over_with_every_acknowledged_record
     let found: FindCoordinatorResponse = client.call(ApiKey::FindCoordinator, 3, &request).await;
     assert_eq!(found.error_code, 0);
     assert_eq!(found.node_id.0, 2);
+    // Metadata still lists the dead broker (departed_broker_listing), at its old address, and
+    // names it leader of nothing; DescribeCluster, for operators, lists the live one only.
+    let metadata: MetadataResponse = client
+        .call(ApiKey::Metadata, 12, &metadata_request(&topics))
+        .await;
+    let listed: Vec<(i32, i32)> = metadata
+        .brokers
+        .iter()
+        .map(|b| (b.node_id.0, b.port))
+        .collect();
+    assert_eq!(
+        listed,
+        [(1, i32::from(a_port)), (2, i32::from(b.addr.port()))]
+    );
+    for topic in &metadata.topics {
+        for p in &topic.partitions {
+            assert_eq!(p.leader_id.0, 2, "{:?} {}", topic.name, p.partition_index);
+        }
+    }
+    let described: kafka_protocol::messages::DescribeClusterResponse = client
+        .call(
+            ApiKey::DescribeCluster,
+            1,
+            &kafka_protocol::messages::DescribeClusterRequest::default(),
+        )
+        .await;
+    let live: Vec<i32> = described.brokers.iter().map(|b| b.broker_id.0).collect();
+    assert_eq!(live, [2]);
 }
 
 /// A broker whose lease was in doubt suspends its partitions (appends refused, the state kept)

@@ -114,18 +114,18 @@ pub struct GroupSummary {
 
 /// Every group of every broker, by id.
 pub async fn group_summaries(client: &mut Client) -> anyhow::Result<Vec<GroupSummary>> {
-    let metadata = client.metadata(Some(&[])).await?;
-    // Each broker coordinates the groups of the __consumer_offsets partitions it owns.
+    // Each broker coordinates the groups of the __consumer_offsets partitions it owns. The live
+    // ones only: Metadata also lists brokers that left a moment ago.
     let mut groups = BTreeMap::new();
-    for broker in &metadata.brokers {
+    for broker in client.live_brokers().await? {
         let response = client
-            .node(broker.node_id.0)
+            .node(broker)
             .await?
             .request(5, &ListGroupsRequest::default())
             .await?;
         check(
             response.error_code,
-            || format!("listing the groups of broker {}", broker.node_id.0),
+            || format!("listing the groups of broker {broker}"),
             None,
         )?;
         for g in response.groups {

@@ -335,16 +335,12 @@ async fn topics(State(console): State<Arc<Console>>, headers: HeaderMap) -> ApiR
 async fn topic_sizes(
     client: &mut Client,
 ) -> anyhow::Result<std::collections::HashMap<String, i64>> {
-    let metadata = client.metadata(Some(&[])).await?;
     let mut sizes = std::collections::HashMap::new();
-    for broker in &metadata.brokers {
+    // The live brokers: Metadata also lists brokers that left a moment ago.
+    for broker in client.live_brokers().await? {
         let mut request = kafka_protocol::messages::DescribeLogDirsRequest::default();
         request.topics = None;
-        let response = client
-            .node(broker.node_id.0)
-            .await?
-            .request(2, &request)
-            .await?;
+        let response = client.node(broker).await?.request(2, &request).await?;
         for dir in &response.results {
             for topic in &dir.topics {
                 let total: i64 = topic.partitions.iter().map(|p| p.partition_size).sum();
