@@ -86,6 +86,10 @@ def run(args):
         "bootstrap.servers": args.bootstrap,
         "transactional.id": args.txn_id,
         "transaction.timeout.ms": 30000,
+        # Metadata every second (librdkafka's default is 5 minutes): a killed broker leaves
+        # the producer's broker list as soon as Metadata stops listing it, so a coordinator
+        # lookup after a broker's death meets librdkafka's handling of a broker it destroyed.
+        "topic.metadata.refresh.interval.ms": 1000,
     })
     # Fences every earlier incarnation and aborts the transaction it left open.
     producer.init_transactions(TIMEOUT_SECONDS)

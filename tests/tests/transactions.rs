@@ -88,6 +88,19 @@ fn group_coordinator_of(addr: std::net::SocketAddr, group: &str) -> Option<i32> 
     find_coordinator(addr, group, 0)
 }
 
+/// `__transaction_state`'s partitions (the broker's default).
+const TXN_SHARDS: i32 = 8;
+
+/// The coordinator shard of `key` among `shards`: Kafka's `abs(key.hashCode()) % shards`, as
+/// the broker computes it.
+fn java_hash_shard(key: &str, shards: usize) -> i32 {
+    let mut h: i32 = 0;
+    for unit in key.encode_utf16() {
+        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
+    }
+    ((h & 0x7fff_ffff) as usize % shards.max(1)) as i32
+}
+
 fn find_coordinator(addr: std::net::SocketAddr, key: &str, key_type: i8) -> Option<i32> {
     let mut connection = RawConnection::connect(addr);
     let mut request = FindCoordinatorRequest::default();
@@ -257,7 +270,7 @@ impl Script {
 enum Disruption {
     KillPipeline,
     KillCoordinatorBroker,
-    KillGroupCoordinatorBroker,
+    KillCoordinatorsBroker,
     MoveOutputPartition,
     KillOutputOwner,
     MoveInputPartition,
@@ -265,10 +278,10 @@ enum Disruption {
 
 /// The exactly-once pipeline of issue 15: read an input topic, write a transformed record per
 /// input record to an output topic, and commit the input offsets in the same transaction —
-/// with the pipeline SIGKILLed twice, the brokers of the transaction coordinator, of the
-/// pipeline's group coordinator and of an output partition SIGKILLed, and an output and an
-/// input partition moved, each in the middle of a transaction (records written, offsets not
-/// yet sent). Afterwards the output holds every
+/// with the pipeline SIGKILLed twice, the transaction coordinator's broker SIGKILLed, then
+/// the broker hosting both the transaction and the group coordinator (moved there first), then
+/// an output partition's owner, and an output and an input partition moved, each in the middle
+/// of a transaction (records written, offsets not yet sent). Afterwards the output holds every
 /// input record exactly once, every transaction whole (read_committed), and the output's last
 /// stable offsets, sampled throughout, never went back.
 ///
@@ -280,7 +293,7 @@ async fn an_exactly_once_pipeline_outputs_each_record_once_through_kills_and_mov
     pipeline_through(&[
         (150, Disruption::KillPipeline),
         (300, Disruption::KillCoordinatorBroker),
-        (400, Disruption::KillGroupCoordinatorBroker),
+        (400, Disruption::KillCoordinatorsBroker),
         (500, Disruption::MoveOutputPartition),
         (700, Disruption::KillOutputOwner),
         (900, Disruption::KillPipeline),
@@ -388,15 +401,36 @@ async fn pipeline_through(plan: &[(i64, Disruption)]) {
                     cluster.broker(coordinator).kill9();
                     down = Some(coordinator);
                 }
-                Disruption::KillGroupCoordinatorBroker => {
+                Disruption::KillCoordinatorsBroker => {
+                    // Both of the pipeline's coordinators on one broker, then that broker
+                    // killed: librdkafka then finds the new transaction coordinator only
+                    // after the dead broker left the membership, and starts its offset
+                    // commit with the dead group coordinator still cached.
                     let asked = cluster.broker(live[0]).addr();
-                    let coordinator = wait_until(
+                    let group = wait_until(
                         "the pipeline's group coordinator",
                         Duration::from_secs(60),
                         || group_coordinator_of(asked, "eos-pipeline"),
                     );
-                    cluster.broker(coordinator).kill9();
-                    down = Some(coordinator);
+                    let shards = cluster.wait_for_leaders(
+                        live[0],
+                        "__transaction_state",
+                        TXN_SHARDS,
+                        &live,
+                        "every transaction coordinator shard has an owner",
+                    );
+                    assert_eq!(shards.len(), TXN_SHARDS as usize, "{shards:?}");
+                    let shard = java_hash_shard("eos-pipeline", shards.len());
+                    if shards.get(&shard) != Some(&group) {
+                        cluster.move_partition("__transaction_state", shard, group);
+                    }
+                    wait_until(
+                        "the transaction coordinator moves to the group coordinator's broker",
+                        Duration::from_secs(60),
+                        || (coordinator_of(asked, "eos-pipeline") == Some(group)).then_some(()),
+                    );
+                    cluster.broker(group).kill9();
+                    down = Some(group);
                 }
                 Disruption::KillOutputOwner => {
                     let victim = owner(&cluster, "eos-out", 1);
