@@ -16,7 +16,7 @@ use crate::cache::CachedBatch;
 use crate::config::TimestampType;
 use crate::manager::LogManager;
 use crate::partition::{Serving, TailEntry};
-use crate::producer::{BatchInfo, ProducerStates, SeqCheck, TxnKind};
+use crate::producer::{BatchInfo, ProducerStates, SeqCheck, TxnGuard, TxnKind};
 use crate::shared::{lock_mutex, spawn_delete, Shared};
 use crate::wal::{self, WalEntry};
 use crate::writer::PendingAppend;
@@ -104,7 +104,23 @@ impl LogManager {
         records: Bytes,
         acks: Acks,
     ) -> LogResult<AppendTicket> {
-        self.enqueue_from(tp, records, acks, Origin::Client).await
+        self.enqueue_from(tp, records, acks, Origin::Client, None)
+            .await
+    }
+
+    /// [`Self::enqueue`] for a produce whose producer's standing was taken as `guard` before
+    /// its coordinator verified it ([`Self::txn_guard`]): a batch that would open a
+    /// transaction is refused (InvalidTxnState) unless the standing is still `guard`, that is
+    /// unless no marker of that producer landed here since. Kafka's verification guard.
+    pub async fn enqueue_guarded(
+        &self,
+        tp: &TopicPartition,
+        records: Bytes,
+        acks: Acks,
+        guard: TxnGuard,
+    ) -> LogResult<AppendTicket> {
+        self.enqueue_from(tp, records, acks, Origin::Client, Some(guard))
+            .await
     }
 
     /// [`Self::enqueue`] for batches of either origin: the coordinator's (transaction markers)
@@ -115,6 +131,7 @@ impl LogManager {
         records: Bytes,
         acks: Acks,
         origin: Origin,
+        guard: Option<TxnGuard>,
     ) -> LogResult<AppendTicket> {
         let shared = &self.shared;
         let part = self.partition_readable(tp)?;
@@ -228,6 +245,7 @@ impl LogManager {
                 &st.producers,
                 &infos,
                 shared.config.max_aborted_transactions,
+                guard,
             )?;
             for (b, decision) in batches.iter().zip(&decisions) {
                 if let SeqCheck::Duplicate { base_offset } = decision {
@@ -420,6 +438,7 @@ fn check_producers(
     states: &ProducerStates,
     batches: &[BatchInfo],
     max_aborted: usize,
+    guard: Option<TxnGuard>,
 ) -> LogResult<Vec<SeqCheck>> {
     let mut scratch: Option<ProducerStates> = None;
     let mut out = Vec::with_capacity(batches.len());
@@ -431,8 +450,21 @@ fn check_producers(
         let view = scratch.as_ref().unwrap_or(states);
         let decision = view.check_batch(b)?;
         if decision == SeqCheck::Append {
-            if view.opens_txn(b) && states.aborted.len() >= max_aborted {
-                return Err(LogError::TooManyAbortedTransactions { max: max_aborted });
+            if view.opens_txn(b) {
+                if let Some(guard) = guard {
+                    let now = view.txn_guard(b.producer_id);
+                    if guard != now {
+                        return Err(LogError::InvalidTxnState(format!(
+                            "producer {}'s transaction ended here while its produce was being \
+                             verified (guard {guard:?}, now {now:?}): the batch is not part of \
+                             an ongoing transaction",
+                            b.producer_id
+                        )));
+                    }
+                }
+                if states.aborted.len() >= max_aborted {
+                    return Err(LogError::TooManyAbortedTransactions { max: max_aborted });
+                }
             }
             if batches.len() > 1 {
                 // The aborted list is not needed to check the request's next batches.

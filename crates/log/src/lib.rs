@@ -43,7 +43,7 @@ pub use config::{
 };
 pub use error::{LogError, LogResult};
 pub use manager::LogManager;
-pub use producer::ProducerSummary;
+pub use producer::{ProducerSummary, TxnGuard};
 pub use read::{ReadOutcome, Watermarks};
 pub use shared::Ownership;
 pub use topics::NewTopic;

@@ -46,6 +46,26 @@ pub struct ProducerEntry {
     /// a marker from an older coordinator is refused (a zombie coordinator).
     #[serde(default = "no_coordinator_epoch")]
     pub coordinator_epoch: i32,
+    /// Offset of the producer's last marker here, if any: what a transaction guard compares
+    /// (see [`TxnGuard`]). Every marker has a new offset, so an unchanged value proves that no
+    /// transaction of this producer ended here in between.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_marker: Option<i64>,
+}
+
+/// A producer's transactional standing in one partition, taken before its transaction
+/// coordinator is asked to verify a produce (KIP-890 part 1) and checked again, under the
+/// partition's lock, when the produce is appended: Kafka's verification guard. Without it a
+/// produce verified while its transaction was open, then delayed until after that
+/// transaction's marker, would open a transaction the coordinator knows nothing of, holding
+/// the last stable offset back until the producer's timeout (a hanging transaction).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnGuard {
+    /// The producer's transaction is open here: its batches continue it, no verification.
+    Open,
+    /// No transaction open, and this was the offset of the producer's last marker here: a
+    /// batch opening one is appended only if that is still so (no marker since).
+    Closed { last_marker: Option<i64> },
 }
 
 impl Default for ProducerEntry {
@@ -56,6 +76,7 @@ impl Default for ProducerEntry {
             last_timestamp: unknown_timestamp(),
             txn_first_offset: None,
             coordinator_epoch: no_coordinator_epoch(),
+            last_marker: None,
         }
     }
 }
@@ -358,6 +379,16 @@ impl ProducerStates {
         Ok(decision)
     }
 
+    /// `producer_id`'s standing here, for a [`TxnGuard`].
+    pub fn txn_guard(&self, producer_id: i64) -> TxnGuard {
+        match self.producers.get(&producer_id) {
+            Some(e) if e.txn_first_offset.is_some() => TxnGuard::Open,
+            entry => TxnGuard::Closed {
+                last_marker: entry.and_then(|e| e.last_marker),
+            },
+        }
+    }
+
     /// Whether this transactional batch would open a new transaction here.
     pub fn opens_txn(&self, b: &BatchInfo) -> bool {
         b.kind == TxnKind::Data
@@ -401,6 +432,7 @@ impl ProducerStates {
                 }
                 entry.coordinator_epoch = coordinator_epoch;
                 entry.last_timestamp = b.max_timestamp;
+                entry.last_marker = Some(b.base_offset);
                 if let Some(first) = entry.txn_first_offset.take() {
                     if !commit {
                         self.aborted.push(AbortedTxn {

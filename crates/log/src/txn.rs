@@ -10,6 +10,7 @@ use strata_core::{Offset, TopicPartition};
 
 use crate::append::{Acks, Origin};
 use crate::manager::LogManager;
+use crate::producer::TxnGuard;
 use crate::LogResult;
 
 /// Markers written since start, by type.
@@ -65,7 +66,13 @@ impl LogManager {
             self.shared.clock.wall_millis(),
         );
         let ticket = self
-            .enqueue_from(tp, marker, Acks::Durable { timeout }, Origin::Coordinator)
+            .enqueue_from(
+                tp,
+                marker,
+                Acks::Durable { timeout },
+                Origin::Coordinator,
+                None,
+            )
             .await?;
         let outcome = ticket.wait().await?;
         let stats = &self.shared.txn_stats;
@@ -77,17 +84,14 @@ impl LogManager {
         Ok(outcome.base_offset)
     }
 
-    /// Whether `producer_id` has a transaction open in `tp`, counting appends not yet durable:
-    /// its next transactional batch there continues that transaction instead of opening one,
-    /// so only an opening batch needs the coordinator's verification (KIP-890).
-    pub fn txn_open(&self, tp: &TopicPartition, producer_id: i64) -> LogResult<bool> {
+    /// `producer_id`'s transactional standing in `tp`, counting appends not yet durable, to
+    /// pass back with its produce ([`Self::enqueue_guarded`]). While its transaction is open
+    /// there ([`TxnGuard::Open`]) its batches continue it, so only a produce taken as
+    /// [`TxnGuard::Closed`] needs the coordinator's verification (KIP-890).
+    pub fn txn_guard(&self, tp: &TopicPartition, producer_id: i64) -> LogResult<TxnGuard> {
         let part = self.partition_readable(tp)?;
         let st = part.lock();
-        Ok(st
-            .producers
-            .producers
-            .get(&producer_id)
-            .is_some_and(|e| e.txn_first_offset.is_some()))
+        Ok(st.producers.txn_guard(producer_id))
     }
 
     /// Transaction counters for `/metrics`: a walk over the served partitions.

@@ -22,7 +22,7 @@ use kafka_protocol::messages::produce_response::{
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use strata_core::TopicPartition;
-use strata_log::{Acks, AppendOutcome, AppendTicket, LogError, TopicInfo};
+use strata_log::{Acks, AppendOutcome, AppendTicket, LogError, TopicInfo, TxnGuard};
 use strata_txn::TxnError;
 use strata_wire::batch::{read_batch_header, BatchError};
 use tracing::debug;
@@ -129,9 +129,9 @@ pub(crate) async fn handle(
     // appended only once the coordinator confirms the partition is in the ongoing transaction.
     // Before waiting for the turn: verifying assigns no offsets, so the requests behind this
     // one verify meanwhile instead of each paying its round trip after ours.
-    let unverified = match (&refusal, transactional_id) {
+    let verified = match (&refusal, transactional_id) {
         (None, Some(id)) => verify_txn_partitions(broker, &request, id, v).await,
-        _ => HashMap::new(),
+        _ => Verification::default(),
     };
 
     // Offsets are assigned in the connection's request order: wait for our turn, queue every
@@ -193,8 +193,7 @@ pub(crate) async fn handle(
                 None => Err((code::UNKNOWN_TOPIC_OR_PARTITION, None).into()),
             }
         };
-        staged
-            .push(produce_topic(broker, topic, info, acks, refusal.clone(), &unverified, v).await);
+        staged.push(produce_topic(broker, topic, info, acks, refusal.clone(), &verified, v).await);
     }
     if let Some(t) = turn.as_mut() {
         t.pass();
@@ -272,18 +271,31 @@ fn has_transactional_batches(request: &ProduceRequest) -> bool {
         })
 }
 
-/// The partitions of `request` whose transactional batch the coordinator did not verify
-/// (KIP-890 part 1), with the error each is answered. Only a batch that would open its
-/// producer's transaction in a partition is verified: once one is appended, the partition's
-/// producer state holds the transaction open, which serves as the cache of the verification
-/// for that producer, epoch and partition until its marker. Partitions not served here or of
-/// unknown topics are left to the append, which refuses them.
+/// What KIP-890 part 1's verification found for a transactional produce.
+#[derive(Default)]
+struct Verification {
+    /// The partitions whose transactional batch the coordinator did not verify, with the
+    /// error each is answered.
+    refused: HashMap<TopicPartition, PartitionError>,
+    /// Every other partition with a transactional batch: its producer's standing before the
+    /// verification, which the append checks again (a transaction that ended meanwhile is
+    /// not reopened by this produce).
+    guards: HashMap<TopicPartition, TxnGuard>,
+}
+
+/// Verifies `request`'s transactional batches with their coordinator (KIP-890 part 1). Only a
+/// batch that would open its producer's transaction in a partition is verified: once one is
+/// appended, the partition's producer state holds the transaction open, which serves as the
+/// cache of the verification for that producer, epoch and partition until its marker; the
+/// guard taken here makes the append check that this is still so. Partitions not served here
+/// or of unknown topics are left to the append, which refuses them.
 async fn verify_txn_partitions(
     broker: &Broker,
     request: &ProduceRequest,
     transactional_id: &str,
     v: i16,
-) -> HashMap<TopicPartition, PartitionError> {
+) -> Verification {
+    let mut guards = HashMap::new();
     let mut wanted: BTreeMap<(i64, i16), Vec<TopicPartition>> = BTreeMap::new();
     for topic in &request.topic_data {
         let info = if v >= 13 {
@@ -300,7 +312,11 @@ async fn verify_txn_partitions(
                 continue;
             };
             let tp = TopicPartition::new(Arc::clone(&info.name), p.index);
-            if matches!(broker.log.txn_open(&tp, h.producer_id), Ok(false)) {
+            let Ok(guard) = broker.log.txn_guard(&tp, h.producer_id) else {
+                continue;
+            };
+            guards.insert(tp.clone(), guard);
+            if matches!(guard, TxnGuard::Closed { .. }) {
                 wanted
                     .entry((h.producer_id, h.producer_epoch))
                     .or_default()
@@ -348,10 +364,11 @@ async fn verify_txn_partitions(
                 format!("the transaction coordinator did not verify the partition (error {coordinator_code})")
             };
             debug!(partition = %tp, producer_id, coordinator_code, "transactional produce not verified");
+            guards.remove(&tp);
             refused.insert(tp, PartitionError::from((error, Some(message))));
         }
     }
-    refused
+    Verification { refused, guards }
 }
 
 /// The header of the first transactional batch in `records`, if any.
@@ -381,7 +398,7 @@ async fn produce_topic(
     info: Result<Arc<TopicInfo>, PartitionError>,
     acks: Acks,
     refusal: Option<PartitionError>,
-    unverified: &HashMap<TopicPartition, PartitionError>,
+    verified: &Verification,
     v: i16,
 ) -> (TopicKey, Vec<StagedPartition>) {
     let key = if v >= 13 {
@@ -399,17 +416,16 @@ async fn produce_topic(
     });
     let mut results = Vec::with_capacity(topic.partition_data.len());
     for partition in topic.partition_data {
-        let refused = info.as_ref().ok().and_then(|info| {
-            unverified.get(&TopicPartition::new(
-                Arc::clone(&info.name),
-                partition.index,
-            ))
-        });
-        if let Some(e) = refused {
+        let tp = info
+            .as_ref()
+            .ok()
+            .map(|info| TopicPartition::new(Arc::clone(&info.name), partition.index));
+        if let Some(e) = tp.as_ref().and_then(|tp| verified.refused.get(tp)) {
             results.push((partition.index, Err(e.clone())));
             continue;
         }
-        results.push(produce_partition(broker, info.clone(), partition, acks).await);
+        let guard = tp.as_ref().and_then(|tp| verified.guards.get(tp)).copied();
+        results.push(produce_partition(broker, info.clone(), partition, acks, guard).await);
     }
     (key, results)
 }
@@ -419,6 +435,7 @@ async fn produce_partition(
     topic: Result<Arc<TopicInfo>, PartitionError>,
     partition: PartitionProduceData,
     acks: Acks,
+    guard: Option<TxnGuard>,
 ) -> StagedPartition {
     let index = partition.index;
     let topic = match topic {
@@ -440,7 +457,11 @@ async fn produce_partition(
     let tp = TopicPartition::new(Arc::clone(&topic.name), index);
     // A handle on the same bytes (no copy), to count what was accepted.
     let accepted = records.clone();
-    match broker.log.enqueue(&tp, records, acks).await {
+    let enqueued = match guard {
+        Some(guard) => broker.log.enqueue_guarded(&tp, records, acks, guard).await,
+        None => broker.log.enqueue(&tp, records, acks).await,
+    };
+    match enqueued {
         Ok(ticket) => {
             broker.traffic.produced(&topic.name, &accepted);
             (index, Ok((tp, ticket)))

@@ -413,3 +413,84 @@ async fn an_aborted_write_of_a_key_never_removes_its_committed_value() {
     );
     assert_eq!(aborted, Some(vec![(pid, 1)]));
 }
+
+/// Kafka's verification guard (KIP-890 part 1): a produce takes its producer's standing before
+/// the coordinator verifies it, and an opening batch is refused if a marker of that producer
+/// landed in between (its transaction ended: appending would open one the coordinator knows
+/// nothing of, a hanging transaction). An unchanged standing appends; a continuing batch (the
+/// transaction still open) needs nothing; the standing survives a restart.
+#[tokio::test]
+async fn a_produce_verified_before_its_transaction_ended_does_not_reopen_it() {
+    use crate::TxnGuard;
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let log = setup(&store, config()).await;
+    let (pid, epoch) = log.init_producer_id().await.unwrap();
+    let t = tp("t", 0);
+    let fresh = log.txn_guard(&t, pid).unwrap();
+    assert_eq!(fresh, TxnGuard::Closed { last_marker: None });
+    // Verified, and nothing happened since: it opens the transaction.
+    log.enqueue_guarded(&t, txn_batch(&["a"], (pid, epoch, 0)), DURABLE, fresh)
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
+    let while_open = log.txn_guard(&t, pid).unwrap();
+    assert_eq!(while_open, TxnGuard::Open);
+    // Taken while open (no verification), then the transaction ends before the append.
+    let commit = marker(&log, pid, epoch, true).await;
+    let late = log
+        .enqueue_guarded(
+            &t,
+            txn_batch(&["late"], (pid, epoch, 1)),
+            DURABLE,
+            while_open,
+        )
+        .await;
+    assert!(
+        matches!(late, Err(LogError::InvalidTxnState(_))),
+        "{:?}",
+        late.map(|_| ())
+    );
+    // A guard taken before that marker (Closed, no marker yet) is stale as well.
+    let stale = log
+        .enqueue_guarded(&t, txn_batch(&["late"], (pid, epoch, 1)), DURABLE, fresh)
+        .await;
+    assert!(matches!(stale, Err(LogError::InvalidTxnState(_))));
+    assert_eq!(lso(&log), commit + 1, "no transaction was reopened");
+    // The standing after the marker, taken afresh, opens the next transaction.
+    let after = log.txn_guard(&t, pid).unwrap();
+    assert_eq!(
+        after,
+        TxnGuard::Closed {
+            last_marker: Some(commit)
+        }
+    );
+    log.enqueue_guarded(&t, txn_batch(&["next"], (pid, epoch, 1)), DURABLE, after)
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
+    // A continuing batch is appended under an Open guard or a stale one alike: it opens
+    // nothing.
+    log.enqueue_guarded(&t, txn_batch(&["more"], (pid, epoch, 2)), DURABLE, fresh)
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
+    let second = marker(&log, pid, epoch, false).await;
+    // The marker offset the guard compares is rebuilt by a crash's replay, and kept in the
+    // manifest's snapshot by compaction.
+    let expected = TxnGuard::Closed {
+        last_marker: Some(second),
+    };
+    log.abort_for_test();
+    let log = open(&store, config()).await;
+    assert_eq!(log.txn_guard(&t, pid).unwrap(), expected);
+    log.compact_now(&t).await.unwrap();
+    log.shutdown().await.unwrap();
+    let log = open(&store, config()).await;
+    assert_eq!(log.txn_guard(&t, pid).unwrap(), expected);
+}
