@@ -58,15 +58,51 @@ struct Loading {
     contributed: Vec<u32>,
 }
 
+/// Claims lost to the fenced owner's own manifest writes that are taken again from the start
+/// before the partition is reported as lost. The owner is sealed, so its tail cannot grow and
+/// its compactions run out within a few passes; a bound still keeps two brokers that keep
+/// deposing each other from looping here.
+const CLAIM_RETRIES: usize = 4;
+
 /// Takes over `wanted` partitions (see the module doc). Partitions already served here are
 /// skipped. Returns the partitions now served; one that lost a race for its manifest is
 /// reported as `Fenced` in the error list and not served.
+///
+/// A claim can lose its compare-and-swap without anyone else claiming: the owner we just
+/// sealed may still compact its tail or apply retention, which rewrites the manifest under the
+/// same claim. That is not a lost race; the partition is loaded again from the new manifest.
 pub(crate) async fn acquire(
     shared: &Arc<Shared>,
-    wanted: Vec<Acquire>,
+    mut wanted: Vec<Acquire>,
 ) -> LogResult<Vec<(TopicPartition, LogResult<()>)>> {
+    let mut results = Vec::new();
+    for attempt in 0..=CLAIM_RETRIES {
+        let last = attempt == CLAIM_RETRIES;
+        let (mut done, again) = acquire_pass(shared, wanted, last).await?;
+        results.append(&mut done);
+        if again.is_empty() {
+            break;
+        }
+        tracing::info!(
+            partitions = again.len(),
+            attempt,
+            "the fenced owner rewrote manifests during the takeover; loading them again"
+        );
+        wanted = again;
+    }
+    Ok(results)
+}
+
+/// One pass of [`acquire`]. Returns the settled results and, unless `last`, the partitions
+/// whose claim lost only to the previous owner's own maintenance (to be loaded again).
+async fn acquire_pass(
+    shared: &Arc<Shared>,
+    wanted: Vec<Acquire>,
+    last: bool,
+) -> LogResult<(Vec<(TopicPartition, LogResult<()>)>, Vec<Acquire>)> {
     let mut loading = Vec::new();
     let mut results = Vec::new();
+    let mut again = Vec::new();
     let mut to_read = Vec::new();
     let mut phases = Phases::new(shared);
     for want in wanted {
@@ -237,6 +273,10 @@ pub(crate) async fn acquire(
     for (l, epoch, put) in claims {
         let tp = TopicPartition::new(l.want.topic.name.clone(), l.want.partition);
         if let Err(e) = put {
+            if !last && matches!(e, LogError::Fenced) && only_owner_maintenance(shared, &l).await {
+                again.push(l.want);
+                continue;
+            }
             tracing::warn!(partition = %tp, error = %e, "lost the race for a partition's manifest");
             results.push((tp, Err(e)));
             continue;
@@ -276,7 +316,21 @@ pub(crate) async fn acquire(
     if !acquired.is_empty() {
         tracing::info!(partitions = acquired.len(), phases = %phases, "took partitions over");
     }
-    Ok(results)
+    Ok((results, again))
+}
+
+/// Whether a manifest that changed under our claim was rewritten only by the owner we were
+/// taking over from (same writer, same claim, same epoch: a compaction, a retention pass, a
+/// release), rather than claimed by someone else. Unreadable counts as a real loss.
+async fn only_owner_maintenance(shared: &Shared, l: &Loading) -> bool {
+    match read_manifest(shared, l.want.topic.id, l.want.partition).await {
+        Ok((stored, Some(_))) => {
+            stored.writer_stream == l.manifest.writer_stream
+                && stored.claim == l.manifest.claim
+                && stored.epoch == l.manifest.epoch
+        }
+        _ => false,
+    }
 }
 
 /// A suspended partition offered back to us under a newer epoch: our lease lapsed (a storage
