@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use kafka_protocol::messages::describe_client_quotas_request::ComponentData;
-use kafka_protocol::messages::{DescribeClientQuotasRequest, ProduceRequest};
+use kafka_protocol::messages::{DescribeClientQuotasRequest, MetadataRequest, ProduceRequest};
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::producer::FutureRecord;
 use strata_tests::batch::{encode_batch, BatchRecord, Codec};
@@ -192,6 +192,117 @@ async fn a_producer_over_its_quota_is_held_near_it_while_another_client_is_not_t
         ),
         responses,
         "only the greedy client was throttled"
+    );
+}
+
+/// `request_percentage`: a client that keeps the broker busy past its share is answered with
+/// `throttle_time_ms` and muted (Kafka's request quota), counted under kind="request"; a
+/// client under no quota is never throttled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_over_its_request_time_quota_is_throttled_while_another_is_not() {
+    let broker = StrataProcess::start_with(
+        StrataOptions::default()
+            .with_args(["--metrics-listen", "127.0.0.1:0"])
+            // Throttles capped at 2 s, so the muted connection is read again well within the
+            // raw client's read timeout.
+            .with_config(
+                "quota_window_num = 3\nquota_window_size = \"1s\"\nquota_max_throttle = \"2s\"\n",
+            ),
+    );
+    let bootstrap = broker.bootstrap();
+    create_topic(&bootstrap, "busy", 4, &[]).await;
+    // Half a percent of one thread: 5 ms of handling per second. The raw connection below
+    // names itself `strata-tests-raw`.
+    strata(&[
+        "quotas",
+        "alter",
+        "--client-id",
+        "strata-tests-raw",
+        "--set",
+        "request_percentage=0.5",
+        "--bootstrap-server",
+        &bootstrap,
+    ])
+    .assert_success("strata quotas alter");
+    let described = strata(&[
+        "quotas",
+        "describe",
+        "--client-id",
+        "strata-tests-raw",
+        "--bootstrap-server",
+        &bootstrap,
+        "--json",
+    ]);
+    described.assert_success("strata quotas describe");
+    let doc: serde_json::Value = serde_json::from_str(&described.stdout).unwrap();
+    assert_eq!(doc[0]["values"]["request_percentage"], 0.5, "{doc}");
+
+    // Metadata for every topic, each sent as soon as the last is answered, until one comes
+    // back throttled. Quotas are read from storage on a change marker, so the first answers
+    // may still be unthrottled.
+    let mut busy = RawConnection::connect(broker.addr());
+    let versions = busy.api_versions();
+    let version = RawConnection::negotiate::<MetadataRequest>(&versions, 12);
+    let deadline = Instant::now() + DEADLINE;
+    let mut requests = 0u64;
+    let throttle_ms = loop {
+        let response = busy.request(version, &MetadataRequest::default().with_topics(None));
+        requests += 1;
+        assert!(
+            response
+                .topics
+                .iter()
+                .any(|t| t.name.as_ref().is_some_and(|n| n.as_str() == "busy")),
+            "every topic is described"
+        );
+        if response.throttle_time_ms > 0 {
+            break response.throttle_time_ms;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{requests} Metadata requests in {DEADLINE:?} and none throttled"
+        );
+    };
+    eprintln!("throttled {throttle_ms} ms after {requests} Metadata requests");
+    // Muted for the throttle: the next request is read only once it is over, and answered.
+    let next = busy.request(version, &MetadataRequest::default().with_topics(None));
+    assert!(next
+        .topics
+        .iter()
+        .any(|t| t.name.as_ref().is_some_and(|n| n.as_str() == "busy")));
+    drop(busy);
+    let throttled = metric(
+        &broker,
+        "strata_quota_throttled_responses_total{kind=\"request\"}",
+    );
+    assert!(throttled >= 1.0, "{throttled} throttled responses counted");
+    assert!(
+        metric(
+            &broker,
+            "strata_quota_throttle_seconds_total{kind=\"request\"}"
+        ) > 0.0
+    );
+
+    // Another client id, with no quota: as many produce and Metadata round trips, none
+    // throttled.
+    let calm = producer(&bootstrap, &[("client.id", "calm"), ("linger.ms", "0")]);
+    for i in 0..200u32 {
+        calm.send(
+            FutureRecord::<(), [u8]>::to("busy").payload(&i.to_be_bytes()[..]),
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .expect("a produce acknowledged");
+    }
+    drop(calm);
+    assert_eq!(
+        metric(
+            &broker,
+            "strata_quota_throttled_responses_total{kind=\"request\"}"
+        ),
+        throttled,
+        "only the busy client was throttled"
     );
 }
 

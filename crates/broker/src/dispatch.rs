@@ -12,11 +12,11 @@ use tokio::sync::watch;
 use tracing::{debug, error, warn};
 
 use crate::api_versions;
-use crate::error_codes::ErrorCodes;
+use crate::error_codes::{ErrorCodes, ThrottleTime};
 use crate::errors::code;
 use crate::framing::{encode_response, EncodeError, ResponseFrame};
 use crate::handlers;
-use crate::quotas::QuotaKind;
+use crate::quotas::{busy, QuotaKind};
 use crate::server::Broker;
 use crate::RequestContext;
 
@@ -101,9 +101,26 @@ async fn handle_request(
         principal,
         listener,
         errors: Arc::default(),
+        busy: Arc::new(busy::BusyMeter::new(Arc::clone(&broker.clock))),
     };
     let api_key = header.api_key;
-    let reply = answer(&broker, header, frame, &ctx).await;
+    let reply = busy::measured(&ctx.busy, answer(&broker, header, frame, &ctx)).await;
+    // What the request cost after its response was built (or all of it, for a request
+    // answered without one) still counts, without throttling this answer; SASL exchanges
+    // are never charged, as in Kafka.
+    let sasl = matches!(
+        ApiKey::try_from(api_key),
+        Ok(ApiKey::SaslHandshake | ApiKey::SaslAuthenticate)
+    );
+    let rest = ctx.busy.take_uncharged();
+    if !sasl && !rest.is_zero() {
+        broker.quotas.record_unthrottled(
+            QuotaKind::Request,
+            &ctx.principal.name,
+            ctx.client_id.as_deref().unwrap_or(""),
+            rest.as_secs_f64() * 100.0,
+        );
+    }
     broker.traffic.errors(api_key, &ctx.errors.take());
     reply
 }
@@ -198,11 +215,25 @@ pub(crate) fn respond<R: Encodable + HeaderVersion + ErrorCodes>(
     )
 }
 
-fn reply<R: Encodable + HeaderVersion + ErrorCodes>(
+/// Encodes a handler's response with the request quota's throttle in it, and mutes the
+/// connection for that long (Kafka's request quota: the client is answered, then slowed).
+fn reply<R: Encodable + HeaderVersion + ErrorCodes + ThrottleTime>(
+    broker: &Broker,
     ctx: &RequestContext,
-    response: &R,
+    mut response: R,
 ) -> Result<Reply, EncodeError> {
-    Ok(Reply::Frame(respond(ctx, response)?))
+    let mute = request_throttle(broker, ctx);
+    response.set_throttle_time_ms(throttle_ms(mute));
+    Ok(throttled(Some(respond(ctx, &response)?), mute))
+}
+
+/// Charges the request's busy time so far to its connection's `request_percentage` quota and
+/// returns the throttle that earns (zero without a quota or within it).
+pub(crate) fn request_throttle(broker: &Broker, ctx: &RequestContext) -> Duration {
+    let client_id = ctx.client_id.as_deref().unwrap_or("");
+    broker
+        .quotas
+        .request_time(&ctx.principal.name, client_id, ctx.busy.take_uncharged())
 }
 
 /// The throttle a request of `bytes` costs its connection's `kind` quota (zero if none applies
@@ -235,14 +266,18 @@ async fn route(
 ) -> Result<Reply, EncodeError> {
     use handlers::*;
     match request {
-        RequestKind::ApiVersions(r) => reply(ctx, &crate::api_versions::handle(r, ctx)),
+        RequestKind::ApiVersions(r) => reply(broker, ctx, crate::api_versions::handle(r, ctx)),
         RequestKind::Produce(r) => match produce::handle(broker, r, ctx).await {
             produce::Outcome::Respond(mut response) => {
-                let mute = throttle(broker, ctx, QuotaKind::Produce, request_bytes);
+                // Kafka: both quotas are charged, the longer throttle applies.
+                let mute = throttle(broker, ctx, QuotaKind::Produce, request_bytes)
+                    .max(request_throttle(broker, ctx));
                 response.throttle_time_ms = throttle_ms(mute);
                 Ok(throttled(Some(respond(ctx, &response)?), mute))
             }
             produce::Outcome::NoResponse => {
+                // Kafka exempts acks=0 from the request quota (its time is charged unthrottled
+                // once the request is done, like every request's remainder).
                 let mute = throttle(broker, ctx, QuotaKind::Produce, request_bytes);
                 Ok(throttled(None, mute))
             }
@@ -252,38 +287,63 @@ async fn route(
             let (frame, mute) = fetch::handle(broker, r, ctx).await?;
             Ok(throttled(Some(frame), mute))
         }
-        RequestKind::ListOffsets(r) => reply(ctx, &list_offsets::handle(broker, r, ctx).await),
-        RequestKind::Metadata(r) => reply(ctx, &metadata::handle(broker, r, ctx).await),
-        RequestKind::CreateTopics(r) => reply(ctx, &topics::create_topics(broker, r, ctx).await),
-        RequestKind::DeleteTopics(r) => reply(ctx, &topics::delete_topics(broker, r, ctx).await),
+        RequestKind::ListOffsets(r) => {
+            reply(broker, ctx, list_offsets::handle(broker, r, ctx).await)
+        }
+        RequestKind::Metadata(r) => reply(broker, ctx, metadata::handle(broker, r, ctx).await),
+        RequestKind::CreateTopics(r) => {
+            reply(broker, ctx, topics::create_topics(broker, r, ctx).await)
+        }
+        RequestKind::DeleteTopics(r) => {
+            reply(broker, ctx, topics::delete_topics(broker, r, ctx).await)
+        }
         RequestKind::CreatePartitions(r) => {
-            reply(ctx, &topics::create_partitions(broker, r, ctx).await)
+            reply(broker, ctx, topics::create_partitions(broker, r, ctx).await)
         }
-        RequestKind::DeleteRecords(r) => reply(ctx, &records::delete_records(broker, r, ctx).await),
-        RequestKind::DescribeConfigs(r) => reply(ctx, &configs::describe_configs(broker, r, ctx)),
-        RequestKind::AlterConfigs(r) => reply(ctx, &configs::alter_configs(broker, r, ctx).await),
+        RequestKind::DeleteRecords(r) => {
+            reply(broker, ctx, records::delete_records(broker, r, ctx).await)
+        }
+        RequestKind::DescribeConfigs(r) => {
+            reply(broker, ctx, configs::describe_configs(broker, r, ctx))
+        }
+        RequestKind::AlterConfigs(r) => {
+            reply(broker, ctx, configs::alter_configs(broker, r, ctx).await)
+        }
         RequestKind::IncrementalAlterConfigs(r) => reply(
+            broker,
             ctx,
-            &configs::incremental_alter_configs(broker, r, ctx).await,
+            configs::incremental_alter_configs(broker, r, ctx).await,
         ),
-        RequestKind::DescribeTopicPartitions(r) => {
-            reply(ctx, &admin::describe_topic_partitions(broker, r, ctx))
-        }
-        RequestKind::DescribeLogDirs(r) => reply(ctx, &admin::describe_log_dirs(broker, r, ctx)),
-        RequestKind::ListConfigResources(r) => {
-            reply(ctx, &admin::list_config_resources(broker, r, ctx))
-        }
-        RequestKind::DescribeProducers(r) => reply(ctx, &admin::describe_producers(broker, r, ctx)),
-        RequestKind::DescribeAcls(r) => reply(ctx, &security::describe_acls(broker, r, ctx)),
-        RequestKind::CreateAcls(r) => reply(ctx, &security::create_acls(broker, r, ctx).await),
-        RequestKind::DeleteAcls(r) => reply(ctx, &security::delete_acls(broker, r, ctx).await),
-        RequestKind::DescribeUserScramCredentials(r) => reply(
+        RequestKind::DescribeTopicPartitions(r) => reply(
+            broker,
             ctx,
-            &security::describe_user_scram_credentials(broker, r, ctx).await,
+            admin::describe_topic_partitions(broker, r, ctx),
+        ),
+        RequestKind::DescribeLogDirs(r) => {
+            reply(broker, ctx, admin::describe_log_dirs(broker, r, ctx))
+        }
+        RequestKind::ListConfigResources(r) => {
+            reply(broker, ctx, admin::list_config_resources(broker, r, ctx))
+        }
+        RequestKind::DescribeProducers(r) => {
+            reply(broker, ctx, admin::describe_producers(broker, r, ctx))
+        }
+        RequestKind::DescribeAcls(r) => reply(broker, ctx, security::describe_acls(broker, r, ctx)),
+        RequestKind::CreateAcls(r) => {
+            reply(broker, ctx, security::create_acls(broker, r, ctx).await)
+        }
+        RequestKind::DeleteAcls(r) => {
+            reply(broker, ctx, security::delete_acls(broker, r, ctx).await)
+        }
+        RequestKind::DescribeUserScramCredentials(r) => reply(
+            broker,
+            ctx,
+            security::describe_user_scram_credentials(broker, r, ctx).await,
         ),
         RequestKind::AlterUserScramCredentials(r) => reply(
+            broker,
             ctx,
-            &security::alter_user_scram_credentials(broker, r, ctx).await,
+            security::alter_user_scram_credentials(broker, r, ctx).await,
         ),
         // The connection runs the SASL exchange itself, before anything reaches here, and
         // re-authentications (KIP-368) when `connections_max_reauth` is set; otherwise, once
@@ -307,88 +367,127 @@ async fn route(
             Ok(Reply::Frame(respond(ctx, &response)?))
         }
         RequestKind::DescribeClientQuotas(r) => {
-            reply(ctx, &quotas::describe_client_quotas(broker, r, ctx))
+            reply(broker, ctx, quotas::describe_client_quotas(broker, r, ctx))
         }
-        RequestKind::AlterClientQuotas(r) => {
-            reply(ctx, &quotas::alter_client_quotas(broker, r, ctx).await)
+        RequestKind::AlterClientQuotas(r) => reply(
+            broker,
+            ctx,
+            quotas::alter_client_quotas(broker, r, ctx).await,
+        ),
+        RequestKind::WriteTxnMarkers(r) => {
+            reply(broker, ctx, txn_markers::handle(broker, r, ctx).await)
         }
-        RequestKind::WriteTxnMarkers(r) => reply(ctx, &txn_markers::handle(broker, r, ctx).await),
         RequestKind::ListTransactions(r) => {
-            reply(ctx, &txn::list_transactions(broker, r, ctx).await)
+            reply(broker, ctx, txn::list_transactions(broker, r, ctx).await)
         }
-        RequestKind::DescribeTransactions(r) => {
-            reply(ctx, &txn::describe_transactions(broker, r, ctx).await)
-        }
-        RequestKind::AddPartitionsToTxn(r) => {
-            reply(ctx, &txn::add_partitions_to_txn(broker, r, ctx).await)
-        }
-        RequestKind::EndTxn(r) => reply(ctx, &txn::end_txn(broker, r, ctx).await),
+        RequestKind::DescribeTransactions(r) => reply(
+            broker,
+            ctx,
+            txn::describe_transactions(broker, r, ctx).await,
+        ),
+        RequestKind::AddPartitionsToTxn(r) => reply(
+            broker,
+            ctx,
+            txn::add_partitions_to_txn(broker, r, ctx).await,
+        ),
+        RequestKind::EndTxn(r) => reply(broker, ctx, txn::end_txn(broker, r, ctx).await),
         RequestKind::AddOffsetsToTxn(r) => {
-            reply(ctx, &txn::add_offsets_to_txn(broker, r, ctx).await)
+            reply(broker, ctx, txn::add_offsets_to_txn(broker, r, ctx).await)
         }
         RequestKind::TxnOffsetCommit(r) => {
-            reply(ctx, &txn::txn_offset_commit(broker, r, ctx).await)
+            reply(broker, ctx, txn::txn_offset_commit(broker, r, ctx).await)
         }
-        RequestKind::DescribeCluster(r) => reply(ctx, &cluster::describe_cluster(broker, r, ctx)),
+        RequestKind::DescribeCluster(r) => {
+            reply(broker, ctx, cluster::describe_cluster(broker, r, ctx))
+        }
         RequestKind::AlterPartitionReassignments(r) => reply(
+            broker,
             ctx,
-            &cluster::alter_partition_reassignments(broker, r, ctx).await,
+            cluster::alter_partition_reassignments(broker, r, ctx).await,
         ),
-        RequestKind::ElectLeaders(r) => reply(ctx, &cluster::elect_leaders(broker, r, ctx).await),
+        RequestKind::ElectLeaders(r) => {
+            reply(broker, ctx, cluster::elect_leaders(broker, r, ctx).await)
+        }
         RequestKind::ListPartitionReassignments(r) => reply(
+            broker,
             ctx,
-            &cluster::list_partition_reassignments(broker, r, ctx).await,
+            cluster::list_partition_reassignments(broker, r, ctx).await,
         ),
-        RequestKind::InitProducerId(r) => {
-            reply(ctx, &producer::init_producer_id(broker, r, ctx).await)
-        }
-        RequestKind::OffsetForLeaderEpoch(r) => {
-            reply(ctx, &leader_epoch::offset_for_leader_epoch(broker, r, ctx))
-        }
-        RequestKind::FindCoordinator(r) => reply(ctx, &groups::find_coordinator(broker, r, ctx)),
-        RequestKind::JoinGroup(r) => reply(ctx, &groups::join_group(broker, r, ctx).await),
-        RequestKind::SyncGroup(r) => reply(ctx, &groups::sync_group(broker, r, ctx).await),
-        RequestKind::Heartbeat(r) => reply(ctx, &groups::heartbeat(broker, r, ctx).await),
-        RequestKind::LeaveGroup(r) => reply(ctx, &groups::leave_group(broker, r, ctx).await),
-        RequestKind::OffsetCommit(r) => reply(ctx, &groups::offset_commit(broker, r, ctx).await),
-        RequestKind::OffsetFetch(r) => reply(ctx, &groups::offset_fetch(broker, r, ctx).await),
-        RequestKind::OffsetDelete(r) => reply(ctx, &groups::offset_delete(broker, r, ctx).await),
-        RequestKind::DescribeGroups(r) => {
-            reply(ctx, &groups::describe_groups(broker, r, ctx).await)
-        }
-        RequestKind::ListGroups(r) => reply(ctx, &groups::list_groups(broker, r, ctx).await),
-        RequestKind::DeleteGroups(r) => reply(ctx, &groups::delete_groups(broker, r, ctx).await),
-        RequestKind::ConsumerGroupHeartbeat(r) => reply(
+        RequestKind::InitProducerId(r) => reply(
+            broker,
             ctx,
-            &consumer_groups::consumer_group_heartbeat(broker, r, ctx).await,
+            producer::init_producer_id(broker, r, ctx).await,
+        ),
+        RequestKind::OffsetForLeaderEpoch(r) => reply(
+            broker,
+            ctx,
+            leader_epoch::offset_for_leader_epoch(broker, r, ctx),
+        ),
+        RequestKind::FindCoordinator(r) => {
+            reply(broker, ctx, groups::find_coordinator(broker, r, ctx))
+        }
+        RequestKind::JoinGroup(r) => reply(broker, ctx, groups::join_group(broker, r, ctx).await),
+        RequestKind::SyncGroup(r) => reply(broker, ctx, groups::sync_group(broker, r, ctx).await),
+        RequestKind::Heartbeat(r) => reply(broker, ctx, groups::heartbeat(broker, r, ctx).await),
+        RequestKind::LeaveGroup(r) => reply(broker, ctx, groups::leave_group(broker, r, ctx).await),
+        RequestKind::OffsetCommit(r) => {
+            reply(broker, ctx, groups::offset_commit(broker, r, ctx).await)
+        }
+        RequestKind::OffsetFetch(r) => {
+            reply(broker, ctx, groups::offset_fetch(broker, r, ctx).await)
+        }
+        RequestKind::OffsetDelete(r) => {
+            reply(broker, ctx, groups::offset_delete(broker, r, ctx).await)
+        }
+        RequestKind::DescribeGroups(r) => {
+            reply(broker, ctx, groups::describe_groups(broker, r, ctx).await)
+        }
+        RequestKind::ListGroups(r) => reply(broker, ctx, groups::list_groups(broker, r, ctx).await),
+        RequestKind::DeleteGroups(r) => {
+            reply(broker, ctx, groups::delete_groups(broker, r, ctx).await)
+        }
+        RequestKind::ConsumerGroupHeartbeat(r) => reply(
+            broker,
+            ctx,
+            consumer_groups::consumer_group_heartbeat(broker, r, ctx).await,
         ),
         RequestKind::ConsumerGroupDescribe(r) => reply(
+            broker,
             ctx,
-            &consumer_groups::consumer_group_describe(broker, r, ctx).await,
+            consumer_groups::consumer_group_describe(broker, r, ctx).await,
         ),
         RequestKind::ShareGroupHeartbeat(r) => reply(
+            broker,
             ctx,
-            &share_groups::share_group_heartbeat(broker, r, ctx).await,
+            share_groups::share_group_heartbeat(broker, r, ctx).await,
         ),
         RequestKind::ShareGroupDescribe(r) => reply(
+            broker,
             ctx,
-            &share_groups::share_group_describe(broker, r, ctx).await,
+            share_groups::share_group_describe(broker, r, ctx).await,
         ),
-        RequestKind::ShareFetch(r) => reply(ctx, &share_groups::share_fetch(broker, r, ctx).await),
-        RequestKind::ShareAcknowledge(r) => {
-            reply(ctx, &share_groups::share_acknowledge(broker, r, ctx).await)
+        RequestKind::ShareFetch(r) => {
+            reply(broker, ctx, share_groups::share_fetch(broker, r, ctx).await)
         }
-        RequestKind::DescribeShareGroupOffsets(r) => reply(
+        RequestKind::ShareAcknowledge(r) => reply(
+            broker,
             ctx,
-            &share_offsets::describe_share_group_offsets(broker, r, ctx).await,
+            share_groups::share_acknowledge(broker, r, ctx).await,
+        ),
+        RequestKind::DescribeShareGroupOffsets(r) => reply(
+            broker,
+            ctx,
+            share_offsets::describe_share_group_offsets(broker, r, ctx).await,
         ),
         RequestKind::AlterShareGroupOffsets(r) => reply(
+            broker,
             ctx,
-            &share_offsets::alter_share_group_offsets(broker, r, ctx).await,
+            share_offsets::alter_share_group_offsets(broker, r, ctx).await,
         ),
         RequestKind::DeleteShareGroupOffsets(r) => reply(
+            broker,
             ctx,
-            &share_offsets::delete_share_group_offsets(broker, r, ctx).await,
+            share_offsets::delete_share_group_offsets(broker, r, ctx).await,
         ),
         // The version check above only lets through keys of api_versions::IMPLEMENTED, so a
         // key advertised without a route is refused, not answered wrongly.

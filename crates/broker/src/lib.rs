@@ -64,6 +64,8 @@ pub(crate) struct RequestContext {
     pub listener: std::sync::Arc<security::Listener>,
     /// The error codes of the response, counted per API once it is sent.
     pub errors: std::sync::Arc<error_codes::ErrorTally>,
+    /// Time the request has kept the broker busy, for the `request_percentage` quota.
+    pub busy: std::sync::Arc<quotas::busy::BusyMeter>,
 }
 
 /// A Produce request's place in its connection's append order.

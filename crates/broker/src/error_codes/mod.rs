@@ -43,6 +43,28 @@ macro_rules! error_codes {
     };
 }
 
+/// A response that can carry a quota throttle (`throttle_time_ms`), or has no such field
+/// (SASL exchanges, which Kafka never throttles).
+pub(crate) trait ThrottleTime {
+    fn set_throttle_time_ms(&mut self, ms: i32);
+}
+
+/// `throttle_time!(module::Response; throttle_time_ms | none)`.
+macro_rules! throttle_time {
+    ($ty:ty; throttle_time_ms) => {
+        impl $crate::error_codes::ThrottleTime for $ty {
+            fn set_throttle_time_ms(&mut self, ms: i32) {
+                self.throttle_time_ms = ms;
+            }
+        }
+    };
+    ($ty:ty; none) => {
+        impl $crate::error_codes::ThrottleTime for $ty {
+            fn set_throttle_time_ms(&mut self, _ms: i32) {}
+        }
+    };
+}
+
 mod generated;
 
 /// The codes one request's response carried, with how often each appeared. A request names a

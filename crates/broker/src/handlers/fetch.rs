@@ -72,7 +72,9 @@ pub(crate) async fn handle(
         .flat_map(|p| p.records.iter().flatten())
         .map(Bytes::len)
         .sum();
-    let mute = quotas.record(QuotaKind::Fetch, user, client_id, bytes as f64);
+    let bandwidth = quotas.record(QuotaKind::Fetch, user, client_id, bytes as f64);
+    // Kafka: either quota exceeded answers the fetch empty, with the longer throttle.
+    let mute = bandwidth.max(crate::dispatch::request_throttle(broker, ctx));
     if !mute.is_zero() {
         quotas.unrecord(QuotaKind::Fetch, user, client_id, bytes as f64);
         // Kafka's FetchContext.getThrottledResponse: the records read wait for the next
@@ -527,6 +529,7 @@ mod tests {
             principal: std::sync::Arc::new(crate::security::Principal::anonymous()),
             listener: std::sync::Arc::new(crate::security::Listener::plaintext("127.0.0.1", 9092)),
             errors: Default::default(),
+            busy: std::sync::Arc::new(crate::quotas::busy::BusyMeter::new(SystemClock::shared())),
         }
     }
 

@@ -1,12 +1,14 @@
 //! Client quotas: Kafka's entity model ([`model`]), its windowed rates and throttle times
-//! ([`rate`]), the quota objects in shared storage ([`store`]), and the per-broker usage that
-//! decides whether a response is throttled.
+//! ([`rate`]), the quota objects in shared storage ([`store`]), the busy time of a request
+//! for `request_percentage` ([`busy`]), and the per-broker usage that decides whether a
+//! response is throttled.
 //!
 //! Usage is aggregated per broker, as Kafka does: a client connected to two brokers may use
 //! its quota on each. A response over quota carries `throttle_time_ms`, and its connection is
 //! not read again for that long (Kafka's channel muting), so a client that ignores the field
 //! still slows down.
 
+pub(crate) mod busy;
 pub mod model;
 pub mod rate;
 pub mod store;
@@ -49,12 +51,10 @@ impl ThrottleStats {
         self.responses[i].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// (kind label, seconds of throttle, throttled responses) for each kind enforced
-    /// (`request_percentage` is stored and described but not enforced yet).
+    /// (kind label, seconds of throttle, throttled responses) for each kind.
     pub fn snapshot(&self) -> Vec<(&'static str, f64, u64)> {
         QuotaKind::ALL
             .iter()
-            .filter(|kind| **kind != QuotaKind::Request)
             .map(|kind| {
                 let i = *kind as usize;
                 (
@@ -113,6 +113,35 @@ impl Quotas {
     /// `user` with `client_id`, and returns how long its response must be throttled: zero
     /// when no quota applies or the usage is within it.
     pub fn record(&self, kind: QuotaKind, user: &str, client_id: &str, value: f64) -> Duration {
+        self.record_with(kind, user, client_id, value, true)
+    }
+
+    /// Records `value` without throttling anything for it: request time spent after the
+    /// response was built (Kafka records network-thread time the same way). Later requests
+    /// pay for it.
+    pub fn record_unthrottled(&self, kind: QuotaKind, user: &str, client_id: &str, value: f64) {
+        self.record_with(kind, user, client_id, value, false);
+    }
+
+    /// The `request_percentage` usage of `busy` handler time: Kafka counts request time in
+    /// percent of one second, so a quota of 100 is one thread kept busy.
+    pub fn request_time(&self, user: &str, client_id: &str, busy: Duration) -> Duration {
+        self.record(
+            QuotaKind::Request,
+            user,
+            client_id,
+            busy.as_secs_f64() * 100.0,
+        )
+    }
+
+    fn record_with(
+        &self,
+        kind: QuotaKind,
+        user: &str,
+        client_id: &str,
+        value: f64,
+        throttle: bool,
+    ) -> Duration {
         let table = self.table();
         let Some((quota, bucket)) = table.resolve(kind, user, client_id) else {
             return Duration::ZERO;
@@ -131,6 +160,9 @@ impl Quotas {
             .or_insert_with(|| (Rate::new(now), now));
         *used = now;
         rate.record(window, value, now);
+        if !throttle {
+            return Duration::ZERO;
+        }
         let throttle = rate::throttle_time(rate, window, quota, now, self.settings.max_throttle);
         drop(usage);
         if !throttle.is_zero() {
