@@ -125,15 +125,8 @@ pub struct GroupCoordinator {
     binary_shards: std::sync::Mutex<BTreeSet<i32>>,
 }
 
-/// Kafka's `Utils.abs(groupId.hashCode) % partitions`, with Java's String.hashCode over UTF-16
-/// code units, so groups land on the shard a Kafka operator would expect.
-pub fn shard_of(group_id: &str, shards: usize) -> usize {
-    let mut h: i32 = 0;
-    for unit in group_id.encode_utf16() {
-        h = h.wrapping_mul(31).wrapping_add(unit as i32);
-    }
-    ((h & 0x7fff_ffff) as usize) % shards.max(1)
-}
+/// The `__consumer_offsets` shard of a group (Kafka's hash; see strata_core).
+pub use strata_core::coordinator_shard as shard_of;
 
 impl GroupCoordinator {
     /// Ensures the offsets topic exists, replays every shard and starts the shard tasks.

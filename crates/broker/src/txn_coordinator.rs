@@ -162,9 +162,8 @@ impl fmt::Debug for TxnCoordinator {
     }
 }
 
-pub fn shard_of(transactional_id: &str, shards: usize) -> usize {
-    strata_txn::shard_of(transactional_id, shards)
-}
+/// The `__transaction_state` shard of a transactional id (Kafka's hash; see strata_core).
+pub use strata_core::coordinator_shard as shard_of;
 
 impl TxnCoordinator {
     /// Ensures `__transaction_state` exists and, if `load_all`, hosts every shard (a broker

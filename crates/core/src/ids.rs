@@ -68,3 +68,28 @@ impl fmt::Display for TopicPartition {
         write!(f, "{}-{}", self.topic, self.partition)
     }
 }
+
+/// The coordinator shard (partition of `__consumer_offsets`, `__transaction_state`, …) that
+/// owns `key`: Kafka's `Utils.abs(key.hashCode) % partitions`, with Java's String.hashCode over
+/// UTF-16 code units, so a group or transactional id lands where a Kafka operator expects.
+pub fn coordinator_shard(key: &str, shards: usize) -> usize {
+    let mut h: i32 = 0;
+    for unit in key.encode_utf16() {
+        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
+    }
+    ((h & 0x7fff_ffff) as usize) % shards.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn coordinator_shards_follow_kafkas_hash() {
+        // Java: "group".hashCode() == 98629247; 98629247 % 50 == 47.
+        assert_eq!(super::coordinator_shard("group", 50), 47);
+        assert_eq!(super::coordinator_shard("", 8), 0);
+        // Beyond the BMP: two UTF-16 units, as Java counts them ("😀".hashCode() == 1772899).
+        assert_eq!(super::coordinator_shard("😀", 1_000_000_007), 1_772_899);
+        // A negative hash is masked, not negated: "polygenelubricants".hashCode() == i32::MIN.
+        assert_eq!(super::coordinator_shard("polygenelubricants", 50), 0);
+    }
+}

@@ -11,4 +11,4 @@ pub mod clock;
 pub mod ids;
 
 pub use clock::{timeout, timeout_at, Clock, Elapsed, Sleep, SystemClock, Ticker};
-pub use ids::{BrokerId, Epoch, Offset, TopicPartition};
+pub use ids::{coordinator_shard, BrokerId, Epoch, Offset, TopicPartition};

@@ -27,23 +27,3 @@ pub use state::{
     Completion, InitProducerIdRequest, ListFilter, MarkerJob, Output, PersistId, RequestToken,
     Response, TxnConfig, TxnDescription, TxnShard, TxnState,
 };
-
-/// Kafka's `Utils.abs(transactionalId.hashCode) % partitions` (Java's String.hashCode over
-/// UTF-16 code units), so a transactional id lands on the shard a Kafka operator expects.
-pub fn shard_of(transactional_id: &str, shards: usize) -> usize {
-    let mut h: i32 = 0;
-    for unit in transactional_id.encode_utf16() {
-        h = h.wrapping_mul(31).wrapping_add(unit as i32);
-    }
-    ((h & 0x7fff_ffff) as usize) % shards.max(1)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn shards_follow_kafkas_hash() {
-        // Java: "group".hashCode() == 98629247; 98629247 % 50 == 47.
-        assert_eq!(super::shard_of("group", 50), 47);
-        assert_eq!(super::shard_of("", 8), 0);
-    }
-}
