@@ -25,6 +25,7 @@
 
 pub mod batch;
 pub mod binary;
+pub mod certs;
 pub mod cleanup;
 pub mod clients;
 pub mod cluster;

@@ -8,15 +8,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use kafka_protocol::messages::{MetadataRequest, SaslHandshakeRequest};
 use kafka_protocol::protocol::StrBytes;
 use strata_tests::binary::strata_binary;
+use strata_tests::certs::Certificates;
 use strata_tests::cluster::Cluster;
-use strata_tests::command::{is_installed, run_with_deadline, Finished};
+use strata_tests::command::{run_with_deadline, Finished};
 use strata_tests::raw::RawConnection;
 use strata_tests::{SharedStorage, StrataOptions, StrataProcess};
 
@@ -76,170 +77,6 @@ fn python(command: &str, args: &[&str]) -> Finished {
     let mut python = Command::new("python3");
     python.arg(&script).arg(command).args(args);
     run_with_deadline(python, b"", CLIENT_DEADLINE)
-}
-
-/// A CA and a server certificate for 127.0.0.1 and localhost signed by it, made with openssl.
-struct Certificates {
-    dir: tempfile::TempDir,
-}
-
-impl Certificates {
-    fn make() -> Self {
-        assert!(
-            is_installed("openssl"),
-            "openssl is not installed (Debian package openssl; .ci/run installs it)"
-        );
-        let dir = tempfile::Builder::new()
-            .prefix("strata-certs-")
-            .tempdir()
-            .unwrap();
-        let run = |args: &[&str]| {
-            let mut command = Command::new("openssl");
-            command.args(args).current_dir(dir.path());
-            run_with_deadline(command, b"", CLIENT_DEADLINE).assert_success(&args.join(" "));
-        };
-        std::fs::write(
-            dir.path().join("san.ext"),
-            "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-        )
-        .unwrap();
-        let ec = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ];
-        run(&[
-            &["req", "-x509"],
-            &ec[..],
-            &[
-                "-keyout",
-                "ca.key",
-                "-out",
-                "ca.pem",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=strata-test-ca",
-            ],
-        ]
-        .concat());
-        run(&[
-            &["req"],
-            &ec[..],
-            &[
-                "-keyout",
-                "server.key",
-                "-out",
-                "server.csr",
-                "-subj",
-                "/CN=localhost",
-            ],
-        ]
-        .concat());
-        run(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-        ]);
-        Self { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn openssl(&self, args: &[&str]) {
-        let mut command = Command::new("openssl");
-        command.args(args).current_dir(self.dir.path());
-        run_with_deadline(command, b"", CLIENT_DEADLINE).assert_success(&args.join(" "));
-    }
-
-    /// A new self-signed CA, `NAME.pem` and `NAME.key`.
-    fn ca(&self, name: &str) {
-        let (key, pem, subject) = (
-            format!("{name}.key"),
-            format!("{name}.pem"),
-            format!("/CN={name}"),
-        );
-        self.openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &pem,
-            "-days",
-            "2",
-            "-subj",
-            &subject,
-        ]);
-    }
-
-    /// `NAME.pem` with `subject` (openssl's `/O=../CN=..` form), signed by CA `ca`, with the
-    /// key `key` (made if it does not exist) and the extensions in `extfile` (default: a
-    /// client certificate's).
-    fn signed(&self, name: &str, subject: &str, ca: &str, key: &str, extfile: Option<&str>) {
-        let csr = format!("{name}.csr");
-        let mut request = vec!["req", "-new", "-subj", subject, "-out", &csr];
-        let key_path = self.path(key);
-        if key_path.exists() {
-            request.extend(["-key", key]);
-        } else {
-            request.extend([
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                key,
-            ]);
-        }
-        self.openssl(&request);
-        let (ca_pem, ca_key, pem) = (
-            format!("{ca}.pem"),
-            format!("{ca}.key"),
-            format!("{name}.pem"),
-        );
-        let mut sign = vec![
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            &ca_pem,
-            "-CAkey",
-            &ca_key,
-            "-CAcreateserial",
-            "-out",
-            &pem,
-            "-days",
-            "2",
-        ];
-        // Extensions make it an X.509 v3 certificate: WebPKI refuses v1 ones.
-        std::fs::write(self.path("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
-        sign.extend(["-extfile", extfile.unwrap_or("client.ext")]);
-        self.openssl(&sign);
-    }
 }
 
 /// A broker on `storage` with a PLAINTEXT, a SASL_PLAINTEXT and (with `certs`) a SASL_SSL
@@ -902,6 +739,159 @@ fn the_cli_logs_in_with_scram_and_plain_over_sasl_plaintext() {
         !anonymous.status.success(),
         "a SASL listener refuses a client that does not log in: {}",
         anonymous.stdout
+    );
+}
+
+/// `strata ARGS` over TLS: `tls` are the --security-protocol and --ssl-* flags, `login` the
+/// SASL login (through the environment, as for a SASL_PLAINTEXT listener).
+fn cli_tls(
+    bootstrap: &str,
+    tls: &[String],
+    login: Option<(&str, &str, &str)>,
+    args: &[&str],
+) -> Finished {
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(tls.iter().map(String::as_str));
+    cli_as(bootstrap, login, &all)
+}
+
+/// The TLS flags for `strata`: the protocol, the CA file, and a client certificate if named.
+fn tls_flags(certs: &Certificates, protocol: &str, cert: Option<&str>) -> Vec<String> {
+    let mut flags = vec![
+        "--security-protocol".to_string(),
+        protocol.to_string(),
+        "--ssl-ca-location".to_string(),
+        certs.path("ca.pem").display().to_string(),
+    ];
+    if let Some(name) = cert {
+        flags.extend([
+            "--ssl-certificate-location".to_string(),
+            certs.path(&format!("{name}.pem")).display().to_string(),
+            "--ssl-key-location".to_string(),
+            certs.path(&format!("{name}.key")).display().to_string(),
+        ]);
+    }
+    flags
+}
+
+/// The `strata` commands speak TLS: on an SSL listener that requires client certificates
+/// they create, produce to and consume from a topic with the CA file and a certificate
+/// (including the connections to the partition's leader they open from Metadata); without
+/// the certificate, or without the CA (the system's trust store does not know the test CA),
+/// they fail with a TLS error.
+#[test]
+fn the_cli_speaks_tls_with_a_ca_file_and_a_client_certificate() {
+    let certs = Certificates::make();
+    certs.signed("ops", "/CN=ops", "ca", "ops.key", None);
+    let storage = SharedStorage::new();
+    let broker = StrataProcess::start_with(
+        StrataOptions::default()
+            .with_storage_url(storage.url())
+            .with_args(mtls_args(&certs, "required", &[])),
+    );
+    let tls = listener_addr(&broker, "SSL").to_string();
+    let with_cert = tls_flags(&certs, "SSL", Some("ops"));
+    cli_tls(
+        &tls,
+        &with_cert,
+        None,
+        &["topic", "create", "cli-tls", "--partitions", "2"],
+    )
+    .assert_success("topic create over SSL with a client certificate");
+    cli_tls(
+        &tls,
+        &with_cert,
+        None,
+        &[
+            "produce",
+            "cli-tls",
+            "--partition",
+            "1",
+            "--value",
+            "over-tls",
+        ],
+    )
+    .assert_success("produce over SSL");
+    let consumed = cli_tls(
+        &tls,
+        &with_cert,
+        None,
+        &[
+            "consume",
+            "cli-tls",
+            "--partition",
+            "1",
+            "--offset",
+            "earliest",
+            "--count",
+            "1",
+        ],
+    );
+    consumed.assert_success("consume over SSL");
+    assert!(consumed.stdout.contains("over-tls"), "{}", consumed.stdout);
+
+    let no_cert = cli_tls(
+        &tls,
+        &tls_flags(&certs, "SSL", None),
+        None,
+        &["topic", "list", "--request-timeout", "5s"],
+    );
+    assert!(
+        !no_cert.status.success(),
+        "a listener requiring certificates refuses a client without one: {}",
+        no_cert.stdout
+    );
+    let no_ca = cli_as(&tls, None, &["topic", "list", "--security-protocol", "SSL"]);
+    assert!(!no_ca.status.success(), "{}", no_ca.stdout);
+    assert!(
+        no_ca.stderr.contains("TLS"),
+        "the error says TLS: {}",
+        no_ca.stderr
+    );
+    let plaintext_files = cli_as(
+        &tls,
+        None,
+        &["topic", "list", "--ssl-ca-location", "ca.pem"],
+    );
+    assert!(
+        plaintext_files
+            .stderr
+            .contains("--security-protocol SSL or SASL_SSL"),
+        "TLS files without a TLS protocol are refused: {}",
+        plaintext_files.stderr
+    );
+}
+
+/// On a SASL_SSL listener the `strata` commands run the TLS handshake, then the SCRAM login.
+#[test]
+fn the_cli_logs_in_with_scram_over_sasl_ssl() {
+    let certs = Certificates::make();
+    let storage = SharedStorage::new();
+    create_user(storage.url(), "alice", "alice-secret", "SCRAM-SHA-512");
+    let broker = secured_broker(&storage, Some(&certs));
+    let sasl_ssl = listener_addr(&broker, "SASL_SSL").to_string();
+    let flags = tls_flags(&certs, "SASL_SSL", None);
+    let alice = Some(("SCRAM-SHA-512", "alice", "alice-secret"));
+    cli_tls(
+        &sasl_ssl,
+        &flags,
+        alice,
+        &["topic", "create", "cli-sasl-ssl", "--partitions", "1"],
+    )
+    .assert_success("topic create over SASL_SSL");
+    let listed = cli_tls(&sasl_ssl, &flags, alice, &["topic", "list", "--json"]);
+    listed.assert_success("topic list over SASL_SSL");
+    assert!(listed.stdout.contains("cli-sasl-ssl"), "{}", listed.stdout);
+    let wrong = cli_tls(
+        &sasl_ssl,
+        &flags,
+        Some(("SCRAM-SHA-512", "alice", "not-alices")),
+        &["topic", "list"],
+    );
+    assert!(
+        !wrong.status.success() && wrong.stderr.contains("logging in to"),
+        "a wrong password over SASL_SSL fails at the login: {}",
+        wrong.stderr
     );
 }
 

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::FindCoordinatorRequest;
 use kafka_protocol::protocol::StrBytes;
+use strata_tests::certs::Certificates;
 use strata_tests::clients::create_topic;
 use strata_tests::cluster::Cluster;
 use strata_tests::command::run_with_deadline;
@@ -513,24 +514,49 @@ async fn brokers_send_each_other_markers_over_sasl_with_their_own_login() {
             "SCRAM-SHA-512",
         ])
         .assert_success("strata users create --user broker");
+    let scram_logins = |text: &str| {
+        counter_sum(text, |l| {
+            l.starts_with("strata_authentications_total{")
+                && l.contains("SCRAM-SHA-512")
+                && l.contains("result=\"success\"")
+        })
+    };
+    commit_and_abort_across_brokers(&mut cluster, "sasl-markers", scram_logins, "SCRAM login")
+        .await;
+}
+
+/// The sum of the /metrics series whose lines `wanted` accepts.
+fn counter_sum(text: &str, wanted: impl Fn(&str) -> bool) -> f64 {
+    text.lines()
+        .filter(|l| wanted(l))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A transaction across `topic`'s 3 partitions commits and aborts (tests/python/transactions.py)
+/// with at least one partition owned by a broker other than the coordinator's, so markers and
+/// KIP-890 checks cross the inter-broker listener; `connections` counts, in a broker's
+/// /metrics, what that listener's connections leave behind (`what`): none on the other broker
+/// before the transaction, some after.
+async fn commit_and_abort_across_brokers(
+    cluster: &mut Cluster,
+    topic: &str,
+    connections: impl Fn(&str) -> f64,
+    what: &str,
+) {
     let ids = cluster.all_ids();
     let bootstrap = cluster.bootstrap_of(&ids);
-    create_topic(&bootstrap, "sasl-markers", 3, &[]).await;
+    create_topic(&bootstrap, topic, 3, &[]).await;
     let leaders = tokio::task::block_in_place(|| {
-        cluster.wait_for_leaders(
-            ids[0],
-            "sasl-markers",
-            3,
-            &ids,
-            "every partition has an owner",
-        )
+        cluster.wait_for_leaders(ids[0], topic, 3, &ids, "every partition has an owner")
     });
     let asked = cluster.broker(ids[0]).addr();
+    let transactional_id = format!("{topic}-tx");
     let coordinator = tokio::task::block_in_place(|| {
         wait_until(
             "a transaction coordinator for the id",
             Duration::from_secs(60),
-            || coordinator_of(asked, "sasl-markers-tx"),
+            || coordinator_of(asked, &transactional_id),
         )
     });
     // Some partition must be owned by the other broker, for markers to cross the network.
@@ -539,33 +565,67 @@ async fn brokers_send_each_other_markers_over_sasl_with_their_own_login() {
         .find(|id| **id != coordinator)
         .expect("two brokers");
     if leaders.values().all(|leader| *leader == coordinator) {
-        tokio::task::block_in_place(|| cluster.move_partition("sasl-markers", 0, other));
+        tokio::task::block_in_place(|| cluster.move_partition(topic, 0, other));
     }
-    let logins = |cluster: &mut Cluster| {
-        cluster
-            .metrics_text(other)
-            .lines()
-            .filter(|l| {
-                l.starts_with("strata_authentications_total{")
-                    && l.contains("SCRAM-SHA-512")
-                    && l.contains("result=\"success\"")
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>()
-    };
-    assert_eq!(logins(&mut cluster), 0.0, "no login before any transaction");
+    assert_eq!(
+        connections(&cluster.metrics_text(other)),
+        0.0,
+        "no {what} before any transaction"
+    );
     let mut command = Command::new("python3");
     command
         .arg(script())
         .arg("--bootstrap")
         .arg(&bootstrap)
         .arg("--topic")
-        .arg("sasl-markers")
+        .arg(topic)
         .arg("--commit-and-abort-only");
     let finished = tokio::task::block_in_place(|| run_with_deadline(command, b"", CLIENT_DEADLINE));
     finished.assert_success("tests/python/transactions.py --commit-and-abort-only");
     assert!(
-        logins(&mut cluster) >= 1.0,
-        "broker {other} saw no SCRAM login from the coordinator's broker"
+        connections(&cluster.metrics_text(other)) >= 1.0,
+        "broker {other} saw no {what} from the coordinator's broker"
     );
+}
+
+/// Brokers whose inter-broker listener is SSL, with client certificates required, reach each
+/// other over TLS with their own certificate (`ssl_certificate`, trusted through
+/// `ssl_truststore`, as Kafka's brokers use their keystore and truststore): a transaction
+/// across partitions of both brokers commits and aborts, and the receiving broker counts the
+/// certificate logins. Every client of the test is on PLAINTEXT, so those are the brokers'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_send_each_other_markers_over_tls_with_their_certificates() {
+    let certs = Certificates::make();
+    let path = |name: &str| certs.path(name).display().to_string();
+    let (certificate, key, truststore) = (path("server.pem"), path("server.key"), path("ca.pem"));
+    let mut cluster = Cluster::start_with_env(
+        2,
+        "3s",
+        "500ms",
+        &[
+            (
+                "STRATA_LISTENERS",
+                "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+            ),
+            ("STRATA_INTER_BROKER_LISTENER_NAME", "SSL"),
+            ("STRATA_SSL_CERTIFICATE", &certificate),
+            ("STRATA_SSL_KEY", &key),
+            ("STRATA_SSL_TRUSTSTORE", &truststore),
+            ("STRATA_SSL_CLIENT_AUTH", "required"),
+        ],
+    );
+    let tls_logins = |text: &str| {
+        counter_sum(text, |l| {
+            l.starts_with("strata_authentications_total{")
+                && l.contains("mechanism=\"TLS\"")
+                && l.contains("result=\"success\"")
+        })
+    };
+    commit_and_abort_across_brokers(
+        &mut cluster,
+        "tls-markers",
+        tls_logins,
+        "TLS client certificate",
+    )
+    .await;
 }

@@ -400,22 +400,22 @@ impl Broker {
         match crate::txn_markers::inter_broker_listener(&self.settings, &infos) {
             Some(info) => {
                 let own = (info.advertised_host.clone(), info.advertised_port);
-                let sasl = (info.protocol == crate::security::SecurityProtocol::SaslPlaintext)
-                    .then(|| self.settings.inter_broker_sasl.clone())
-                    .flatten();
+                let security =
+                    crate::txn_markers::inter_broker_security(&self.settings, info.protocol);
                 self.txn.set_default_marker_writer(Arc::new(
                     crate::txn_markers::BrokerMarkers::new(
                         Arc::downgrade(&self),
                         info.name.clone(),
                         own,
-                        sasl,
+                        security,
                     ),
                 ));
             }
             None => warn!(
-                "no inter-broker listener (a PLAINTEXT one, or SASL_PLAINTEXT with \
-                 inter_broker_sasl_mechanism): transactions are refused, since brokers could \
-                 not send each other transaction markers"
+                "no inter-broker listener (a PLAINTEXT one, SASL_PLAINTEXT with \
+                 inter_broker_sasl_mechanism, SSL with ssl_certificate, or SASL_SSL with both): \
+                 transactions are refused, since brokers could not send each other \
+                 transaction markers"
             ),
         }
         let (shutdown_tx, shutdown_rx) = watch::channel(false);

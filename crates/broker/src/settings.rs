@@ -124,12 +124,16 @@ pub struct BrokerSettings {
     pub txn_marker_timeout: Duration,
     /// The listener brokers send each other requests on (transaction markers, KIP-890
     /// verification): Kafka's `inter.broker.listener.name`. None: the first PLAINTEXT
-    /// listener, or else the first SASL_PLAINTEXT one when `inter_broker_sasl` is set.
+    /// listener, or else the first one this broker can use (see `txn_markers`).
     pub inter_broker_listener_name: Option<String>,
-    /// The login brokers use on a SASL_PLAINTEXT inter-broker listener. Its principal needs
-    /// CLUSTER_ACTION on the cluster (or to be a super user) under an ACL authorizer, as
-    /// Kafka's broker principal does.
+    /// The login brokers use on a SASL_PLAINTEXT or SASL_SSL inter-broker listener. Its
+    /// principal needs CLUSTER_ACTION on the cluster (or to be a super user) under an ACL
+    /// authorizer, as Kafka's broker principal does.
     pub inter_broker_sasl: Option<strata_client::SaslCredentials>,
+    /// The TLS client side brokers use on an SSL or SASL_SSL inter-broker listener: the
+    /// broker's truststore (else the system's) and its own certificate, as Kafka's broker uses
+    /// its keystore and truststore for its own connections. None without TLS settings.
+    pub inter_broker_tls: Option<strata_client::Tls>,
     /// KIP-848 member session timeout (`GroupConfig::consumer_session_timeout`).
     pub group_consumer_session_timeout: Duration,
     /// KIP-848 heartbeat interval (`GroupConfig::consumer_heartbeat_interval`).
@@ -391,6 +395,7 @@ impl Default for BrokerSettings {
             txn_marker_timeout: Duration::from_secs(30),
             inter_broker_listener_name: None,
             inter_broker_sasl: None,
+            inter_broker_tls: None,
             group_consumer_session_timeout: groups.consumer_session_timeout,
             group_consumer_heartbeat_interval: groups.consumer_heartbeat_interval,
             group_share_session_timeout: Duration::from_secs(45),

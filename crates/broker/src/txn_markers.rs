@@ -41,29 +41,34 @@ const VERIFY_VERSION: i16 = 4;
 
 pub(crate) struct BrokerMarkers {
     broker: Weak<Broker>,
-    /// The name of the PLAINTEXT listener brokers reach each other on.
+    /// The name of the listener brokers reach each other on.
     listener: String,
     /// This broker's own address on that listener (a broker alone on its storage has no
     /// registration to read it from).
     own: (String, u16),
-    /// The login on a SASL_PLAINTEXT inter-broker listener.
-    sasl: Option<strata_client::SaslCredentials>,
+    /// TLS and login as that listener's protocol wants them.
+    security: strata_client::Security,
     connections: tokio::sync::Mutex<HashMap<(String, u16), Connection>>,
 }
 
 /// The listener brokers reach each other on: the one `inter_broker_listener_name` names (if
-/// PLAINTEXT, or SASL_PLAINTEXT with a login), else the first PLAINTEXT listener, else the
-/// first SASL_PLAINTEXT one when the broker has a login. The server refuses to start with a
-/// name that cannot be used, so None here means "no such listener".
+/// this broker can use it), else the first PLAINTEXT listener, else the first one it can use:
+/// SASL_PLAINTEXT with a login, SSL with TLS settings, SASL_SSL with both. The server refuses
+/// to start with a name that cannot be used, so None here means "no such listener".
 pub(crate) fn inter_broker_listener<'a>(
     settings: &crate::BrokerSettings,
     listeners: &[&'a crate::security::Listener],
 ) -> Option<&'a crate::security::Listener> {
-    use crate::security::SecurityProtocol::{Plaintext, SaslPlaintext};
+    use crate::security::SecurityProtocol::{Plaintext, SaslPlaintext, SaslSsl, Ssl};
+    let (login, tls) = (
+        settings.inter_broker_sasl.is_some(),
+        settings.inter_broker_tls.is_some(),
+    );
     let usable = |info: &&crate::security::Listener| match info.protocol {
         Plaintext => true,
-        SaslPlaintext => settings.inter_broker_sasl.is_some(),
-        _ => false,
+        SaslPlaintext => login,
+        Ssl => tls,
+        SaslSsl => login && tls,
     };
     match &settings.inter_broker_listener_name {
         Some(name) => listeners
@@ -76,6 +81,22 @@ pub(crate) fn inter_broker_listener<'a>(
             .copied()
             .find(|info| info.protocol == Plaintext)
             .or_else(|| listeners.iter().copied().find(usable)),
+    }
+}
+
+/// What a connection to `protocol` needs of the inter-broker settings.
+pub(crate) fn inter_broker_security(
+    settings: &crate::BrokerSettings,
+    protocol: crate::security::SecurityProtocol,
+) -> strata_client::Security {
+    use crate::security::SecurityProtocol::{SaslPlaintext, SaslSsl, Ssl};
+    strata_client::Security {
+        tls: matches!(protocol, Ssl | SaslSsl)
+            .then(|| settings.inter_broker_tls.clone())
+            .flatten(),
+        sasl: matches!(protocol, SaslPlaintext | SaslSsl)
+            .then(|| settings.inter_broker_sasl.clone())
+            .flatten(),
     }
 }
 
@@ -93,13 +114,13 @@ impl BrokerMarkers {
         broker: Weak<Broker>,
         listener: String,
         own: (String, u16),
-        sasl: Option<strata_client::SaslCredentials>,
+        security: strata_client::Security,
     ) -> Self {
         Self {
             broker,
             listener,
             own,
-            sasl,
+            security,
             connections: tokio::sync::Mutex::new(HashMap::new()),
         }
     }
@@ -158,7 +179,7 @@ impl BrokerMarkers {
                 &format!("{}:{}", addr.0, addr.1),
                 Arc::clone(&broker.clock),
                 broker.settings.txn_marker_timeout,
-                self.sasl.as_ref(),
+                &self.security,
             )
             .await?;
             connections.insert(key.clone(), c);

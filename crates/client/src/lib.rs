@@ -30,11 +30,25 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use strata_core::Clock;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 mod sasl;
+mod tls;
 pub use sasl::{SaslCredentials, SaslMechanism};
+pub use tls::{Tls, TlsFiles};
+
+/// How connections secure themselves: TLS (SSL and SASL_SSL listeners) and a SASL login
+/// (SASL_PLAINTEXT and SASL_SSL), each when given — Kafka's `security.protocol` in two parts.
+#[derive(Debug, Clone, Default)]
+pub struct Security {
+    pub tls: Option<Tls>,
+    pub sasl: Option<SaslCredentials>,
+}
+
+/// A connection's byte stream: TCP, or TLS over TCP.
+trait ByteStream: AsyncRead + AsyncWrite + Unpin + Send + Sync {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync> ByteStream for T {}
 
 /// The largest response frame accepted: a Fetch answers at most the `max_bytes` asked for,
 /// every other answer here is metadata, so anything larger is a framing error.
@@ -77,6 +91,8 @@ pub enum ClientError {
         mechanism: &'static str,
         what: String,
     },
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 pub type ClientResult<T> = Result<T, ClientError>;
@@ -108,7 +124,7 @@ pub fn str_bytes(text: &str) -> StrBytes {
 /// One connection to one broker.
 pub struct Connection {
     addr: String,
-    stream: TcpStream,
+    stream: Box<dyn ByteStream>,
     correlation_id: i32,
     versions: HashMap<i16, (i16, i16)>,
     clock: Arc<dyn Clock>,
@@ -121,16 +137,16 @@ impl Connection {
         clock: Arc<dyn Clock>,
         timeout: Duration,
     ) -> ClientResult<Self> {
-        Self::connect_as(addr, clock, timeout, None).await
+        Self::connect_as(addr, clock, timeout, &Security::default()).await
     }
 
-    /// [`Connection::connect`], then a SASL login with `sasl` when given (for listeners of
-    /// protocol SASL_PLAINTEXT).
+    /// [`Connection::connect`] with `security`: a TLS handshake and then a SASL login, each
+    /// when given.
     pub async fn connect_as(
         addr: &str,
         clock: Arc<dyn Clock>,
         timeout: Duration,
-        sasl: Option<&SaslCredentials>,
+        security: &Security,
     ) -> ClientResult<Self> {
         let connect = TcpStream::connect(addr);
         let stream = match strata_core::timeout(clock.as_ref(), timeout, connect).await {
@@ -149,6 +165,22 @@ impl Connection {
             }
         };
         let _ = stream.set_nodelay(true);
+        let stream: Box<dyn ByteStream> = match &security.tls {
+            None => Box::new(stream),
+            Some(tls) => {
+                let handshake = tls.handshake(addr, stream);
+                match strata_core::timeout(clock.as_ref(), timeout, handshake).await {
+                    Ok(Ok(stream)) => Box::new(stream),
+                    Ok(Err(e)) => return Err(e),
+                    Err(_) => {
+                        return Err(ClientError::Timeout {
+                            addr: addr.to_string(),
+                            after: timeout,
+                        })
+                    }
+                }
+            }
+        };
         let mut connection = Self {
             addr: addr.to_string(),
             stream,
@@ -170,7 +202,7 @@ impl Connection {
             .iter()
             .map(|k| (k.api_key, (k.min_version, k.max_version)))
             .collect();
-        if let Some(credentials) = sasl {
+        if let Some(credentials) = &security.sasl {
             connection.login(credentials).await?;
         }
         Ok(connection)
@@ -416,7 +448,7 @@ pub struct Client {
     clock: Arc<dyn Clock>,
     timeout: Duration,
     /// The login of every connection, when the listeners require one.
-    sasl: Option<SaslCredentials>,
+    security: Security,
     /// node id → address, from the last Metadata answer.
     addresses: HashMap<i32, String>,
     nodes: HashMap<i32, Connection>,
@@ -430,15 +462,15 @@ impl Client {
         clock: Arc<dyn Clock>,
         timeout: Duration,
     ) -> ClientResult<Self> {
-        Self::connect_as(bootstrap, clock, timeout, None).await
+        Self::connect_as(bootstrap, clock, timeout, Security::default()).await
     }
 
-    /// [`Client::connect`], every connection logging in with `sasl` when given.
+    /// [`Client::connect`], every connection secured with `security`.
     pub async fn connect_as(
         bootstrap: &str,
         clock: Arc<dyn Clock>,
         timeout: Duration,
-        sasl: Option<SaslCredentials>,
+        security: Security,
     ) -> ClientResult<Self> {
         // A comma-separated list, as Kafka's tools take: the first broker that answers.
         let mut last = None;
@@ -448,8 +480,9 @@ impl Client {
             .map(str::trim)
             .filter(|a| !a.is_empty())
         {
-            match Connection::connect_as(addr, Arc::clone(&clock), timeout, sasl.as_ref()).await {
-                // A refused login is the same everywhere: do not try the next broker.
+            match Connection::connect_as(addr, Arc::clone(&clock), timeout, &security).await {
+                // A refused login or unusable TLS material is the same everywhere: do not try
+                // the next broker.
                 Err(e @ ClientError::Authentication { .. }) => return Err(e),
                 Ok(c) => {
                     connection = Some(c);
@@ -471,7 +504,7 @@ impl Client {
             bootstrap: connection,
             clock,
             timeout,
-            sasl,
+            security,
             addresses: HashMap::new(),
             nodes: HashMap::new(),
         })
@@ -549,7 +582,7 @@ impl Client {
                 &addr,
                 Arc::clone(&self.clock),
                 self.timeout,
-                self.sasl.as_ref(),
+                &self.security,
             )
             .await?;
             self.nodes.insert(node, connection);

@@ -488,6 +488,49 @@ fn inter_broker_sasl(
     }))
 }
 
+/// The TLS client side of a broker on an SSL or SASL_SSL inter-broker listener: its own
+/// certificate (for listeners that require one) and `ssl_truststore`, else the system's trust
+/// store — Kafka's broker uses its keystore and truststore for its own connections the same
+/// way. None without a certificate, as no TLS listener can then exist. A truststore that
+/// cannot be read fails the start only if the inter-broker listener is named and uses TLS:
+/// otherwise brokers fall back to a listener without TLS, or refuse transactions (logged).
+fn inter_broker_tls(settings: &Settings) -> anyhow::Result<Option<strata_client::Tls>> {
+    let (Some(certificate), Some(key)) = (&settings.ssl_certificate, &settings.ssl_key) else {
+        return Ok(None);
+    };
+    let files = strata_client::TlsFiles {
+        ca: settings.ssl_truststore.clone(),
+        certificate: Some(certificate.clone()),
+        key: Some(key.clone()),
+    };
+    match strata_client::Tls::load(&files) {
+        Ok(tls) => Ok(Some(tls)),
+        Err(e) => {
+            let named_tls = settings
+                .inter_broker_listener_name
+                .as_ref()
+                .is_some_and(|name| {
+                    settings.listener_specs().is_ok_and(|specs| {
+                        specs.iter().any(|s| {
+                            &s.name == name
+                                && matches!(
+                                    s.protocol,
+                                    strata_broker::security::SecurityProtocol::Ssl
+                                        | strata_broker::security::SecurityProtocol::SaslSsl
+                                )
+                        })
+                    })
+                });
+            if named_tls {
+                return Err(anyhow::anyhow!(e))
+                    .context("the TLS inter-broker listener's client side (ssl_truststore)");
+            }
+            tracing::warn!(error = %e, "brokers cannot reach each other over TLS");
+            Ok(None)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -920,6 +963,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             txn_marker_timeout: settings.txn_marker_timeout,
             inter_broker_listener_name: settings.inter_broker_listener_name.clone(),
             inter_broker_sasl: inter_broker_sasl(&settings)?,
+            inter_broker_tls: inter_broker_tls(&settings)?,
             group_consumer_session_timeout: settings.group_consumer_session_timeout,
             group_consumer_heartbeat_interval: settings.group_consumer_heartbeat_interval,
             group_share_session_timeout: settings.group_share_session_timeout,

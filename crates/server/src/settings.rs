@@ -316,12 +316,12 @@ pub struct Settings {
     /// drains need ALTER on CLUSTER). Unset (the default): the token login.
     pub console_sasl_mechanism: Option<String>,
     /// The listener brokers send each other transaction markers and KIP-890 checks on
-    /// (Kafka's `inter.broker.listener.name`): a PLAINTEXT listener, or a SASL_PLAINTEXT one
-    /// with `inter_broker_sasl_mechanism` [default: the first PLAINTEXT listener, else the first
-    /// SASL_PLAINTEXT one when a login is set].
+    /// (Kafka's `inter.broker.listener.name`): PLAINTEXT, SSL (brokers present `ssl_certificate`
+    /// and trust `ssl_truststore`), or SASL_PLAINTEXT / SASL_SSL with `inter_broker_sasl_mechanism`
+    /// [default: the first PLAINTEXT listener, else the first of the others the broker can use].
     pub inter_broker_listener_name: Option<String>,
-    /// How brokers log in to each other on a SASL_PLAINTEXT inter-broker listener: PLAIN,
-    /// SCRAM-SHA-256 or SCRAM-SHA-512, as `inter_broker_sasl_username`, with the password in the
+    /// How brokers log in to each other on a SASL_PLAINTEXT or SASL_SSL inter-broker listener:
+    /// PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, as `inter_broker_sasl_username`, with the password in the
     /// environment variable STRATA_INTER_BROKER_SASL_PASSWORD (never in a file or a flag). The
     /// user needs CLUSTER_ACTION on the cluster under `authorizer = acl` [default: none].
     pub inter_broker_sasl_mechanism: Option<String>,
@@ -2497,21 +2497,17 @@ impl Settings {
                 format!("names no listener ({name})"),
             );
         };
+        let login = self.inter_broker_sasl_mechanism.is_some();
         match spec.protocol {
-            SecurityProtocol::Plaintext => Ok(()),
-            SecurityProtocol::SaslPlaintext if self.inter_broker_sasl_mechanism.is_some() => Ok(()),
-            SecurityProtocol::SaslPlaintext => bad(
+            // TLS listeners cannot start without ssl_certificate and ssl_key, which brokers
+            // also present as clients (with ssl_truststore, or the system's, to trust).
+            SecurityProtocol::Plaintext | SecurityProtocol::Ssl => Ok(()),
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl if login => Ok(()),
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl => bad(
                 "inter_broker_listener_name",
                 format!(
-                    "{name} is SASL_PLAINTEXT: set inter_broker_sasl_mechanism and \
+                    "{name} needs a login: set inter_broker_sasl_mechanism and \
                      inter_broker_sasl_username (and STRATA_INTER_BROKER_SASL_PASSWORD)"
-                ),
-            ),
-            _ => bad(
-                "inter_broker_listener_name",
-                format!(
-                    "{name} uses TLS, which brokers cannot speak to each other yet: name a \
-                     PLAINTEXT or SASL_PLAINTEXT listener"
                 ),
             ),
         }
@@ -3201,11 +3197,11 @@ mod tests {
     fn inter_broker_settings_name_a_usable_listener_and_a_whole_login() {
         let listeners = (
             "STRATA_LISTENERS",
-            "P://127.0.0.1:0,S://127.0.0.1:0,T://127.0.0.1:0",
+            "P://127.0.0.1:0,S://127.0.0.1:0,T://127.0.0.1:0,U://127.0.0.1:0",
         );
         let map = (
             "STRATA_LISTENER_SECURITY_PROTOCOL_MAP",
-            "P:PLAINTEXT,S:SASL_PLAINTEXT,T:SSL",
+            "P:PLAINTEXT,S:SASL_PLAINTEXT,T:SSL,U:SASL_SSL",
         );
         let tls = [
             ("STRATA_SSL_CERTIFICATE", "/c.pem"),
@@ -3226,13 +3222,20 @@ mod tests {
         with_login.push(("STRATA_INTER_BROKER_LISTENER_NAME", "S"));
         let (s, _) = load_env(&with_login).unwrap();
         assert_eq!(s.inter_broker_sasl_username.as_deref(), Some("broker"));
+        // TLS listeners: SSL needs only the certificate every TLS listener has; SASL_SSL a
+        // login too.
+        let (s, _) = load_env(&[("STRATA_INTER_BROKER_LISTENER_NAME", "T")]).unwrap();
+        assert_eq!(s.inter_broker_listener_name.as_deref(), Some("T"));
+        let mut sasl_ssl = login.to_vec();
+        sasl_ssl.push(("STRATA_INTER_BROKER_LISTENER_NAME", "U"));
+        assert!(load_env(&sasl_ssl).is_ok());
         for (extra, key) in [
             (
                 vec![("STRATA_INTER_BROKER_LISTENER_NAME", "S")],
                 "inter_broker_listener_name",
             ),
             (
-                vec![("STRATA_INTER_BROKER_LISTENER_NAME", "T")],
+                vec![("STRATA_INTER_BROKER_LISTENER_NAME", "U")],
                 "inter_broker_listener_name",
             ),
             (

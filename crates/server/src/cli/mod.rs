@@ -34,7 +34,22 @@ pub struct Connect {
     /// Print one JSON document instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// Log in with SASL on every connection (a SASL_PLAINTEXT listener): PLAIN,
+    /// How to reach the listener, as Kafka's `security.protocol`: PLAINTEXT, SSL,
+    /// SASL_PLAINTEXT or SASL_SSL [default: SASL_PLAINTEXT with --sasl-mechanism, else
+    /// PLAINTEXT].
+    #[arg(long, value_name = "PROTOCOL", env = "STRATA_SECURITY_PROTOCOL")]
+    pub security_protocol: Option<String>,
+    /// PEM file of the CA certificates that sign the brokers' certificates (SSL and SASL_SSL)
+    /// [default: the system's trust store].
+    #[arg(long, value_name = "FILE", env = "STRATA_SSL_CA_LOCATION")]
+    pub ssl_ca_location: Option<std::path::PathBuf>,
+    /// PEM file of this client's certificate, for listeners that require one (mTLS).
+    #[arg(long, value_name = "FILE", env = "STRATA_SSL_CERTIFICATE_LOCATION")]
+    pub ssl_certificate_location: Option<std::path::PathBuf>,
+    /// PEM file of the private key of --ssl-certificate-location.
+    #[arg(long, value_name = "FILE", env = "STRATA_SSL_KEY_LOCATION")]
+    pub ssl_key_location: Option<std::path::PathBuf>,
+    /// Log in with SASL on every connection (SASL_PLAINTEXT and SASL_SSL listeners): PLAIN,
     /// SCRAM-SHA-256 or SCRAM-SHA-512, as Kafka's `sasl.mechanism`.
     #[arg(long, value_name = "MECHANISM", env = "STRATA_SASL_MECHANISM")]
     pub sasl_mechanism: Option<String>,
@@ -55,10 +70,65 @@ impl Connect {
             &self.bootstrap_server,
             Arc::clone(&clock),
             timeout,
-            self.sasl()?,
+            self.security()?,
         )
         .await?;
         Ok((client, clock))
+    }
+
+    /// TLS and SASL as --security-protocol asks, each checked for what it needs.
+    fn security(&self) -> anyhow::Result<strata_client::Security> {
+        let protocol = match &self.security_protocol {
+            Some(p) => p.trim().to_ascii_uppercase(),
+            None if self.sasl_mechanism.is_some() => "SASL_PLAINTEXT".to_string(),
+            None => "PLAINTEXT".to_string(),
+        };
+        let (tls, sasl) = match protocol.as_str() {
+            "PLAINTEXT" => (false, false),
+            "SSL" => (true, false),
+            "SASL_PLAINTEXT" => (false, true),
+            "SASL_SSL" => (true, true),
+            other => anyhow::bail!(
+                "--security-protocol {other:?}: use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"
+            ),
+        };
+        if !sasl && (self.sasl_mechanism.is_some() || self.sasl_username.is_some()) {
+            anyhow::bail!(
+                "--security-protocol {protocol} does not log in: use SASL_PLAINTEXT or \
+                 SASL_SSL with --sasl-mechanism"
+            );
+        }
+        let tls_files = self.ssl_ca_location.is_some()
+            || self.ssl_certificate_location.is_some()
+            || self.ssl_key_location.is_some();
+        if !tls && tls_files {
+            anyhow::bail!(
+                "--ssl-* files need --security-protocol SSL or SASL_SSL (it is {protocol})"
+            );
+        }
+        let tls = if tls {
+            let files = strata_client::TlsFiles {
+                ca: self.ssl_ca_location.clone(),
+                certificate: self.ssl_certificate_location.clone(),
+                key: self.ssl_key_location.clone(),
+            };
+            Some(strata_client::Tls::load(&files)?)
+        } else {
+            None
+        };
+        let sasl = if sasl {
+            let login = self.sasl()?;
+            if login.is_none() {
+                anyhow::bail!(
+                    "--security-protocol {protocol} needs --sasl-mechanism and --sasl-username \
+                     (and the password in STRATA_SASL_PASSWORD)"
+                );
+            }
+            login
+        } else {
+            None
+        };
+        Ok(strata_client::Security { tls, sasl })
     }
 
     fn sasl(&self) -> anyhow::Result<Option<strata_client::SaslCredentials>> {

@@ -113,7 +113,11 @@ impl Console {
             &self.bootstrap,
             Arc::clone(&self.clock),
             REQUEST_TIMEOUT,
-            caller.clone(),
+            // Its own broker's PLAINTEXT or SASL_PLAINTEXT listener, on loopback: no TLS.
+            strata_client::Security {
+                tls: None,
+                sasl: caller.clone(),
+            },
         )
         .await
         .map_err(|e| match e {
