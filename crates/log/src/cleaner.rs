@@ -13,7 +13,9 @@
 //!    its key is mapped, and it is not a tombstone whose segment was first cleaned more than
 //!    `delete.retention.ms` ago. Each changed segment is written whole as a new object whose
 //!    name carries our claim number and a generation (`seg/<base>-<stream>-<claim>-<gen>`),
-//!    create-only: it collides with nothing.
+//!    create-only: it collides with nothing. Adjacent segments whose tombstones all expire in
+//!    this pass are merged into one of at most `segment_bytes` ([`merge_small`]), so small
+//!    segments do not pile up in a long-lived partition.
 //! 3. **Swap**, under the partition's maintenance lock: record the intent in the manifest
 //!    (compare-and-swap: a deposed owner stops here), point the index chunks of the range at the
 //!    new segments (claim-stamped compare-and-swap, as compaction writes them), then replace the
@@ -332,10 +334,135 @@ pub(crate) async fn clean_once(shared: &Shared, part: &Arc<Partition>) -> LogRes
 
 /// A segment as the pass filters it.
 struct Output {
-    original: SegmentMeta,
+    /// The segments this output stands for: one, or several adjacent ones merged.
+    originals: Vec<SegmentMeta>,
     /// None: unchanged (the segment stays, only marked cleaned); Some(None): every batch
     /// removed; Some(Some(..)): the replacement and its index entries.
     replacement: Option<Option<(SegmentMeta, Bytes, Vec<IndexEntry>)>>,
+}
+
+/// One segment after filtering, before adjacent small ones are merged.
+struct Piece {
+    original: SegmentMeta,
+    /// The surviving batches, in order, and their index entries (positions within them).
+    body: Vec<Bytes>,
+    entries: Vec<IndexEntry>,
+    changed: bool,
+    /// The map covered the whole segment and its tombstones expire in this pass, so none is
+    /// left in it: it may be merged without moving any tombstone's clock.
+    mergeable: bool,
+    /// `cleaned_at` of its replacement.
+    cleaned_at: Option<i64>,
+}
+
+impl Piece {
+    fn size(&self) -> u64 {
+        self.body.iter().map(|b| b.len() as u64).sum()
+    }
+
+    /// This segment on its own: kept, removed or replaced.
+    fn alone(self) -> Output {
+        let replacement = if !self.changed {
+            None
+        } else if self.entries.is_empty() {
+            Some(None)
+        } else {
+            let body = crate::shared::concat(&self.body);
+            let meta = SegmentMeta {
+                segment: self.entries[0].segment,
+                last_offset: self.original.last_offset,
+                size: body.len() as u64,
+                max_timestamp: max_timestamp(&self.entries),
+                cleaned_at: self.cleaned_at,
+            };
+            Some(Some((meta, body, self.entries)))
+        };
+        Output {
+            originals: vec![self.original],
+            replacement,
+        }
+    }
+}
+
+fn max_timestamp(entries: &[IndexEntry]) -> i64 {
+    entries.iter().map(|e| e.max_timestamp).max().unwrap_or(-1)
+}
+
+/// Merges runs of adjacent mergeable pieces into segments of at most `limit` bytes (Kafka's
+/// cleaner groups segments by size the same way), so a long-lived compacted partition does not
+/// keep one small object per original segment. Other pieces stay as they are.
+fn merge_small(
+    pieces: Vec<Piece>,
+    limit: u64,
+    mut name: impl FnMut(i64) -> SegmentRef,
+) -> Vec<Output> {
+    let mut outputs = Vec::new();
+    let mut run: Vec<Piece> = Vec::new();
+    let mut run_size = 0u64;
+    let mut close = |run: &mut Vec<Piece>, outputs: &mut Vec<Output>| match run.len() {
+        0 => {}
+        1 => outputs.extend(run.pop().map(Piece::alone)),
+        _ => outputs.push(merged(std::mem::take(run), &mut name)),
+    };
+    for piece in pieces {
+        let size = piece.size();
+        if piece.mergeable && !run.is_empty() && run_size + size <= limit {
+            run_size += size;
+            run.push(piece);
+            continue;
+        }
+        close(&mut run, &mut outputs);
+        run_size = size;
+        if piece.mergeable {
+            run.push(piece);
+        } else {
+            outputs.push(piece.alone());
+        }
+    }
+    close(&mut run, &mut outputs);
+    outputs
+}
+
+/// Several adjacent pieces as one new segment (or none, if nothing survived in any).
+fn merged(run: Vec<Piece>, name: &mut impl FnMut(i64) -> SegmentRef) -> Output {
+    let originals: Vec<SegmentMeta> = run.iter().map(|p| p.original).collect();
+    let segment = name(originals[0].segment.base_offset);
+    let last_offset = originals.iter().map(|o| o.last_offset).max().unwrap_or(-1);
+    let cleaned_at = run.iter().filter_map(|p| p.cleaned_at).min();
+    let mut body = Vec::new();
+    let mut entries = Vec::new();
+    let mut position = 0u32;
+    for piece in run {
+        let start = position;
+        for e in piece.entries {
+            entries.push(IndexEntry {
+                segment,
+                position: start + e.position,
+                ..e
+            });
+        }
+        for b in piece.body {
+            position += b.len() as u32;
+            body.push(b);
+        }
+    }
+    let replacement = if entries.is_empty() {
+        Some(None)
+    } else {
+        let body = crate::shared::concat(&body);
+        let meta = SegmentMeta {
+            segment,
+            last_offset,
+            size: body.len() as u64,
+            max_timestamp: max_timestamp(&entries),
+            cleaned_at,
+        };
+        Some(Some((meta, body, entries)))
+    };
+    Output {
+        originals,
+        replacement,
+    }
 }
 
 async fn read_segment(shared: &Shared, part: &Partition, s: &SegmentMeta) -> LogResult<Bytes> {
@@ -525,7 +652,7 @@ async fn clean_pass(
     // 2. Filter every segment that starts below the end of the map.
     let delete_horizon = now.saturating_sub(config.delete_retention_ms);
     let claim = manifest.claim;
-    let mut outputs = Vec::new();
+    let mut pieces = Vec::new();
     let mut removed = 0u64;
     // Producers with a transaction whose batches this pass read and has not yet seen the
     // marker of; filtering runs from the log start, so each transaction's data comes first.
@@ -634,31 +761,30 @@ async fn clean_pass(
             position += length;
             body.push(out);
         }
-        let replacement = if !changed {
-            None
-        } else if entries.is_empty() {
-            Some(None)
-        } else {
-            let body = crate::shared::concat(&body);
-            let meta = SegmentMeta {
-                segment,
-                last_offset: s.last_offset,
-                size: body.len() as u64,
-                max_timestamp: entries.iter().map(|e| e.max_timestamp).max().unwrap_or(-1),
-                // Only data the map covered counts as passed: a tombstone's clock starts then.
-                cleaned_at: if s.last_offset < mapped_end {
-                    Some(s.cleaned_at.unwrap_or(now))
-                } else {
-                    s.cleaned_at
-                },
-            };
-            Some(Some((meta, body, entries)))
-        };
-        outputs.push(Output {
+        let covered = s.last_offset < mapped_end;
+        pieces.push(Piece {
             original: *s,
-            replacement,
+            body,
+            entries,
+            changed,
+            mergeable: covered && tombstones_expire,
+            // Only data the map covered counts as passed: a tombstone's clock starts then.
+            cleaned_at: if covered {
+                Some(s.cleaned_at.unwrap_or(now))
+            } else {
+                s.cleaned_at
+            },
         });
     }
+    let stream = shared.stream;
+    let outputs = merge_small(pieces, shared.config.segment_bytes as u64, |base_offset| {
+        SegmentRef {
+            base_offset,
+            stream,
+            claim,
+            generation: shared.next_cleaner_generation(),
+        }
+    });
 
     // New segments are written before anything names them; the collector leaves them alone
     // while this pass is in flight.
@@ -709,7 +835,7 @@ async fn write_and_swap(
     let mut fresh_entries = Vec::new();
     for o in &outputs {
         let Some(r) = &o.replacement else { continue };
-        replaced.push(o.original.segment);
+        replaced.extend(o.originals.iter().map(|s| s.segment));
         if let Some((meta, body, entries)) = r {
             let key = ObjectKey::new(manifest::segment_key(
                 part.topic_id,
@@ -741,11 +867,11 @@ async fn write_and_swap(
     }
     // Retention, DeleteRecords or a new owner may have moved on while we read: every replaced
     // segment must still be listed, under our claim, with no other pass recorded.
-    let still_listed = outputs.iter().all(|o| {
+    let still_listed = outputs.iter().flat_map(|o| &o.originals).all(|original| {
         current
             .segments
             .iter()
-            .any(|s| s.segment == o.original.segment)
+            .any(|s| s.segment == original.segment)
     });
     if current.claim != planned.claim || current.cleaning.is_some() || !still_listed {
         tracing::info!(partition = %part.tp, "cleaning pass dropped: the manifest changed under it");
