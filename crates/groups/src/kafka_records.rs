@@ -33,7 +33,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use strata_core::{Offset, TopicPartition};
 
 use crate::assignor::Assignment;
@@ -331,7 +331,13 @@ fn put_assignment(out: &mut Vec<u8>, a: &Assignment) {
     }
 }
 
+/// Kafka's record fields, the fixed-width ones through `bytes::Buf`'s checked getters: a short
+/// record is an error, never a panic.
 struct Reader<'a>(&'a [u8]);
+
+fn truncated(_: bytes::TryGetError) -> SchemaError {
+    SchemaError("truncated")
+}
 
 impl Reader<'_> {
     fn take(&mut self, n: usize) -> Result<&[u8], SchemaError> {
@@ -343,21 +349,16 @@ impl Reader<'_> {
         Ok(head)
     }
     fn i8(&mut self) -> Result<i8, SchemaError> {
-        Ok(self.take(1)?[0] as i8)
+        self.0.try_get_i8().map_err(truncated)
     }
     fn i16(&mut self) -> Result<i16, SchemaError> {
-        let b = self.take(2)?;
-        Ok(i16::from_be_bytes([b[0], b[1]]))
+        self.0.try_get_i16().map_err(truncated)
     }
     fn i32(&mut self) -> Result<i32, SchemaError> {
-        let mut a = [0u8; 4];
-        a.copy_from_slice(self.take(4)?);
-        Ok(i32::from_be_bytes(a))
+        self.0.try_get_i32().map_err(truncated)
     }
     fn i64(&mut self) -> Result<i64, SchemaError> {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(self.take(8)?);
-        Ok(i64::from_be_bytes(a))
+        self.0.try_get_i64().map_err(truncated)
     }
     fn uuid(&mut self) -> Result<TopicId, SchemaError> {
         let mut a = [0u8; 16];

@@ -7,61 +7,46 @@
 
 use std::collections::BTreeSet;
 
+use bytes::Buf;
+
 /// The topics in a ConsumerProtocolSubscription, or `None` if the bytes are not one.
 pub fn subscribed_topics(metadata: &[u8]) -> Option<BTreeSet<String>> {
-    let mut reader = Reader { buf: metadata };
-    let version = reader.i16()?;
+    // `bytes::Buf`'s checked getters: short input is None, never a panic.
+    let mut reader = metadata;
+    let version = reader.try_get_i16().ok()?;
     if version < 0 {
         return None;
     }
-    let count = reader.i32()?;
+    let count = reader.try_get_i32().ok()?;
     if count < 0 {
         return None;
     }
     let mut topics = BTreeSet::new();
     // No pre-allocation from the untrusted count: a garbage count must not reserve gigabytes.
     for _ in 0..count {
-        let len = reader.i16()?;
-        if len < 0 {
-            return None;
-        }
-        let bytes = reader.take(len as usize)?;
-        topics.insert(String::from_utf8_lossy(bytes).into_owned());
+        let len = usize::try_from(reader.try_get_i16().ok()?).ok()?;
+        let name = take(&mut reader, len)?;
+        topics.insert(String::from_utf8_lossy(name).into_owned());
     }
     // User data (nullable bytes) completes the v0 schema; a truncated one makes the whole
     // subscription unreadable, as it does for Kafka.
-    let user_data_len = reader.i32()?;
+    let user_data_len = reader.try_get_i32().ok()?;
     if user_data_len >= 0 {
-        reader.take(user_data_len as usize)?;
+        take(&mut reader, user_data_len as usize)?;
     } else if user_data_len != -1 {
         return None;
     }
     Some(topics)
 }
 
-struct Reader<'a> {
-    buf: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.buf.len() < n {
-            return None;
-        }
-        let (head, tail) = self.buf.split_at(n);
-        self.buf = tail;
-        Some(head)
+/// The next `n` bytes, if there are that many.
+fn take<'a>(reader: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+    if reader.len() < n {
+        return None;
     }
-
-    fn i16(&mut self) -> Option<i16> {
-        let b = self.take(2)?;
-        Some(i16::from_be_bytes([b[0], b[1]]))
-    }
-
-    fn i32(&mut self) -> Option<i32> {
-        let b = self.take(4)?;
-        Some(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
+    let (head, tail) = reader.split_at(n);
+    *reader = tail;
+    Some(head)
 }
 
 /// Encodes a ConsumerProtocolSubscription (version 0 layout, any version number) — for tests

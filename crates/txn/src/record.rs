@@ -6,6 +6,7 @@
 
 use std::collections::BTreeSet;
 
+use bytes::Buf;
 use strata_core::TopicPartition;
 
 use crate::state::TxnState;
@@ -84,40 +85,35 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&s.as_bytes()[..len]);
 }
 
+/// Reads Kafka's big-endian fields through `bytes::Buf`'s checked getters: a short record is
+/// an error, never a panic.
 struct Reader<'a>(&'a [u8]);
 
+fn truncated(_: bytes::TryGetError) -> RecordError {
+    RecordError("truncated")
+}
+
 impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], RecordError> {
-        if self.0.len() < n {
-            return Err(RecordError("truncated"));
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
-    }
     fn i8(&mut self) -> Result<i8, RecordError> {
-        Ok(self.take(1)?[0] as i8)
+        self.0.try_get_i8().map_err(truncated)
     }
     fn i16(&mut self) -> Result<i16, RecordError> {
-        let b = self.take(2)?;
-        Ok(i16::from_be_bytes([b[0], b[1]]))
+        self.0.try_get_i16().map_err(truncated)
     }
     fn i32(&mut self) -> Result<i32, RecordError> {
-        let b = self.take(4)?;
-        Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        self.0.try_get_i32().map_err(truncated)
     }
     fn i64(&mut self) -> Result<i64, RecordError> {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(self.take(8)?);
-        Ok(i64::from_be_bytes(a))
+        self.0.try_get_i64().map_err(truncated)
     }
     fn string(&mut self) -> Result<String, RecordError> {
-        let len = self.i16()?;
-        if len < 0 {
-            return Err(RecordError("null string"));
+        let len = usize::try_from(self.i16()?).map_err(|_| RecordError("null string"))?;
+        if self.0.remaining() < len {
+            return Err(RecordError("truncated"));
         }
-        let b = self.take(len as usize)?;
-        String::from_utf8(b.to_vec()).map_err(|_| RecordError("string not UTF-8"))
+        let (text, rest) = self.0.split_at(len);
+        self.0 = rest;
+        String::from_utf8(text.to_vec()).map_err(|_| RecordError("string not UTF-8"))
     }
 }
 
