@@ -407,7 +407,9 @@ fn frame_cost(buf: &[u8], max_frame: usize) -> Result<Option<usize>, FrameError>
 }
 
 /// Writes one response frame with vectored writes, so record batches go to the kernel from
-/// their own buffers.
+/// their own buffers, then flushes: a TLS stream keeps what the socket did not take in its own
+/// buffer (tokio-rustls reports it written), and without the flush the end of a large
+/// response waited there until the connection's next response pushed it out.
 async fn write_frame<W: AsyncWrite + Unpin>(
     writer: &mut W,
     frame: ResponseFrame,
@@ -437,7 +439,7 @@ async fn write_frame<W: AsyncWrite + Unpin>(
             }
         }
     }
-    Ok(())
+    writer.flush().await
 }
 
 #[cfg(test)]
@@ -464,5 +466,27 @@ mod tests {
         client.read_exact(&mut got).await.unwrap();
         writer.await.unwrap();
         assert_eq!(got, expected);
+    }
+
+    /// A writer that holds bytes until flushed (as a TLS stream holds what the socket did not
+    /// take) still delivers the whole frame, with no later write to push it out.
+    #[tokio::test]
+    async fn a_frame_is_flushed_through_a_buffering_writer() {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let mut buffered = tokio::io::BufWriter::with_capacity(1 << 12, server);
+        let frame = ResponseFrame {
+            chunks: vec![Bytes::from_static(b"head"), Bytes::from_static(b"tail")],
+        };
+        write_frame(&mut buffered, frame).await.unwrap();
+        let mut got = [0u8; 8];
+        // Nothing else is ever written: without the flush this read would wait forever.
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            client.read_exact(&mut got),
+        )
+        .await
+        .expect("the frame reached the peer")
+        .unwrap();
+        assert_eq!(&got, b"headtail");
     }
 }

@@ -310,6 +310,8 @@ impl Connection {
         let addr = self.addr.clone();
         let exchange = async {
             self.stream.write_all(&message).await?;
+            // TLS holds what the socket did not take until flushed (a no-op on plain TCP).
+            self.stream.flush().await?;
             let size = self.stream.read_i32().await?;
             let size = usize::try_from(size)
                 .ok()
