@@ -9,12 +9,16 @@
 //! may be stored twice (Kafka's at-least-once); such duplicates are counted and printed, not
 //! failed on. Every record in the log must be one the test sent, to the partition it was sent to.
 //!
-//! Where an ownership change is orderly (a move), the producer runs with one request in flight
-//! per connection, under which librdkafka keeps per-partition order across retries, so the
-//! acknowledged offsets of each partition must also increase in send order. After a SIGKILL or a
-//! pause, requests stuck on the dead broker's connection are retried only when that connection
-//! fails, after newer records were acknowledged by the new owner: librdkafka reorders them
-//! itself, so there the order is reported, not asserted.
+//! Per-partition order is asserted only for the idempotent producer, the one configuration in
+//! which librdkafka promises it across a change of leader (it drains a partition's requests in
+//! flight to the old leader before sending to the new one). Without idempotence, even with one
+//! request in flight per connection, a partition's NOT_LEADER answer rides in a response that
+//! also waits for the other partitions of the same request; if the client learns the new leader
+//! meanwhile (from a metadata refresh another error triggered), it sends newer records there
+//! before it retries the older ones — a CI run caught exactly that after a move, and Kafka's
+//! brokers answer the same way. After a SIGKILL or a pause the reordering is routine: requests
+//! stuck on the dead broker's connection are retried only when that connection fails. So for
+//! the non-idempotent producer the order is reported, not asserted.
 //!
 //! Brokers get node ids 1, 2, 3; the storage is a shared temporary directory, or a common
 //! prefix under `STRATA_TEST_STORAGE` (see `SharedStorage`). Random choices (which partition
@@ -656,7 +660,8 @@ async fn migration_in_a_loop_while_producing_loses_nothing() {
         .await;
     let sent = stream.finish().await;
     let log = read_whole_log(&bootstrap, topic, PARTITIONS).await;
-    let summary = check_log(&sent, &log, true, seed);
+    // Not idempotent: order is reported, not asserted (see the file comment).
+    let summary = check_log(&sent, &log, false, seed);
     eprintln!("migration test: {summary} (seed {seed})");
     for (round, (partition, started, resumed)) in moves.iter().enumerate() {
         eprintln!(
