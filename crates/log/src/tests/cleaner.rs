@@ -1115,3 +1115,91 @@ async fn adjacent_small_segments_are_merged_once_their_tombstones_have_expired()
     let log = open_with_clock(&store, clock.clone(), manual_config()).await;
     assert_eq!(survivors(&read_all(&log, 0).await), expected);
 }
+
+/// A deposed owner's merging pass: A, paused after cleaning once, resumes after B took the
+/// partition over and runs a pass that merges its small segments. The merged segment is
+/// create-only under A's claim, so it collides with nothing of B's; A's intent fails on the
+/// manifest, B reads every latest value, merges on its own and collects A's orphan.
+#[tokio::test]
+async fn a_deposed_owners_merge_fails_at_its_manifest_and_leaves_only_an_orphan() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let a = open_managed(&store, 1).await;
+    // Tombstone clocks expire at once, so A's second pass merges.
+    a.create_topic(
+        "c",
+        Some(1),
+        compact_topic(&[("delete.retention.ms", "0")]),
+        false,
+    )
+    .await
+    .unwrap();
+    for (tp_, r) in a.acquire(vec![("c".into(), 0, 1)]).await.unwrap() {
+        r.unwrap_or_else(|e| panic!("{tp_}: {e}"));
+    }
+    let mut appended = Vec::new();
+    for i in 0..6 {
+        let key = format!("m{i}");
+        let o = a
+            .append(
+                &tp("c", 0),
+                keyed(&[(Some(&key), Some("v"))], 0, None),
+                DURABLE,
+            )
+            .await
+            .unwrap()
+            .base_offset
+            .0;
+        appended.push((o, key, false));
+        a.compact_now(&tp("c", 0)).await.unwrap();
+    }
+    assert!(a.clean_now(&tp("c", 0)).await.unwrap());
+    let o = a
+        .append(
+            &tp("c", 0),
+            keyed(&[(Some("m6"), Some("v"))], 0, None),
+            DURABLE,
+        )
+        .await
+        .unwrap()
+        .base_offset
+        .0;
+    appended.push((o, "m6".to_string(), false));
+    a.compact_now(&tp("c", 0)).await.unwrap();
+    // B takes over while A is paused; A then runs the pass that would merge.
+    let b = open_managed(&store, 2).await;
+    b.refresh_catalog().await.unwrap();
+    for (tp_, r) in b.acquire(vec![("c".into(), 0, 2)]).await.unwrap() {
+        r.unwrap_or_else(|e| panic!("{tp_}: {e}"));
+    }
+    let before = segment_objects(&store).await;
+    assert!(matches!(
+        a.clean_now(&tp("c", 0)).await,
+        Err(LogError::Fenced) | Ok(false)
+    ));
+    assert!(
+        segment_objects(&store).await > before,
+        "A's merging pass wrote its merged segment before failing"
+    );
+    assert_eq!(survivors(&read_all(&b, 0).await), latest(&appended));
+    // B merges on its own, and its collector removes A's orphan.
+    let o = b
+        .append(
+            &tp("c", 0),
+            keyed(&[(Some("m7"), Some("v"))], 0, None),
+            DURABLE,
+        )
+        .await
+        .unwrap()
+        .base_offset
+        .0;
+    appended.push((o, "m7".to_string(), false));
+    b.compact_now(&tp("c", 0)).await.unwrap();
+    assert!(b.clean_now(&tp("c", 0)).await.unwrap());
+    b.collect_garbage().await.unwrap();
+    assert_eq!(survivors(&read_all(&b, 0).await), latest(&appended));
+    assert!(
+        segment_objects(&store).await <= 3,
+        "B's pass merged and A's orphan is gone: {} segments",
+        segment_objects(&store).await
+    );
+}
