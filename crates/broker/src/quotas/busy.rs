@@ -12,7 +12,6 @@ use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use strata_core::Clock;
@@ -89,10 +88,7 @@ pub(crate) async fn measured<F: Future>(meter: &BusyMeter, request: F) -> F::Out
         meter.start_poll();
         let polled = request.as_mut().poll(cx);
         meter.end_poll();
-        match polled {
-            Poll::Ready(out) => Poll::Ready(out),
-            Poll::Pending => Poll::Pending,
-        }
+        polled
     })
     .await
 }
