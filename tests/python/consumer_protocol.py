@@ -11,6 +11,11 @@ Scenarios (--scenario):
 - killed: three members, one in a child process that is SIGKILLed once it owns partitions;
           the broker's session timeout (a short one set by the test on the broker) hands its
           partitions to the other two;
+- migrate: a rolling upgrade and back: two classic members (group.protocol=classic) consume;
+          a consumer-protocol member joins, which converts the live group; the classic members
+          are replaced one by one by consumer-protocol ones; then classic members join again and
+          the consumer-protocol ones leave, which converts the group back to a classic one;
+          records are produced in three parts along the way;
 - moved:  (the test creates the topic, 6 partitions) three members on a cluster consume the
           first half; then, while they keep polling,
           the commands given with --between run (the test moves the group's coordinator shard
@@ -59,16 +64,20 @@ def fail(why):
     os._exit(1)
 
 
-def consumer(bootstrap, group, name):
+def consumer(bootstrap, group, name, protocol="consumer"):
     config = {
         "bootstrap.servers": bootstrap,
         "group.id": group,
-        "group.protocol": "consumer",
+        "group.protocol": protocol,
         "client.id": name,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         "fetch.wait.max.ms": 100,
     }
+    if protocol == "classic":
+        # The broker's minimum session; heartbeats often enough to learn of a rebalance fast.
+        config["session.timeout.ms"] = 6000
+        config["heartbeat.interval.ms"] = 500
     # librdkafka's own trace (e.g. STRATA_RDKAFKA_DEBUG=cgrp) when diagnosing a failure.
     if os.environ.get("STRATA_RDKAFKA_DEBUG"):
         config["debug"] = os.environ["STRATA_RDKAFKA_DEBUG"]
@@ -78,7 +87,7 @@ def consumer(bootstrap, group, name):
 class Member:
     """One subscribed consumer and everything it saw."""
 
-    def __init__(self, bootstrap, topic, group, name, subscription=None):
+    def __init__(self, bootstrap, topic, group, name, subscription=None, protocol="consumer"):
         self.name = name
         self.topic = topic
         self.assignment = set()
@@ -86,7 +95,7 @@ class Member:
         self.positions = {}
         self.errors = []
         self.revoked_log = []
-        self.consumer = consumer(bootstrap, group, name)
+        self.consumer = consumer(bootstrap, group, name, protocol)
         self.consumer.subscribe(subscription or [topic], on_assign=self.on_assign, on_revoke=self.on_revoke)
 
     def on_assign(self, consumer, partitions):
@@ -204,10 +213,11 @@ def poll_until(members, what, condition):
             fail("two members own one partition:\n  " + "\n  ".join(m.describe() for m in members))
 
 
-def check_end(bootstrap, admin, topic, group, partitions, members, exactly_once):
+def check_end(bootstrap, admin, topic, group, partitions, members, exactly_once, group_type=ConsumerGroupType.CONSUMER,
+              received_by=None):
     ends = end_offsets(bootstrap, topic, partitions)
     total = sum(ends.values())
-    received = [r for m in members for r in m.got]
+    received = [r for m in (received_by or members) for r in m.got]
     distinct = set(received)
     expected = {(p, o) for p, end in ends.items() for o in range(end)}
     if exactly_once and distinct != expected:
@@ -221,13 +231,13 @@ def check_end(bootstrap, admin, topic, group, partitions, members, exactly_once)
                 fail(f"partition {p}: survivors received a gap or stopped short of {end}")
     if exactly_once and len(received) != total:
         fail(f"{len(received) - total} records received twice")
-    for m in members:
+    for m in received_by or members:
         if m.errors:
             fail(m.describe())
-    # The group must be Stable and report itself as a consumer group.
+    # The group must report itself as the expected type, with every partition assigned.
     description = admin.describe_consumer_groups([group])[group].result(timeout=30)
-    if description.type != ConsumerGroupType.CONSUMER:
-        fail(f"described type {description.type}")
+    if description.type != group_type:
+        fail(f"described type {description.type}, expected {group_type}")
     owned = sorted(p.partition for member in description.members for p in member.assignment.topic_partitions)
     if owned != list(range(partitions)):
         fail(f"ConsumerGroupDescribe assignment {owned}")
@@ -343,6 +353,81 @@ def scenario_added(args, partitions=6, records=3000):
     for m in members:
         m.commit()
     return check_end(args.bootstrap, admin, args.topic, group, partitions, members, exactly_once=True)
+
+
+def expect_type(admin, group, group_type, when):
+    description = admin.describe_consumer_groups([group])[group].result(timeout=30)
+    if description.type != group_type:
+        fail(f"{when}: the group is described as {description.type}, not {group_type}")
+    print(f"{when}: {description.type}, {len(description.members)} members", flush=True)
+
+
+def leave(leaving, members):
+    """`leaving` unsubscribes (its revocation commits what it processed) while every member
+    keeps polling, then closes."""
+    leaving.consumer.unsubscribe()
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while leaving.assignment:
+        if time.monotonic() > deadline:
+            fail(f"{leaving.name} still owns {sorted(leaving.assignment)} after unsubscribing")
+        for m in members:
+            m.poll()
+    leaving.consumer.close()
+
+
+def scenario_migrate(args, partitions=6, records=3000):
+    admin = create_topic(args.bootstrap, args.topic, partitions)
+    group = f"{args.topic}-group"
+    third = records // 3
+    produce(args.bootstrap, args.topic, partitions, third)
+    everyone = []
+
+    def join(name, protocol):
+        member = Member(args.bootstrap, args.topic, group, name, protocol=protocol)
+        everyone.append(member)
+        return member
+
+    def received():
+        return len({r for m in everyone for r in m.got})
+
+    classic = [join(f"classic{i}", "classic") for i in range(2)]
+    poll_until(classic, "two classic members share the first third",
+               lambda: received() >= third and all(m.assignment for m in classic))
+    expect_type(admin, group, ConsumerGroupType.CLASSIC, "before the upgrade")
+
+    # A consumer-protocol member joins the live classic group: it becomes a consumer group,
+    # and the classic members keep consuming in it.
+    members = classic + [join("modern0", "consumer")]
+    poll_until(members, "the first consumer-protocol member owns partitions", lambda: all(m.assignment for m in members))
+    expect_type(admin, group, ConsumerGroupType.CONSUMER, "after the first consumer-protocol member joined")
+    # The classic members are replaced one by one, as a rolling restart would.
+    for i, old in enumerate(classic):
+        leave(old, members)
+        members.remove(old)
+        members.append(join(f"modern{i + 1}", "consumer"))
+        poll_until(members, f"modern{i + 1} owns partitions", lambda: all(m.assignment for m in members))
+    produce(args.bootstrap, args.topic, partitions, third, start=third)
+    poll_until(members, "the second third is received", lambda: received() >= 2 * third)
+
+    # And back: classic members join the consumer group, then the consumer-protocol members
+    # leave; the last one's departure turns the group back into a classic group.
+    back = [join(f"back{i}", "classic") for i in range(2)]
+    members += back
+    poll_until(members, "the classic members own partitions in the consumer group", lambda: all(m.assignment for m in members))
+    for old in [m for m in members if m not in back]:
+        leave(old, members)
+        members.remove(old)
+    poll_until(back, "the classic members own every partition",
+               lambda: sorted(p for m in back for p in m.assignment) == list(range(partitions)))
+    expect_type(admin, group, ConsumerGroupType.CLASSIC, "after the last consumer-protocol member left")
+    produce(args.bootstrap, args.topic, partitions, records - 2 * third, start=2 * third)
+    poll_until(back, "everything is received", lambda: received() >= records)
+    for m in back:
+        m.commit()
+    # Every member ever in the group, for the exactly-once check; only `back` is still open.
+    check_end(args.bootstrap, admin, args.topic, group, partitions, back, exactly_once=True,
+              group_type=ConsumerGroupType.CLASSIC, received_by=everyone)
+    return records
 
 
 def scenario_killed(args, partitions=6, records=3000):
@@ -534,7 +619,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--topic", required=True)
-    parser.add_argument("--scenario", required=True, choices=["share", "five", "added", "regex", "killed", "moved", "child", "restart-a", "restart-b"])
+    parser.add_argument("--scenario", required=True, choices=["share", "five", "added", "regex", "killed", "moved", "migrate", "child", "restart-a", "restart-b"])
     parser.add_argument("--between", action="append", default=[], help="moved: a command to run between the halves, as a JSON argv list")
     args = parser.parse_args()
     started = time.monotonic()
@@ -548,6 +633,7 @@ def main():
         "regex": lambda: scenario_regex(args),
         "killed": lambda: scenario_killed(args),
         "moved": lambda: scenario_moved(args),
+        "migrate": lambda: scenario_migrate(args),
         "restart-a": lambda: scenario_restart(args, "a"),
         "restart-b": lambda: scenario_restart(args, "b"),
     }[args.scenario]()

@@ -1995,6 +1995,11 @@ fn kip848_two_members_share_partitions_with_exact_committed_offsets() {
 }
 
 #[test]
+fn kip848_a_live_group_migrates_from_classic_to_consumer_members_and_back_exactly_once() {
+    python_consumer_protocol("migrate");
+}
+
+#[test]
 fn kip848_five_members_share_partitions_with_exact_committed_offsets() {
     python_consumer_protocol("five");
 }

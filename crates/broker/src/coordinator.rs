@@ -659,7 +659,7 @@ async fn run_shard(
                         let token = RequestToken(next_token);
                         waiting.insert(token, reply);
                         match request {
-                            Request::Join(r) => state.handle_join(now, token, r),
+                            Request::Join(r) => state.handle_join(now, token, r, &LogCatalog(&log)),
                             Request::Sync(r) => state.handle_sync(now, token, r),
                             Request::Heartbeat(r) => state.handle_heartbeat(now, token, r),
                             Request::Leave(r) => state.handle_leave(now, token, r),

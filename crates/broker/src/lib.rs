@@ -41,6 +41,8 @@ pub use api_versions::{supported_apis, supported_versions};
 pub use fetch_sessions::FetchSessionStats;
 pub use server::{Broker, BrokerParts};
 pub use settings::{BrokerSettings, ClusterSettings};
+/// `group_consumer_migration_policy`, parsed by the server from its settings.
+pub use strata_groups::MigrationPolicy;
 
 use std::net::SocketAddr;
 

@@ -138,6 +138,8 @@ pub struct BrokerSettings {
     pub group_consumer_session_timeout: Duration,
     /// KIP-848 heartbeat interval (`GroupConfig::consumer_heartbeat_interval`).
     pub group_consumer_heartbeat_interval: Duration,
+    /// `group.consumer.migration.policy` (`GroupConfig::consumer_migration_policy`).
+    pub group_consumer_migration_policy: strata_groups::MigrationPolicy,
     /// Share groups (KIP-932): `group.share.session.timeout.ms`, a member silent this long is
     /// removed.
     pub group_share_session_timeout: Duration,
@@ -343,6 +345,7 @@ impl BrokerSettings {
             offsets_commit_timeout: self.offsets_commit_timeout,
             consumer_session_timeout: self.group_consumer_session_timeout,
             consumer_heartbeat_interval: self.group_consumer_heartbeat_interval,
+            consumer_migration_policy: self.group_consumer_migration_policy,
             ..GroupConfig::default()
         }
     }
@@ -398,6 +401,7 @@ impl Default for BrokerSettings {
             inter_broker_tls: None,
             group_consumer_session_timeout: groups.consumer_session_timeout,
             group_consumer_heartbeat_interval: groups.consumer_heartbeat_interval,
+            group_consumer_migration_policy: groups.consumer_migration_policy,
             group_share_session_timeout: Duration::from_secs(45),
             group_share_heartbeat_interval: Duration::from_secs(5),
             group_share_max_groups: 10,

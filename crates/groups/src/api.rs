@@ -464,4 +464,6 @@ pub struct ConsumerMemberDescription {
     pub subscribed_topic_regex: Option<String>,
     pub assignment: Assignment,
     pub target_assignment: Assignment,
+    /// The member speaks the classic protocol (KIP-1099's member type 0; else 1).
+    pub classic: bool,
 }

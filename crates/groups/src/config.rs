@@ -35,6 +35,51 @@ pub struct GroupConfig {
     pub consumer_session_timeout: Duration,
     /// `group.consumer.heartbeat.interval.ms`: how often KIP-848 members are told to heartbeat.
     pub consumer_heartbeat_interval: Duration,
+    /// `group.consumer.migration.policy`: whether a live group may change protocol.
+    pub consumer_migration_policy: MigrationPolicy,
+}
+
+/// Kafka's `group.consumer.migration.policy`. Classic-protocol members may always join a
+/// consumer group that has members; the policy decides whether a live group is *converted*:
+/// a classic group to a consumer group when a consumer-protocol member joins it (upgrade), and
+/// a consumer group back to a classic one when its last consumer-protocol member leaves and
+/// only classic members remain (downgrade). Kafka 4's default is both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MigrationPolicy {
+    #[default]
+    Bidirectional,
+    Upgrade,
+    Downgrade,
+    Disabled,
+}
+
+impl MigrationPolicy {
+    pub fn parse(name: &str) -> Option<Self> {
+        match name.to_ascii_lowercase().as_str() {
+            "bidirectional" => Some(Self::Bidirectional),
+            "upgrade" => Some(Self::Upgrade),
+            "downgrade" => Some(Self::Downgrade),
+            "disabled" => Some(Self::Disabled),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Bidirectional => "bidirectional",
+            Self::Upgrade => "upgrade",
+            Self::Downgrade => "downgrade",
+            Self::Disabled => "disabled",
+        }
+    }
+
+    pub fn upgrades(self) -> bool {
+        matches!(self, Self::Bidirectional | Self::Upgrade)
+    }
+
+    pub fn downgrades(self) -> bool {
+        matches!(self, Self::Bidirectional | Self::Downgrade)
+    }
 }
 
 impl Default for GroupConfig {
@@ -49,6 +94,7 @@ impl Default for GroupConfig {
             offsets_commit_timeout: Duration::from_secs(30),
             consumer_session_timeout: Duration::from_millis(45_000),
             consumer_heartbeat_interval: Duration::from_millis(5_000),
+            consumer_migration_policy: MigrationPolicy::default(),
         }
     }
 }

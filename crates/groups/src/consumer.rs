@@ -42,14 +42,45 @@ pub(crate) struct ConsumerMember {
     pub session_deadline: Duration,
     /// Set while the member owes a revocation: it must confirm it within its rebalance timeout.
     pub revocation_deadline: Option<Duration>,
+    /// Classic-protocol members only (`migration.rs`): the JoinGroup the member was told to
+    /// send, or the SyncGroup that must follow its JoinGroup, is due within its rebalance
+    /// timeout (Kafka's join and sync timeouts for such members).
+    pub join_deadline: Option<Duration>,
 }
 
 impl ConsumerMember {
-    fn deadline(&self) -> Duration {
-        match self.revocation_deadline {
-            Some(r) => r.min(self.session_deadline),
-            None => self.session_deadline,
+    /// A member that has just joined: epoch 0, subscribed to nothing and owning nothing yet;
+    /// the caller fills in what its request said.
+    pub(crate) fn joining(session_deadline: Duration) -> Self {
+        ConsumerMember {
+            value: ConsumerMemberValue {
+                instance_id: None,
+                rack_id: None,
+                client_id: String::new(),
+                client_host: String::new(),
+                subscribed_topic_names: Vec::new(),
+                subscribed_topic_regex: None,
+                server_assignor: None,
+                rebalance_timeout_ms: 0,
+                member_epoch: 0,
+                previous_member_epoch: 0,
+                state: ConsumerMemberState::Stable,
+                assigned: Assignment::new(),
+                pending_revocation: Assignment::new(),
+                target: Assignment::new(),
+                classic: None,
+            },
+            session_deadline,
+            revocation_deadline: None,
+            join_deadline: None,
         }
+    }
+
+    fn deadline(&self) -> Duration {
+        [self.revocation_deadline, self.join_deadline]
+            .into_iter()
+            .flatten()
+            .fold(self.session_deadline, Duration::min)
     }
 }
 
@@ -92,14 +123,14 @@ fn compile_regex(regex: &str) -> Result<regex::Regex, GroupError> {
 
 /// What a change touched, and so what must be written.
 #[derive(Debug, Default)]
-struct Changes {
-    metadata: bool,
-    members: BTreeSet<String>,
+pub(crate) struct Changes {
+    pub metadata: bool,
+    pub members: BTreeSet<String>,
     /// One request moves the group epoch at most once, however many things it changed.
-    bumped: bool,
+    pub bumped: bool,
 }
 
-fn millis(ms: i32) -> Duration {
+pub(crate) fn millis(ms: i32) -> Duration {
     Duration::from_millis(ms.max(0) as u64)
 }
 
@@ -107,7 +138,7 @@ fn duration_ms(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
 }
 
-fn subtract(a: &Assignment, b: &Assignment) -> Assignment {
+pub(crate) fn subtract(a: &Assignment, b: &Assignment) -> Assignment {
     let mut out = Assignment::new();
     for (t, ps) in a {
         let rest: BTreeSet<i32> = match b.get(t) {
@@ -121,7 +152,7 @@ fn subtract(a: &Assignment, b: &Assignment) -> Assignment {
     out
 }
 
-fn intersect(a: &Assignment, b: &Assignment) -> Assignment {
+pub(crate) fn intersect(a: &Assignment, b: &Assignment) -> Assignment {
     let mut out = Assignment::new();
     for (t, ps) in a {
         if let Some(other) = b.get(t) {
@@ -196,9 +227,15 @@ impl ConsumerGroup {
             group.members.insert(
                 id,
                 ConsumerMember {
-                    value,
-                    session_deadline: now + session,
+                    // A classic member's session is its own; a consumer member's, the broker's.
+                    session_deadline: now
+                        + value
+                            .classic
+                            .as_ref()
+                            .map_or(session, |c| millis(c.session_timeout_ms)),
                     revocation_deadline,
+                    join_deadline: None,
+                    value,
                 },
             );
         }
@@ -212,7 +249,7 @@ impl ConsumerGroup {
             .min()
     }
 
-    fn bump_epoch(&mut self, changes: &mut Changes) {
+    pub(crate) fn bump_epoch(&mut self, changes: &mut Changes) {
         if !changes.bumped {
             self.group_epoch = self.group_epoch.saturating_add(1);
             changes.bumped = true;
@@ -220,7 +257,7 @@ impl ConsumerGroup {
         changes.metadata = true;
     }
 
-    fn remove_member(&mut self, member_id: &str, changes: &mut Changes) {
+    pub(crate) fn remove_member(&mut self, member_id: &str, changes: &mut Changes) {
         if let Some(member) = self.members.remove(member_id) {
             if let Some(instance) = &member.value.instance_id {
                 if self.static_members.get(instance).map(String::as_str) == Some(member_id) {
@@ -233,7 +270,7 @@ impl ConsumerGroup {
     }
 
     /// Partitions some member other than `except` owns or is still revoking.
-    fn owned_by_others(&self, except: &str) -> Assignment {
+    pub(crate) fn owned_by_others(&self, except: &str) -> Assignment {
         let mut owned = Assignment::new();
         for (id, m) in &self.members {
             if id != except {
@@ -259,7 +296,7 @@ impl ConsumerGroup {
     }
 
     /// Brings the regex resolutions up to date with the catalog and the members' regexes.
-    fn resolve_regexes(&mut self, catalog: &dyn TopicCatalog) {
+    pub(crate) fn resolve_regexes(&mut self, catalog: &dyn TopicCatalog) {
         let wanted: BTreeSet<&String> = self
             .members
             .values()
@@ -302,7 +339,10 @@ impl ConsumerGroup {
     }
 
     /// The subscribed topics as the catalog has them now.
-    fn subscribed_metadata(&self, catalog: &dyn TopicCatalog) -> BTreeMap<String, (TopicId, i32)> {
+    pub(crate) fn subscribed_metadata(
+        &self,
+        catalog: &dyn TopicCatalog,
+    ) -> BTreeMap<String, (TopicId, i32)> {
         let mut topics = BTreeMap::new();
         for m in self.members.values() {
             for name in self.member_topics(&m.value) {
@@ -317,7 +357,7 @@ impl ConsumerGroup {
         topics
     }
 
-    fn compute_target(&mut self, changes: &mut Changes) {
+    pub(crate) fn compute_target(&mut self, changes: &mut Changes) {
         let ids: BTreeMap<&str, TopicId> = self
             .topics
             .iter()
@@ -354,7 +394,7 @@ impl ConsumerGroup {
     }
 
     /// Kafka's `CurrentAssignmentBuilder`: moves the member one step towards its target.
-    fn reconcile(
+    pub(crate) fn reconcile(
         &mut self,
         member_id: &str,
         owned: Option<&Assignment>,
@@ -441,6 +481,7 @@ impl ConsumerGroup {
                     subscribed_topic_regex: m.value.subscribed_topic_regex.clone(),
                     assignment: m.value.assigned.clone(),
                     target_assignment: m.value.target.clone(),
+                    classic: m.value.classic.is_some(),
                 })
                 .collect(),
         }
@@ -514,16 +555,20 @@ impl Group {
             Ok(response) => response,
             Err(error) => ConsumerHeartbeatResponse::error(error, &req.member_id, req.member_epoch),
         };
-        self.persist_consumer(cx, changes, Some((token, response)));
+        let answer = Some((token, Response::ConsumerHeartbeat(response)));
+        match self.maybe_downgrade(cx, now, &mut changes) {
+            Some(value) => self.persist_downgrade(cx, changes, value, answer),
+            None => self.persist_consumer(cx, changes, answer),
+        }
     }
 
     /// Writes what `changes` touched; `answer` is released once it (and any earlier write of
     /// the group) is durable.
-    fn persist_consumer(
+    pub(crate) fn persist_consumer(
         &mut self,
         cx: &mut Ctx<'_>,
         changes: Changes,
-        answer: Option<(RequestToken, ConsumerHeartbeatResponse)>,
+        answer: Option<(RequestToken, Response)>,
     ) {
         let Some(group) = self.consumer.as_mut() else {
             return;
@@ -542,10 +587,7 @@ impl Group {
             let value = group.members.get(&member_id).map(|m| m.value.clone());
             bodies.push(RecordBody::ConsumerMember { member_id, value });
         }
-        let waiters: Vec<(RequestToken, Response)> = answer
-            .into_iter()
-            .map(|(t, r)| (t, Response::ConsumerHeartbeat(r)))
-            .collect();
+        let waiters: Vec<(RequestToken, Response)> = answer.into_iter().collect();
         if bodies.is_empty() {
             // Nothing new to write, but the answer may show the effect of a write in flight.
             match group.inflight.last().copied() {
@@ -589,15 +631,24 @@ impl Group {
         }
     }
 
-    /// A member's session or revocation deadline passed: Kafka fences it out of the group.
-    pub(crate) fn expire_consumer_member(&mut self, cx: &mut Ctx<'_>, member_id: &str) {
+    /// A member's session, revocation, join or sync deadline passed: Kafka fences it out of
+    /// the group.
+    pub(crate) fn expire_consumer_member(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        now: Duration,
+        member_id: &str,
+    ) {
         let mut changes = Changes::default();
         if let Some(group) = self.consumer.as_mut() {
             tracing::info!(group = %self.id, member = %member_id,
-                "consumer group member expired (session or revocation timeout)");
+                "consumer group member expired (session, revocation, join or sync timeout)");
             group.remove_member(member_id, &mut changes);
         }
-        self.persist_consumer(cx, changes, None);
+        match self.maybe_downgrade(cx, now, &mut changes) {
+            Some(value) => self.persist_downgrade(cx, changes, value, None),
+            None => self.persist_consumer(cx, changes, None),
+        }
     }
 
     /// Kafka's offset-commit check for consumer groups: members commit with their member id
@@ -629,6 +680,12 @@ impl Group {
         let v = &member.value;
         if v.member_epoch == generation_id {
             return None;
+        }
+        if v.classic.is_some() {
+            // A classic-protocol member's generation is its member epoch, which it learns from
+            // JoinGroup and uses until it rejoins, so Kafka's exact check needs no relaxation;
+            // it is answered in that protocol's terms.
+            return Some(GroupError::IllegalGeneration);
         }
         let previous = generation_id >= 0
             && generation_id == v.previous_member_epoch
@@ -731,6 +788,10 @@ fn heartbeat(
         let Some(member) = group.members.get(&req.member_id) else {
             return Err(GroupError::UnknownMemberId);
         };
+        if member.value.classic.is_some() {
+            // A classic-protocol member's id: it does not speak this protocol.
+            return Err(GroupError::UnknownMemberId);
+        }
         if let Some(instance) = &req.instance_id {
             match group.static_members.get(instance) {
                 Some(id) if *id == req.member_id => {}
@@ -881,30 +942,14 @@ fn join(
         return Err(GroupError::GroupMaxSizeReached);
     }
     let member_id = new_member_id(group, cx, req);
-    let value = ConsumerMemberValue {
-        instance_id: req.instance_id.clone(),
-        rack_id: req.rack_id.clone(),
-        client_id: req.client_id.clone(),
-        client_host: req.client_host.clone(),
-        subscribed_topic_names: Vec::new(),
-        subscribed_topic_regex: None,
-        server_assignor: None,
-        rebalance_timeout_ms: req.rebalance_timeout_ms,
-        member_epoch: 0,
-        previous_member_epoch: 0,
-        state: ConsumerMemberState::Stable,
-        assigned: Assignment::new(),
-        pending_revocation: Assignment::new(),
-        target: Assignment::new(),
-    };
-    group.members.insert(
-        member_id.clone(),
-        ConsumerMember {
-            value,
-            session_deadline: now + session,
-            revocation_deadline: None,
-        },
-    );
+    let mut member = ConsumerMember::joining(now + session);
+    let v = &mut member.value;
+    v.instance_id = req.instance_id.clone();
+    v.rack_id = req.rack_id.clone();
+    v.client_id = req.client_id.clone();
+    v.client_host = req.client_host.clone();
+    v.rebalance_timeout_ms = req.rebalance_timeout_ms;
+    group.members.insert(member_id.clone(), member);
     if let Some(instance) = &req.instance_id {
         group
             .static_members

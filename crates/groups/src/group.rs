@@ -317,6 +317,24 @@ impl Group {
         group
     }
 
+    /// Empties the classic part (members, rebalance, timers) when the group becomes a consumer
+    /// group (`migration.rs`); offsets and the generation stay.
+    pub fn reset_classic(&mut self) {
+        self.state = GroupState::Empty;
+        self.protocol_type = None;
+        self.protocol_name = None;
+        self.leader_id = None;
+        self.members.clear();
+        self.static_members.clear();
+        self.pending_members.clear();
+        self.pending_sync.clear();
+        self.supported_protocols.clear();
+        self.new_member_added = false;
+        self.join_timer = None;
+        self.sync_timer = None;
+        self.subscribed_topics = None;
+    }
+
     // ----- membership bookkeeping (Kafka's GroupMetadata) -----
 
     pub fn member_ids_in_join_order(&self) -> Vec<String> {
@@ -1138,7 +1156,7 @@ impl Group {
                 Due::Heartbeat(member_id) => self.on_expire_heartbeat(cx, at, &member_id),
                 Due::Join => self.on_join_timer(cx, at),
                 Due::Sync => self.on_expire_pending_sync(cx, at),
-                Due::ConsumerMember(member_id) => self.expire_consumer_member(cx, &member_id),
+                Due::ConsumerMember(member_id) => self.expire_consumer_member(cx, at, &member_id),
             }
         }
         tracing::warn!(group = %self.id, "timer cascade cut short; the rest fires on the next tick");

@@ -38,8 +38,9 @@ use strata_core::{Offset, TopicPartition};
 
 use crate::assignor::Assignment;
 use crate::record::{
-    ConsumerGroupValue, ConsumerMemberState, ConsumerMemberValue, GroupMetadataValue, OffsetValue,
-    PersistRecord, PersistedMember, RecordBody, TopicId,
+    ClassicMemberMetadata, ClassicProtocol, ConsumerGroupValue, ConsumerMemberState,
+    ConsumerMemberValue, GroupMetadataValue, OffsetValue, PersistRecord, PersistedMember,
+    RecordBody, TopicId,
 };
 
 pub const OFFSET_COMMIT: i16 = 1;
@@ -155,7 +156,27 @@ pub fn encode(record: &PersistRecord, now_ms: i64) -> Vec<KafkaRecord> {
                     put_compact_nullable_str(&mut meta, v.subscribed_topic_regex.as_deref());
                     meta.extend_from_slice(&v.rebalance_timeout_ms.to_be_bytes());
                     put_compact_nullable_str(&mut meta, v.server_assignor.as_deref());
-                    no_tags(&mut meta);
+                    match &v.classic {
+                        None => no_tags(&mut meta),
+                        Some(classic) => {
+                            // One tagged field, tag 0: ClassicMemberMetadata, a nullable
+                            // struct (a presence byte, then the struct).
+                            let mut field = vec![1u8];
+                            field.extend_from_slice(&classic.session_timeout_ms.to_be_bytes());
+                            put_compact_len(&mut field, classic.protocols.len());
+                            for p in &classic.protocols {
+                                put_compact_str(&mut field, &p.name);
+                                put_compact_len(&mut field, p.metadata.len());
+                                field.extend_from_slice(&p.metadata);
+                                no_tags(&mut field);
+                            }
+                            no_tags(&mut field);
+                            put_uvarint(&mut meta, 1);
+                            put_uvarint(&mut meta, 0);
+                            put_uvarint(&mut meta, field.len() as u64);
+                            meta.extend_from_slice(&field);
+                        }
+                    }
                     let mut target = value_head(CONSUMER_VALUE_VERSION);
                     put_assignment(&mut target, &v.target);
                     no_tags(&mut target);
@@ -426,13 +447,42 @@ impl Reader<'_> {
     /// Skips a tagged-field section: fields added by later Kafka versions are not ours to
     /// interpret, and a reader must pass over them.
     fn tags(&mut self) -> Result<(), SchemaError> {
+        self.tags_with(|_, _| Ok(()))
+    }
+
+    /// A tagged-field section, handing each field's tag and bytes to `field`.
+    fn tags_with(
+        &mut self,
+        mut field: impl FnMut(u64, &[u8]) -> Result<(), SchemaError>,
+    ) -> Result<(), SchemaError> {
         let count = self.uvarint()?;
         for _ in 0..count {
-            let _tag = self.uvarint()?;
+            let tag = self.uvarint()?;
             let size = usize::try_from(self.uvarint()?).map_err(|_| SchemaError("tag size"))?;
-            self.take(size)?;
+            field(tag, self.take(size)?)?;
         }
         Ok(())
+    }
+
+    /// ClassicMemberMetadata (the nullable struct in tag 0 of a member's metadata).
+    fn classic_member(&mut self) -> Result<Option<Box<ClassicMemberMetadata>>, SchemaError> {
+        if self.i8()? < 0 {
+            return Ok(None);
+        }
+        let session_timeout_ms = self.i32()?;
+        let mut protocols = Vec::new();
+        for _ in 0..self.compact_array_len()? {
+            let name = self.compact_str()?;
+            let len = self.compact_len()?.unwrap_or(0);
+            let metadata = Bytes::copy_from_slice(self.take(len)?);
+            self.tags()?;
+            protocols.push(ClassicProtocol { name, metadata });
+        }
+        self.tags()?;
+        Ok(Some(Box::new(ClassicMemberMetadata {
+            session_timeout_ms,
+            protocols,
+        })))
     }
     fn assignment(&mut self) -> Result<Assignment, SchemaError> {
         let mut out = BTreeMap::new();
@@ -545,6 +595,7 @@ struct MemberMetadata {
     subscribed_topic_regex: Option<String>,
     rebalance_timeout_ms: i32,
     server_assignor: Option<String>,
+    classic: Option<Box<ClassicMemberMetadata>>,
 }
 
 #[derive(Debug)]
@@ -740,9 +791,15 @@ impl Replay {
                 let subscribed_topic_regex = r.compact_nullable_str()?;
                 let rebalance_timeout_ms = r.i32()?;
                 let server_assignor = r.compact_nullable_str()?;
-                // Tag 0 (ClassicMemberMetadata) is for members that joined with the classic
-                // protocol, which Strata does not migrate; skipped like any unknown tag.
-                r.tags()?;
+                // Tag 0 is ClassicMemberMetadata, set for members that speak the classic
+                // protocol inside a consumer group; other tags are skipped.
+                let mut classic = None;
+                r.tags_with(|tag, bytes| {
+                    if tag == 0 {
+                        classic = Reader(bytes).classic_member()?;
+                    }
+                    Ok(())
+                })?;
                 let part = self.member_part(group, member);
                 part.metadata = Some(MemberMetadata {
                     instance_id,
@@ -753,6 +810,7 @@ impl Replay {
                     subscribed_topic_regex,
                     rebalance_timeout_ms,
                     server_assignor,
+                    classic,
                 });
             }
             CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER => {
@@ -851,6 +909,7 @@ impl Replay {
                             assigned: current.assigned,
                             pending_revocation: current.pending_revocation,
                             target: part.target.unwrap_or_default(),
+                            classic: meta.classic,
                         }),
                     },
                 });

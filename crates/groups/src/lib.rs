@@ -1,6 +1,7 @@
-//! The consumer-group coordinator for Kafka's *classic* group protocol and, beside it, KIP-848
-//! *consumer* groups (ConsumerGroupHeartbeat, server-side assignors; see `consumer.rs`) (JoinGroup, SyncGroup,
-//! Heartbeat, LeaveGroup) and the committed offsets of those groups (OffsetCommit,
+//! The consumer-group coordinator for Kafka's *classic* group protocol (JoinGroup, SyncGroup,
+//! Heartbeat, LeaveGroup) and, beside it, KIP-848 *consumer* groups (ConsumerGroupHeartbeat,
+//! server-side assignors; see `consumer.rs`), with online migration of a live group between
+//! the two (`migration.rs`); the committed offsets of those groups (OffsetCommit,
 //! OffsetFetch, OffsetDelete), plus the group administration APIs (DescribeGroups, ListGroups,
 //! DeleteGroups). It follows Apache Kafka's GroupCoordinator closely enough that unchanged
 //! clients see the same errors, generations and rebalance behaviour.
@@ -28,6 +29,7 @@ mod group;
 mod ids;
 pub mod kafka_records;
 mod membership;
+mod migration;
 mod offsets;
 mod record;
 pub mod share;
@@ -45,14 +47,15 @@ pub use api::{
     OffsetFetchResponse, Output, PersistFailure, PersistId, PersistOutcome, Protocol, RequestToken,
     Response, SyncRequest, SyncResponse, TopicCatalog,
 };
-pub use config::GroupConfig;
+pub use config::{GroupConfig, MigrationPolicy};
 pub use consumer::{LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH};
 pub use error::{kafka_code, GroupError};
 pub use group::GroupState;
 pub use ids::{MemberIdGenerator, SeededMemberIds};
 pub use record::{
-    ConsumerGroupValue, ConsumerMemberState, ConsumerMemberValue, GroupMetadataValue, OffsetValue,
-    PersistKey, PersistRecord, PersistedMember, RecordBody, TopicId,
+    ClassicMemberMetadata, ClassicProtocol, ConsumerGroupValue, ConsumerMemberState,
+    ConsumerMemberValue, GroupMetadataValue, OffsetValue, PersistKey, PersistRecord,
+    PersistedMember, RecordBody, TopicId,
 };
 pub use state::GroupsState;
 pub use txn_offsets::TxnOffsetCommitRequest;

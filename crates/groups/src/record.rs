@@ -123,6 +123,29 @@ pub struct ConsumerMemberValue {
     pub assigned: crate::assignor::Assignment,
     pub pending_revocation: crate::assignor::Assignment,
     pub target: crate::assignor::Assignment,
+    /// Set for a member that speaks the classic protocol (JoinGroup, SyncGroup, Heartbeat)
+    /// inside a consumer group, during an online migration between the two protocols.
+    /// Boxed: most members have none, and the record enum stays small.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classic: Option<Box<ClassicMemberMetadata>>,
+}
+
+/// What a classic-protocol member of a consumer group told the coordinator in its JoinGroup
+/// (Kafka's `ConsumerGroupMemberMetadataValue.ClassicMemberMetadata`): its session timeout,
+/// which it chooses itself in that protocol, and the protocols it supports, which a downgrade
+/// back to a classic group needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassicMemberMetadata {
+    pub session_timeout_ms: i32,
+    pub protocols: Vec<ClassicProtocol>,
+}
+
+/// One (name, subscription metadata) entry of a JoinGroup's protocol list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassicProtocol {
+    pub name: String,
+    #[serde(with = "bytes_serde")]
+    pub metadata: Bytes,
 }
 
 /// Group metadata, as Kafka's GroupMetadataValue records it.

@@ -365,12 +365,14 @@ impl GroupsState {
         &self.config
     }
 
-    /// JoinGroup. The response usually comes later, when the rebalance completes.
+    /// JoinGroup. The response usually comes later, when the rebalance completes. `catalog`
+    /// resolves topics when a classic member joins a consumer group (online migration).
     pub fn handle_join(
         &mut self,
         now: Duration,
         token: RequestToken,
         req: JoinRequest,
+        catalog: &dyn TopicCatalog,
     ) -> Vec<Output> {
         let now = self.advance(now);
         let mut out = Vec::new();
@@ -405,13 +407,11 @@ impl GroupsState {
         }
         if let Some(group) = self.groups.get_mut(&group_id) {
             if group.has_consumer_members() {
-                // Kafka 4.x without online migration: a classic member cannot join a
-                // consumer group that has members.
-                reject(
-                    &mut out,
-                    GroupError::InconsistentGroupProtocol,
-                    req.member_id,
-                );
+                // A classic member joins a live consumer group and speaks its own protocol
+                // there (`migration.rs`), as in Kafka 4.
+                self.with_group(&group_id, now, &mut out, |group, cx| {
+                    group.classic_join_to_consumer(cx, now, token, req, catalog)
+                });
                 return out;
             }
             // An empty consumer group becomes a classic one with its first classic member.
@@ -447,7 +447,11 @@ impl GroupsState {
             }),
             None => {
                 self.with_group(&group_id, now, &mut out, |group, cx| {
-                    group.handle_sync(cx, now, token, req)
+                    if group.consumer.is_some() {
+                        group.classic_sync_to_consumer(cx, now, token, req)
+                    } else {
+                        group.handle_sync(cx, now, token, req)
+                    }
                 });
             }
         }
@@ -467,7 +471,16 @@ impl GroupsState {
             Some(GroupError::InvalidGroupId)
         } else {
             self.with_group(&req.group_id, now, &mut out, |group, _| {
-                group.handle_heartbeat(now, &req)
+                if group.consumer.is_some() {
+                    group.classic_heartbeat_to_consumer(
+                        now,
+                        &req.member_id,
+                        req.group_instance_id.as_deref(),
+                        req.generation_id,
+                    )
+                } else {
+                    group.handle_heartbeat(now, &req)
+                }
             })
             .unwrap_or(Some(GroupError::UnknownMemberId))
         };
@@ -506,7 +519,11 @@ impl GroupsState {
                 .collect();
             let results = self
                 .with_group(&group_id, now, &mut out, |group, cx| {
-                    group.handle_leave(cx, now, members)
+                    if group.consumer.is_some() {
+                        group.classic_leave_to_consumer(cx, now, members)
+                    } else {
+                        group.handle_leave(cx, now, members)
+                    }
                 })
                 .unwrap_or(missing);
             LeaveResponse {
@@ -548,6 +565,7 @@ impl GroupsState {
         }
         let group_id = req.group_id.clone();
         self.fire_group(&group_id, now, &mut out);
+        let mut upgrade = false;
         match self.groups.get(&group_id) {
             None if req.member_epoch != 0 => {
                 reject(&mut out, GroupError::UnknownMemberId, &req);
@@ -558,8 +576,14 @@ impl GroupsState {
                     .insert(group_id.clone(), Group::new(group_id.clone()));
             }
             Some(group) if !group.accepts_consumer_protocol() => {
-                reject(&mut out, GroupError::GroupIdNotFound, &req);
-                return out;
+                // A classic group with members: a joining member converts it (online
+                // upgrade, `migration.rs`) if the policy allows; otherwise, as in Kafka, the
+                // group is not a consumer group.
+                if req.member_epoch != 0 || !group.can_upgrade(&self.config) {
+                    reject(&mut out, GroupError::GroupIdNotFound, &req);
+                    return out;
+                }
+                upgrade = true;
             }
             Some(group) if group.consumer.is_none() && req.member_epoch != 0 => {
                 reject(&mut out, GroupError::UnknownMemberId, &req);
@@ -568,6 +592,19 @@ impl GroupsState {
             Some(_) => {}
         }
         self.with_group(&group_id, now, &mut out, |group, cx| {
+            if upgrade {
+                if let Err(error) = group.upgrade_to_consumer(cx, now, catalog) {
+                    cx.respond(
+                        token,
+                        Response::ConsumerHeartbeat(ConsumerHeartbeatResponse::error(
+                            error,
+                            &req.member_id,
+                            req.member_epoch,
+                        )),
+                    );
+                    return;
+                }
+            }
             group.consumer_heartbeat(cx, now, token, req, catalog)
         });
         out
@@ -769,7 +806,9 @@ impl GroupsState {
         };
         if let Some(consumer) = group.describe_consumer() {
             // Kafka describes a consumer group through the classic API with its type and
-            // state; the members' classic metadata and assignment bytes do not exist.
+            // state. Each member's subscription and assignment are given in the consumer
+            // protocol's bytes (a classic member's own metadata), so tools that read them
+            // show the assignment as for a classic group.
             return GroupDescription {
                 group_id: group_id.to_string(),
                 state: consumer.state,
@@ -778,13 +817,16 @@ impl GroupsState {
                 members: consumer
                     .members
                     .into_iter()
-                    .map(|m| MemberDescription {
-                        member_id: m.member_id,
-                        group_instance_id: m.instance_id,
-                        client_id: m.client_id,
-                        client_host: m.client_host,
-                        metadata: Bytes::new(),
-                        assignment: Bytes::new(),
+                    .map(|m| {
+                        let (metadata, assignment) = group.consumer_member_bytes(&m.member_id);
+                        MemberDescription {
+                            member_id: m.member_id,
+                            group_instance_id: m.instance_id,
+                            client_id: m.client_id,
+                            client_host: m.client_host,
+                            metadata,
+                            assignment,
+                        }
                     })
                     .collect(),
             };
@@ -1040,6 +1082,12 @@ impl GroupsState {
                                 r.member_id.as_deref().unwrap_or_default(),
                                 r.member_epoch,
                             ))
+                        }
+                        (Some(error), Response::Join(r)) => {
+                            Response::Join(JoinResponse::error(r.member_id, error))
+                        }
+                        (Some(error), Response::Sync(_)) => {
+                            Response::Sync(SyncResponse::error(error))
                         }
                         (_, response) => response,
                     };

@@ -90,7 +90,8 @@ enum Command {
     /// group_initial_rebalance_delay, group_min_session_timeout, group_max_session_timeout,
     /// offsets_commit_timeout, txn_marker_timeout [default: 30s: a transaction marker's wait
     /// to become durable], group_consumer_session_timeout [default: 45s],
-    /// group_consumer_heartbeat_interval [default: 5s], group_share_session_timeout
+    /// group_consumer_heartbeat_interval [default: 5s], group_consumer_migration_policy
+    /// [default: bidirectional], group_share_session_timeout
     /// [default: 45s], group_share_heartbeat_interval [default: 5s], group_share_max_groups
     /// [default: 10], group_share_max_size [default: 200], group_share_record_lock_duration
     /// [default: 30s], group_share_delivery_count_limit [default: 5],
@@ -377,6 +378,10 @@ struct ServeArgs {
     /// [default: 5s].
     #[arg(long, value_name = "DURATION")]
     group_consumer_heartbeat_interval: Option<String>,
+    /// Whether a live group may change protocol: bidirectional, upgrade (classic to consumer
+    /// only), downgrade or disabled [default: bidirectional].
+    #[arg(long, value_name = "POLICY")]
+    group_consumer_migration_policy: Option<String>,
     /// Session timeout of share-group members [default: 45s].
     #[arg(long, value_name = "DURATION")]
     group_share_session_timeout: Option<String>,
@@ -662,6 +667,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         group_max_session_timeout: args.group_max_session_timeout,
         group_consumer_session_timeout: args.group_consumer_session_timeout,
         group_consumer_heartbeat_interval: args.group_consumer_heartbeat_interval,
+        group_consumer_migration_policy: args.group_consumer_migration_policy,
         group_share_session_timeout: args.group_share_session_timeout,
         group_share_heartbeat_interval: args.group_share_heartbeat_interval,
         group_share_max_groups: args.group_share_max_groups,
@@ -966,6 +972,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             inter_broker_tls: inter_broker_tls(&settings)?,
             group_consumer_session_timeout: settings.group_consumer_session_timeout,
             group_consumer_heartbeat_interval: settings.group_consumer_heartbeat_interval,
+            group_consumer_migration_policy: strata_broker::MigrationPolicy::parse(
+                &settings.group_consumer_migration_policy,
+            )
+            .unwrap_or_default(),
             group_share_session_timeout: settings.group_share_session_timeout,
             group_share_heartbeat_interval: settings.group_share_heartbeat_interval,
             group_share_max_groups: settings.group_share_max_groups,

@@ -251,6 +251,9 @@ pub struct Settings {
     /// (`group.consumer.heartbeat.interval.ms`); must be below the session timeout.
     #[serde(with = "humantime_serde")]
     pub group_consumer_heartbeat_interval: Duration,
+    /// Whether a live group may change protocol (`group.consumer.migration.policy`):
+    /// bidirectional, upgrade, downgrade or disabled.
+    pub group_consumer_migration_policy: String,
     /// A share-group (KIP-932) member silent this long is removed (`group.share.session.timeout.ms`).
     #[serde(with = "humantime_serde")]
     pub group_share_session_timeout: Duration,
@@ -508,6 +511,10 @@ impl Default for Settings {
             txn_marker_timeout: broker.txn_marker_timeout,
             group_consumer_session_timeout: broker.group_consumer_session_timeout,
             group_consumer_heartbeat_interval: broker.group_consumer_heartbeat_interval,
+            group_consumer_migration_policy: broker
+                .group_consumer_migration_policy
+                .as_str()
+                .to_string(),
             group_share_session_timeout: broker.group_share_session_timeout,
             group_share_heartbeat_interval: broker.group_share_heartbeat_interval,
             group_share_max_groups: broker.group_share_max_groups,
@@ -1048,6 +1055,11 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         Kind::Text,
     ),
     (
+        "STRATA_GROUP_CONSUMER_MIGRATION_POLICY",
+        &["group_consumer_migration_policy"],
+        Kind::Text,
+    ),
+    (
         "STRATA_GROUP_SHARE_SESSION_TIMEOUT",
         &["group_share_session_timeout"],
         Kind::Text,
@@ -1323,6 +1335,7 @@ pub struct FlagOverrides {
     pub group_max_session_timeout: Option<String>,
     pub group_consumer_session_timeout: Option<String>,
     pub group_consumer_heartbeat_interval: Option<String>,
+    pub group_consumer_migration_policy: Option<String>,
     pub group_share_session_timeout: Option<String>,
     pub group_share_heartbeat_interval: Option<String>,
     pub group_share_max_groups: Option<usize>,
@@ -1759,6 +1772,14 @@ pub fn load(
                 .map(toml::Value::String),
         ),
         (
+            "group-consumer-migration-policy",
+            &["group_consumer_migration_policy"],
+            flags
+                .group_consumer_migration_policy
+                .clone()
+                .map(toml::Value::String),
+        ),
+        (
             "group-share-session-timeout",
             &["group_share_session_timeout"],
             flags
@@ -2181,6 +2202,12 @@ impl Settings {
             if !(1..=100_000).contains(&value) {
                 return bad(name, "must be between 1 and 100000");
             }
+        }
+        if strata_broker::MigrationPolicy::parse(&self.group_consumer_migration_policy).is_none() {
+            return bad(
+                "group_consumer_migration_policy",
+                "must be bidirectional, upgrade, downgrade or disabled",
+            );
         }
         if strata_broker::share::ShareAutoOffsetReset::parse(&self.share_auto_offset_reset)
             .is_none()
@@ -3191,6 +3218,26 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("group_consumer_session_timeout"), "{e}");
+    }
+
+    #[test]
+    fn the_migration_policy_is_kafkas_default_and_checked() {
+        let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        assert_eq!(s.group_consumer_migration_policy, "bidirectional");
+        let flags = FlagOverrides {
+            group_consumer_migration_policy: Some("upgrade".into()),
+            ..Default::default()
+        };
+        let (s, _) = load(None, env(&[]), &flags).unwrap();
+        assert_eq!(s.group_consumer_migration_policy, "upgrade");
+        let e = load(
+            None,
+            env(&[("STRATA_GROUP_CONSUMER_MIGRATION_POLICY", "sideways")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("group_consumer_migration_policy"), "{e}");
     }
 
     #[test]

@@ -368,6 +368,11 @@ fn broker_entries(broker: &Broker, name: &str) -> Result<Vec<(ConfigEntry, i8)>,
             ms(s.group_max_session_timeout),
             ms(d.group_max_session_timeout),
         ),
+        setting(
+            "group.consumer.migration.policy",
+            s.group_consumer_migration_policy.as_str().to_string(),
+            d.group_consumer_migration_policy.as_str().to_string(),
+        ),
     ])
 }
 

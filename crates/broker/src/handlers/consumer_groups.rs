@@ -190,8 +190,9 @@ pub(crate) async fn consumer_group_describe(
                             m.subscribed_topic_regex.map(StrBytes::from_string);
                         member.assignment = describe_assignment(broker, m.assignment);
                         member.target_assignment = describe_assignment(broker, m.target_assignment);
-                        // 1 = a member of the consumer protocol (0 would be a classic one).
-                        member.member_type = 1;
+                        // KIP-1099: 0 = a classic-protocol member (online migration), 1 = a
+                        // consumer-protocol one.
+                        member.member_type = if m.classic { 0 } else { 1 };
                         member
                     })
                     .collect();

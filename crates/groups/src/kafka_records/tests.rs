@@ -161,6 +161,7 @@ fn member(seq: u64, id: &str, epoch: i32) -> PersistRecord {
                 assigned: [(topic(7), [0, 1].into())].into(),
                 pending_revocation: [(topic(7), [2].into())].into(),
                 target: [(topic(7), [0].into())].into(),
+                classic: None,
             }),
         },
     }
@@ -239,6 +240,31 @@ fn a_consumer_member_is_kafkas_records_5_7_and_8() {
     let mut all = records.clone();
     all.extend(gone);
     assert_eq!(replay_of(&all), vec![]);
+}
+
+#[test]
+fn a_classic_protocol_member_keeps_its_metadata_in_tag_0() {
+    let mut record = member(1, "m", 4);
+    if let RecordBody::ConsumerMember { value: Some(v), .. } = &mut record.body {
+        v.classic = Some(Box::new(ClassicMemberMetadata {
+            session_timeout_ms: 45_000,
+            protocols: vec![ClassicProtocol {
+                name: "range".into(),
+                metadata: Bytes::from_static(&[0, 0, 0, 0, 0, 0]),
+            }],
+        }));
+    }
+    let records = encode(&record, 0);
+    let meta = records[0].value.clone().unwrap();
+    // The plain fields end with the assignor name; then one tagged field, tag 0, holding a
+    // present nullable struct: session timeout, one protocol (name, 6 bytes), no tags.
+    let mut tail = vec![1, 0, 21, 1];
+    tail.extend_from_slice(&45_000i32.to_be_bytes());
+    tail.extend_from_slice(&[
+        2, 6, b'r', b'a', b'n', b'g', b'e', 7, 0, 0, 0, 0, 0, 0, 0, 0,
+    ]);
+    assert!(meta.ends_with(&tail), "{meta:?}");
+    assert_eq!(replay_of(&records), vec![record]);
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,7 +13,7 @@ use strata_groups::{
     CommitPartition, GroupConfig, GroupError, GroupsState, HeartbeatRequest, JoinRequest,
     JoinResponse, LeaveRequest, LeaveResponse, LeavingMember, OffsetCommitRequest,
     OffsetFetchRequest, OffsetFetchResponse, Output, PersistId, PersistOutcome, PersistRecord,
-    Protocol, RequestToken, Response, SeededMemberIds, SyncRequest, SyncResponse,
+    Protocol, RequestToken, Response, SeededMemberIds, SyncRequest, SyncResponse, TopicId,
 };
 
 pub const SESSION_MS: i32 = 10_000;
@@ -29,6 +29,8 @@ pub struct Harness {
     /// Every record that became durable, in completion order.
     pub durable: Vec<PersistRecord>,
     pub hold_persists: bool,
+    /// Topics JoinGroup resolves when a classic member joins a consumer group.
+    pub catalog: BTreeMap<String, (TopicId, i32)>,
 }
 
 impl Harness {
@@ -49,6 +51,7 @@ impl Harness {
             held: Vec::new(),
             durable: Vec::new(),
             hold_persists: false,
+            catalog: BTreeMap::new(),
         }
     }
 
@@ -134,7 +137,7 @@ impl Harness {
 
     pub fn join(&mut self, req: JoinRequest) -> RequestToken {
         let token = self.token();
-        let out = self.state.handle_join(self.now, token, req);
+        let out = self.state.handle_join(self.now, token, req, &self.catalog);
         self.absorb(out);
         token
     }
