@@ -15,7 +15,10 @@ Scenarios (--scenario):
           a consumer-protocol member joins, which converts the live group; the classic members
           are replaced one by one by consumer-protocol ones; then classic members join again and
           the consumer-protocol ones leave, which converts the group back to a classic one;
-          records are produced in three parts along the way;
+          records are produced in three parts along the way; the classic members use an eager
+          assignor (range);
+- migrate-cooperative: the same with classic members on the cooperative-sticky assignor, which
+          keep what they still own when they rejoin and say so in their subscription;
 - moved:  (the test creates the topic, 6 partitions) three members on a cluster consume the
           first half; then, while they keep polling,
           the commands given with --between run (the test moves the group's coordinator shard
@@ -74,10 +77,15 @@ def consumer(bootstrap, group, name, protocol="consumer"):
         "auto.offset.reset": "earliest",
         "fetch.wait.max.ms": 100,
     }
-    if protocol == "classic":
+    if protocol.startswith("classic"):
         # The broker's minimum session; heartbeats often enough to learn of a rebalance fast.
+        config["group.protocol"] = "classic"
         config["session.timeout.ms"] = 6000
         config["heartbeat.interval.ms"] = 500
+        if protocol == "classic-cooperative":
+            # Incremental rebalancing: the member keeps what it still owns when it rejoins and
+            # lists it in its subscription.
+            config["partition.assignment.strategy"] = "cooperative-sticky"
     # librdkafka's own trace (e.g. STRATA_RDKAFKA_DEBUG=cgrp) when diagnosing a failure.
     if os.environ.get("STRATA_RDKAFKA_DEBUG"):
         config["debug"] = os.environ["STRATA_RDKAFKA_DEBUG"]
@@ -375,7 +383,7 @@ def leave(leaving, members):
     leaving.consumer.close()
 
 
-def scenario_migrate(args, partitions=6, records=3000):
+def scenario_migrate(args, classic_protocol, partitions=6, records=3000):
     admin = create_topic(args.bootstrap, args.topic, partitions)
     group = f"{args.topic}-group"
     third = records // 3
@@ -390,7 +398,7 @@ def scenario_migrate(args, partitions=6, records=3000):
     def received():
         return len({r for m in everyone for r in m.got})
 
-    classic = [join(f"classic{i}", "classic") for i in range(2)]
+    classic = [join(f"classic{i}", classic_protocol) for i in range(2)]
     poll_until(classic, "two classic members share the first third",
                lambda: received() >= third and all(m.assignment for m in classic))
     expect_type(admin, group, ConsumerGroupType.CLASSIC, "before the upgrade")
@@ -411,7 +419,7 @@ def scenario_migrate(args, partitions=6, records=3000):
 
     # And back: classic members join the consumer group, then the consumer-protocol members
     # leave; the last one's departure turns the group back into a classic group.
-    back = [join(f"back{i}", "classic") for i in range(2)]
+    back = [join(f"back{i}", classic_protocol) for i in range(2)]
     members += back
     poll_until(members, "the classic members own partitions in the consumer group", lambda: all(m.assignment for m in members))
     for old in [m for m in members if m not in back]:
@@ -619,7 +627,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--topic", required=True)
-    parser.add_argument("--scenario", required=True, choices=["share", "five", "added", "regex", "killed", "moved", "migrate", "child", "restart-a", "restart-b"])
+    parser.add_argument("--scenario", required=True, choices=["share", "five", "added", "regex", "killed", "moved", "migrate", "migrate-cooperative", "child", "restart-a", "restart-b"])
     parser.add_argument("--between", action="append", default=[], help="moved: a command to run between the halves, as a JSON argv list")
     args = parser.parse_args()
     started = time.monotonic()
@@ -633,7 +641,8 @@ def main():
         "regex": lambda: scenario_regex(args),
         "killed": lambda: scenario_killed(args),
         "moved": lambda: scenario_moved(args),
-        "migrate": lambda: scenario_migrate(args),
+        "migrate": lambda: scenario_migrate(args, "classic"),
+        "migrate-cooperative": lambda: scenario_migrate(args, "classic-cooperative"),
         "restart-a": lambda: scenario_restart(args, "a"),
         "restart-b": lambda: scenario_restart(args, "b"),
     }[args.scenario]()

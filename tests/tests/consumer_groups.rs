@@ -2000,6 +2000,11 @@ fn kip848_a_live_group_migrates_from_classic_to_consumer_members_and_back_exactl
 }
 
 #[test]
+fn kip848_a_live_group_of_cooperative_classic_members_migrates_and_back_exactly_once() {
+    python_consumer_protocol("migrate-cooperative");
+}
+
+#[test]
 fn kip848_five_members_share_partitions_with_exact_committed_offsets() {
     python_consumer_protocol("five");
 }
