@@ -101,13 +101,26 @@ pub(crate) struct Feature {
     pub finalized: Option<i16>,
 }
 
-/// Strata's features: none yet. Kafka's `metadata.version` and `kraft.version` describe its
-/// KRaft metadata log, which Strata does not have; `transaction.version` and `share.version`
-/// would claim protocols it does not implement; `group.version` 1 means the KIP-848 consumer
-/// protocol, not implemented yet. Clients treat a missing feature as level 0, which is what
-/// Strata supports. Adding one is adding a row, e.g.
-/// `Feature { name: "group.version", min: 0, max: 1, finalized: Some(1) }`.
-pub(crate) const FEATURES: &[Feature] = &[];
+/// Strata's features, each at the level Kafka 4.2 finalizes for what Strata implements:
+/// `group.version` 1 is the KIP-848 consumer protocol, `share.version` 1 share groups
+/// (KIP-932). Not reported: `metadata.version` and `kraft.version` describe Kafka's KRaft
+/// metadata log, which Strata does not have, and `transaction.version` 2 would claim KIP-890
+/// part 2, which Strata does not implement (clients treat a missing feature as level 0, the
+/// original transaction protocol).
+pub(crate) const FEATURES: &[Feature] = &[
+    Feature {
+        name: "group.version",
+        min: 0,
+        max: 1,
+        finalized: Some(1),
+    },
+    Feature {
+        name: "share.version",
+        min: 0,
+        max: 1,
+        finalized: Some(1),
+    },
+];
 
 /// The epoch of the finalized features: they only change with the code, so any fixed number
 /// serves; -1 (unknown) while none is finalized, as Kafka reports before it has any.
@@ -253,9 +266,19 @@ mod tests {
         assert_eq!(response.finalized_features_epoch, 0);
 
         let mut none = ApiVersionsResponse::default();
-        set_features(&mut none, FEATURES);
+        set_features(&mut none, &[]);
         assert_eq!(none.finalized_features_epoch, -1);
         assert!(none.finalized_features.is_empty());
+
+        // What Strata itself reports: the two group protocols it implements.
+        let mut ours = ApiVersionsResponse::default();
+        set_features(&mut ours, FEATURES);
+        let finalized: Vec<_> = ours
+            .finalized_features
+            .iter()
+            .map(|k| (k.name.as_str(), k.max_version_level))
+            .collect();
+        assert_eq!(finalized, [("group.version", 1), ("share.version", 1)]);
     }
 
     #[test]
