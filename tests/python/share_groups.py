@@ -22,6 +22,14 @@ Scenarios (--scenario), each on its own topic with one partition:
             record never comes again;
 - pubsub:   a consumer group (classic Consumer) and a share group read one topic: each sees
             every record;
+- group-config: (on a broker with its defaults: share groups start at the latest offset, locks
+            last 30 s) the group's own configs, set with IncrementalAlterConfigs on the GROUP
+            resource as Kafka's share-consumer tests do: `share.auto.offset.reset=earliest`
+            makes records produced before the group existed its own, and
+            `share.record.lock.duration.ms=2000` brings a killed consumer's records back long
+            before the broker's 30 s lock would; DescribeConfigs reports both as GROUP_CONFIG;
+            configs Strata keeps only broker-wide, and unknown ones, are refused with
+            INVALID_CONFIG;
 - restart-a / restart-b: (the test kills and restarts the broker between them) restart-a
             produces 100 records and accepts offsets 0..49 only, then is SIGKILLed by itself
             (no close); restart-b must receive exactly offsets 50..99: no accepted record is
@@ -43,8 +51,16 @@ import threading
 import time
 
 try:
-    from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka import AcknowledgeType, Consumer, KafkaError, KafkaException, Producer, ShareConsumer
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ConfigSource,
+        NewTopic,
+        ResourceType,
+    )
 except ImportError as error:  # pragma: no cover - depends on the machine
     print(f"confluent-kafka is not installed ({error}); pip install confluent-kafka", file=sys.stderr)
     sys.exit(2)
@@ -180,7 +196,7 @@ def release(args):
 
 
 def child_acquire(args):
-    c = share_consumer(args.bootstrap, "killed", args.topic)
+    c = share_consumer(args.bootstrap, args.group, args.topic)
     end = deadline()
     while time.monotonic() < end:
         got = records(c)
@@ -191,19 +207,70 @@ def child_acquire(args):
     fail("the child got nothing")
 
 
-def killed(args):
-    create_topic(args.bootstrap, args.topic)
-    produce(args.bootstrap, args.topic, [f"r{n}" for n in range(10)])
+def acquire_in_a_killed_child(args, group):
+    """A consumer of `group` in a child process acquires records and is SIGKILLed before it
+    acknowledges them; returns their offsets."""
     child = subprocess.Popen(
         [sys.executable, __file__, "--bootstrap", args.bootstrap, "--topic", args.topic,
-         "--scenario", "child-acquire"],
+         "--scenario", "child-acquire", "--group", group],
         stdout=subprocess.PIPE, text=True)
     line = child.stdout.readline()
     child.send_signal(signal.SIGKILL)
     child.wait()
     if not line:
         fail("the child printed nothing")
-    held = json.loads(line)
+    return json.loads(line)
+
+
+def group_config(args):
+    create_topic(args.bootstrap, args.topic)
+    produce(args.bootstrap, args.topic, [f"g{n}" for n in range(10)])
+    group = f"{args.topic}-configured"
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+
+    def alter(*entries):
+        resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+            ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET) for name, value in entries
+        ])
+        return admin.incremental_alter_configs([resource])[resource]
+
+    alter(("share.auto.offset.reset", "earliest"), ("share.record.lock.duration.ms", "2000")).result(30)
+    resource = ConfigResource(ResourceType.GROUP, group)
+    described = admin.describe_configs([resource])[resource].result(30)
+    for name, value in [("share.auto.offset.reset", "earliest"), ("share.record.lock.duration.ms", "2000")]:
+        entry = described.get(name)
+        # confluent-kafka gives the source as its number.
+        if entry is None or entry.value != value or int(entry.source) != ConfigSource.GROUP_CONFIG.value:
+            fail(f"DescribeConfigs reports {name} as {entry} (source {entry.source if entry else None})")
+    for name in ["share.heartbeat.interval.ms", "no.such.config"]:
+        try:
+            alter((name, "1000")).result(30)
+            fail(f"setting {name} on a group was accepted")
+        except KafkaException as error:
+            if error.args[0].code() != KafkaError.INVALID_CONFIG:
+                fail(f"setting {name}: {error}")
+    # The broker would start this group at the end of the partition; its config says the
+    # beginning, so the child gets records produced before the group existed.
+    held = acquire_in_a_killed_child(args, group)
+    b = share_consumer(args.bootstrap, group, args.topic)
+    got = {}
+    # Within 20 s: the group's 2 s lock, not the broker's 30 s one, must have expired.
+    end = deadline(20)
+    while not set(held) <= set(got) and time.monotonic() < end:
+        for m in records(b):
+            b.acknowledge(m, AcknowledgeType.ACCEPT)
+            got[m.offset()] = m.delivery_count()
+        b.commit_sync()
+    if not set(held) <= set(got):
+        fail(f"the killed consumer held {held}; after 20 s the other had only {sorted(got)}")
+    b.close()
+    print(f"group-config: earliest start and a 2 s lock per group; {len(held)} records came back")
+
+
+def killed(args):
+    create_topic(args.bootstrap, args.topic)
+    produce(args.bootstrap, args.topic, [f"r{n}" for n in range(10)])
+    held = acquire_in_a_killed_child(args, "killed")
     b = share_consumer(args.bootstrap, "killed", args.topic)
     got = {}
     end = deadline()
@@ -351,6 +418,7 @@ SCENARIOS = {
     "reject": reject,
     "poison": poison,
     "pubsub": pubsub,
+    "group-config": group_config,
     "restart-a": restart_a,
     "restart-b": restart_b,
 }
@@ -361,6 +429,7 @@ def main():
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
+    parser.add_argument("--group", default="killed", help="child-acquire: the share group to join")
     args = parser.parse_args()
     SCENARIOS[args.scenario](args)
     sys.stdout.flush()

@@ -54,6 +54,14 @@ fn run_scenario_on(bootstrap: &str, scenario: &str, topic: &str) {
     );
 }
 
+/// Per-group configs on a broker left at its defaults (latest start, 30 s locks): the group's
+/// `share.auto.offset.reset` and `share.record.lock.duration.ms` decide instead.
+#[test]
+fn a_share_groups_own_configs_set_its_start_and_its_lock_duration() {
+    let broker = StrataProcess::start_with(StrataOptions::default());
+    run_scenario(&broker, "group-config", "share-group-config");
+}
+
 fn scenario(name: &str) {
     let broker = start_broker();
     run_scenario(&broker, name, &format!("share-{name}"));

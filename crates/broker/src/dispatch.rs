@@ -304,7 +304,7 @@ async fn route(
             reply(broker, ctx, records::delete_records(broker, r, ctx).await)
         }
         RequestKind::DescribeConfigs(r) => {
-            reply(broker, ctx, configs::describe_configs(broker, r, ctx))
+            reply(broker, ctx, configs::describe_configs(broker, r, ctx).await)
         }
         RequestKind::AlterConfigs(r) => {
             reply(broker, ctx, configs::alter_configs(broker, r, ctx).await)

@@ -197,6 +197,16 @@ pub fn quota_error_code(error: &QuotaError) -> i16 {
     }
 }
 
+/// The group-config layer's errors as Kafka codes: a refused name or value is INVALID_CONFIG,
+/// as Kafka answers for group configs.
+pub fn group_config_error_code(error: &crate::group_configs::GroupConfigError) -> i16 {
+    use crate::group_configs::GroupConfigError;
+    match error {
+        GroupConfigError::Invalid(_) => code::INVALID_CONFIG,
+        GroupConfigError::Storage(_) | GroupConfigError::Contended => code::KAFKA_STORAGE_ERROR,
+    }
+}
+
 /// Why a topic a request names by name cannot be served.
 #[derive(Debug, thiserror::Error)]
 pub enum LookupError {

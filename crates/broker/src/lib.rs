@@ -22,6 +22,7 @@ mod error_codes;
 pub mod errors;
 mod fetch_sessions;
 mod framing;
+pub mod group_configs;
 mod handlers;
 mod limits;
 pub mod quotas;

@@ -253,6 +253,9 @@ impl Broker {
     /// Keeps SCRAM users in `store` (the cluster's storage), cached per the settings.
     /// Keeps share-partition state in `store` (without it, share state lives in memory only
     /// and dies with the broker).
+    /// Per-group configs live there too; every broker polls their change marker each
+    /// `quota_refresh_interval`, the refresh of the other dynamic settings clients make. Must
+    /// be called within the tokio runtime.
     pub fn with_share_state(mut self, store: Arc<dyn ObjectStore>) -> Self {
         self.share = Arc::new(share_state(
             &self.log,
@@ -260,6 +263,11 @@ impl Broker {
             &self.settings,
             self.share_seed,
             Some(store),
+        ));
+        tokio::spawn(crate::group_configs::GroupConfigs::watch(
+            Arc::downgrade(&self.share.configs),
+            Arc::clone(&self.clock),
+            self.settings.quota_refresh_interval,
         ));
         self
     }

@@ -190,6 +190,8 @@ pub struct ShareState {
     loading: tokio::sync::Mutex<()>,
     sessions: Mutex<HashMap<(String, String), Session>>,
     pub metrics: ShareMetrics,
+    /// Per-group configs (`share.auto.offset.reset`, `share.record.lock.duration.ms`).
+    pub(crate) configs: Arc<crate::group_configs::GroupConfigs>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -207,6 +209,7 @@ impl ShareState {
         Self {
             log,
             clock,
+            configs: Arc::new(crate::group_configs::GroupConfigs::new(store.clone())),
             store,
             groups: Mutex::new(ShareGroups::new(
                 settings.groups,
@@ -222,6 +225,14 @@ impl ShareState {
 
     fn now(&self) -> Duration {
         self.clock.monotonic()
+    }
+
+    /// The acquisition lock of `group`'s records: its `share.record.lock.duration.ms`, else
+    /// the broker's.
+    pub(crate) fn lock_duration(&self, group_id: &str) -> Duration {
+        self.configs
+            .cached_lock_duration(group_id)
+            .unwrap_or(self.settings.limits.lock_duration)
     }
 
     // ----- membership -----
@@ -403,9 +414,16 @@ impl ShareState {
         epoch: u64,
     ) -> Result<SharePart, ShareError> {
         let limits = self.settings.limits;
-        let fresh = |log: &LogManager| -> Result<SharePartition, ShareError> {
+        // A partition with no state starts where the group's `share.auto.offset.reset` says,
+        // else the broker's.
+        let fresh = |log: &LogManager,
+                     config: crate::group_configs::GroupConfig|
+         -> Result<SharePartition, ShareError> {
             let marks = log.watermarks(tp)?;
-            let start = match self.settings.auto_offset_reset {
+            let reset = config
+                .auto_offset_reset()
+                .unwrap_or(self.settings.auto_offset_reset);
+            let start = match reset {
                 ShareAutoOffsetReset::Latest => marks.high.0,
                 ShareAutoOffsetReset::Earliest => marks.log_start.0,
             };
@@ -413,7 +431,7 @@ impl ShareState {
         };
         let Some(store) = &self.store else {
             return Ok(SharePart {
-                state: Mutex::new(fresh(&self.log)?),
+                state: Mutex::new(fresh(&self.log, self.configs.cached(group_id))?),
                 epoch,
                 changes: AtomicU64::new(0),
                 stored: tokio::sync::Mutex::new(Stored {
@@ -439,7 +457,16 @@ impl ShareState {
                     Some(version),
                 )
             }
-            Err(StorageError::NotFound(_)) => (fresh(&self.log)?, None),
+            Err(StorageError::NotFound(_)) => {
+                // Read from storage, not the cache: a config set through another broker just
+                // before this first fetch must count.
+                let config = self
+                    .configs
+                    .read(group_id)
+                    .await
+                    .map_err(|e| ShareError::Storage(e.to_string()))?;
+                (fresh(&self.log, config)?, None)
+            }
             Err(e) => return Err(ShareError::Storage(e.to_string())),
         };
         // Claim: from here on a previous owner's write fails on the version.

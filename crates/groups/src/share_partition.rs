@@ -181,6 +181,12 @@ impl SharePartition {
         self.limits
     }
 
+    /// The acquisition lock of records acquired from now on (a group's
+    /// `share.record.lock.duration.ms` may change while the partition is in memory).
+    pub fn set_lock_duration(&mut self, lock_duration: Duration) {
+        self.limits.lock_duration = lock_duration;
+    }
+
     /// The state of `offset`, if it is in the window.
     pub fn state(&self, offset: i64) -> Option<(&RecordState, u16)> {
         let slot = self.slot(offset)?;

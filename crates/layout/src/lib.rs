@@ -41,6 +41,7 @@ pub mod cas;
 pub mod catalog;
 pub mod cluster;
 mod error;
+pub mod group_configs;
 pub mod ids;
 pub mod partition;
 pub mod producer_ids;
@@ -63,7 +64,7 @@ pub fn key_area(key: &str) -> &'static str {
         BROKERS_PREFIX, DRAIN_PREFIX, OWNERS_CHANGES_KEY, OWNERS_PREFIX, PLACEMENT_CHANGES_KEY,
         PLACEMENT_PREFIX,
     };
-    let areas: [(&str, &'static str); 17] = [
+    let areas: [(&str, &'static str); 19] = [
         (acls::PREFIX, "acls"),
         (acls::CHANGES_KEY, "acls"),
         (BROKERS_PREFIX, "membership"),
@@ -81,6 +82,8 @@ pub fn key_area(key: &str) -> &'static str {
         (quotas::PREFIX, "quotas"),
         (quotas::CHANGES_KEY, "quotas"),
         (share::PREFIX, "share"),
+        (group_configs::PREFIX, "group_configs"),
+        (group_configs::CHANGES_KEY, "group_configs"),
     ];
     areas
         .iter()
@@ -113,6 +116,8 @@ mod key_area_tests {
             ("security/acls-changes", "acls"),
             ("security/quotas/7573657200", "quotas"),
             ("security/quotas-changes", "quotas"),
+            ("configs/groups/67", "group_configs"),
+            ("configs/groups-changes", "group_configs"),
             ("elsewhere", "other"),
         ] {
             assert_eq!(key_area(key), area, "{key}");

@@ -4,7 +4,8 @@
 //! configs are Kafka's standard names filled from this broker's settings: they come from
 //! `strata.toml` (or the environment, or flags) and are not dynamically changeable, so altering
 //! a broker resource is refused with a message that says where to change it. A broker's logger
-//! list (BROKER_LOGGER) is empty: log levels are one process-wide filter.
+//! list (BROKER_LOGGER) is empty: log levels are one process-wide filter. Group configs (GROUP)
+//! are stored per group and honoured as `crate::group_configs` says.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use strata_log::{LogConfig, TopicConfig, TopicInfo};
 use super::{refuse_internal, str_bytes};
 use crate::authorize::{Authz, Op, Res};
 use crate::errors::{code, error_code, message};
+use crate::group_configs;
 use crate::server::Broker;
 use crate::BrokerSettings;
 use crate::RequestContext;
@@ -43,6 +45,7 @@ mod source {
     pub const TOPIC_CONFIG: i8 = 1;
     pub const STATIC_BROKER_CONFIG: i8 = 4;
     pub const DEFAULT_CONFIG: i8 = 5;
+    pub const GROUP_CONFIG: i8 = 8;
 }
 
 /// Kafka's ConfigType values (DescribeConfigs v3+).
@@ -99,7 +102,14 @@ fn type_of(name: &str) -> i8 {
         | "group.max.size"
         | "group.initial.rebalance.delay.ms"
         | "group.min.session.timeout.ms"
-        | "group.max.session.timeout.ms" => config_type::INT,
+        | "group.max.session.timeout.ms"
+        | "consumer.session.timeout.ms"
+        | "consumer.heartbeat.interval.ms"
+        | "share.session.timeout.ms"
+        | "share.heartbeat.interval.ms"
+        | "share.record.lock.duration.ms"
+        | "share.delivery.count.limit"
+        | "share.partition.max.record.locks" => config_type::INT,
         "default.replication.factor" => config_type::SHORT,
         "auto.create.topics.enable" => config_type::BOOLEAN,
         _ => config_type::STRING,
@@ -129,6 +139,10 @@ fn config_authorized(
             authz.allows_cluster(operation),
             code::CLUSTER_AUTHORIZATION_FAILED,
         ),
+        resource::GROUP => (
+            authz.allows(operation, Res::Group, name),
+            code::GROUP_AUTHORIZATION_FAILED,
+        ),
         // Refused as unsupported by the caller.
         _ => (true, code::NONE),
     };
@@ -139,13 +153,22 @@ fn config_authorized(
     }
 }
 
-pub(crate) fn describe_configs(
+pub(crate) async fn describe_configs(
     broker: &Broker,
     request: DescribeConfigsRequest,
     ctx: &RequestContext,
 ) -> DescribeConfigsResponse {
     let v = ctx.api_version;
     let authz = broker.authz(ctx);
+    // Group configs are read from storage first (the rest is in memory).
+    let mut groups = BTreeMap::new();
+    for res in &request.resources {
+        if res.resource_type == resource::GROUP {
+            let name = res.resource_name.to_string();
+            let read = group_entries(broker, &name).await;
+            groups.insert(name, read);
+        }
+    }
     let results = request
         .resources
         .into_iter()
@@ -180,6 +203,9 @@ pub(crate) fn describe_configs(
                 resource::BROKER_LOGGER => {
                     check_broker_name(broker, res.resource_name.as_str()).map(|()| Vec::new())
                 }
+                resource::GROUP => groups
+                    .remove(res.resource_name.as_str())
+                    .unwrap_or_else(|| Ok(Vec::new())),
                 other => Err((
                     code::INVALID_REQUEST,
                     format!("config resource type {other} is not supported"),
@@ -376,6 +402,103 @@ fn broker_entries(broker: &Broker, name: &str) -> Result<Vec<(ConfigEntry, i8)>,
     ])
 }
 
+/// A group's configs: the ones it set (GROUP_CONFIG), the honoured ones it did not at the
+/// broker's value, and, read-only, the broker-wide settings Kafka would let it override.
+async fn group_entries(
+    broker: &Broker,
+    group: &str,
+) -> Result<Vec<(ConfigEntry, i8)>, (i16, String)> {
+    if group.is_empty() {
+        return Err((
+            code::INVALID_REQUEST,
+            "a group config resource needs a group id".into(),
+        ));
+    }
+    let config = broker
+        .share
+        .configs
+        .read(group)
+        .await
+        .map_err(|e| (crate::errors::group_config_error_code(&e), e.to_string()))?;
+    let s = &broker.settings;
+    let honoured = [
+        (
+            group_configs::SHARE_AUTO_OFFSET_RESET,
+            s.share_auto_offset_reset.as_str().to_string(),
+        ),
+        (
+            group_configs::SHARE_RECORD_LOCK_DURATION_MS,
+            s.group_share_record_lock_duration.as_millis().to_string(),
+        ),
+    ];
+    let mut out = Vec::new();
+    for (name, broker_value) in honoured {
+        let (value, src) = match config.values.get(name) {
+            Some(v) => (v.clone(), source::GROUP_CONFIG),
+            None => (broker_value, source::STATIC_BROKER_CONFIG),
+        };
+        out.push((
+            ConfigEntry {
+                name,
+                value,
+                is_default: src != source::GROUP_CONFIG,
+                read_only: false,
+            },
+            src,
+        ));
+    }
+    for (name, value) in group_configs::broker_wide(s) {
+        out.push((
+            ConfigEntry {
+                name,
+                value,
+                is_default: true,
+                read_only: true,
+            },
+            source::STATIC_BROKER_CONFIG,
+        ));
+    }
+    Ok(out)
+}
+
+/// Validates a group's config changes and applies them (`replace`: AlterConfigs' whole-set
+/// semantics).
+async fn alter_group(
+    broker: &Broker,
+    group: &str,
+    changes: Vec<(String, Option<String>)>,
+    replace: bool,
+    validate_only: bool,
+) -> Result<(), (i16, String)> {
+    if group.is_empty() {
+        return Err((
+            code::INVALID_REQUEST,
+            "a group config resource needs a group id".into(),
+        ));
+    }
+    let invalid = |e: group_configs::GroupConfigError| {
+        (crate::errors::group_config_error_code(&e), e.to_string())
+    };
+    let mut checked = Vec::with_capacity(changes.len());
+    for (name, value) in changes {
+        let value = match value {
+            Some(v) => Some(group_configs::validate(&name, &v).map_err(invalid)?),
+            // Removing a config Strata does not keep is refused like setting it.
+            None => {
+                group_configs::check_name(&name).map_err(invalid)?;
+                None
+            }
+        };
+        checked.push((name, value));
+    }
+    broker
+        .share
+        .configs
+        .alter(group, &checked, replace, validate_only)
+        .await
+        .map_err(invalid)
+}
+
 /// A BROKER or BROKER_LOGGER resource names this broker's id, or is empty (the cluster-wide
 /// defaults).
 fn check_broker_name(broker: &Broker, name: &str) -> Result<(), (i16, String)> {
@@ -452,6 +575,21 @@ pub(crate) async fn alter_configs(
             }
             resource::BROKER => Err(broker_is_read_only()),
             resource::BROKER_LOGGER => Err(no_loggers()),
+            resource::GROUP => {
+                let changes = res
+                    .configs
+                    .iter()
+                    .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+                    .collect();
+                alter_group(
+                    broker,
+                    res.resource_name.as_str(),
+                    changes,
+                    true,
+                    request.validate_only,
+                )
+                .await
+            }
             other => Err((
                 code::INVALID_REQUEST,
                 format!("config resource type {other} is not supported"),
@@ -512,6 +650,19 @@ pub(crate) async fn incremental_alter_configs(
             },
             resource::BROKER => Err(broker_is_read_only()),
             resource::BROKER_LOGGER => Err(no_loggers()),
+            resource::GROUP => match group_changes(&res.configs) {
+                Err(e) => Err(e),
+                Ok(changes) => {
+                    alter_group(
+                        broker,
+                        res.resource_name.as_str(),
+                        changes,
+                        false,
+                        request.validate_only,
+                    )
+                    .await
+                }
+            },
             other => Err((
                 code::INVALID_REQUEST,
                 format!("config resource type {other} is not supported"),
@@ -587,6 +738,48 @@ fn incremental_changes(
                 Some(items.join(","))
             }
             other => {
+                return Err((
+                    code::INVALID_REQUEST,
+                    format!("unknown config operation {other}"),
+                ))
+            }
+        };
+        changes.push((name, change));
+    }
+    Ok(changes)
+}
+
+/// IncrementalAlterConfigs operations on a group: SET and DELETE (no group config is a list,
+/// so APPEND and SUBTRACT are refused, as Kafka does for non-list configs).
+fn group_changes(
+    configs: &[kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig],
+) -> Result<Vec<ConfigChange>, (i16, String)> {
+    let mut seen = std::collections::HashSet::new();
+    let mut changes = Vec::with_capacity(configs.len());
+    for c in configs {
+        let name = c.name.to_string();
+        if !seen.insert(name.clone()) {
+            return Err((
+                code::INVALID_REQUEST,
+                format!("config {name} appears more than once in the request"),
+            ));
+        }
+        let change = match (c.config_operation, &c.value) {
+            (op::SET, Some(value)) => Some(value.to_string()),
+            (op::SET, None) => {
+                return Err((
+                    code::INVALID_REQUEST,
+                    format!("SET of config {name} needs a value"),
+                ))
+            }
+            (op::DELETE, _) => None,
+            (op::APPEND | op::SUBTRACT, _) => {
+                return Err((
+                    code::INVALID_CONFIG,
+                    format!("config {name} is not a list: APPEND and SUBTRACT do not apply"),
+                ))
+            }
+            (other, _) => {
                 return Err((
                     code::INVALID_REQUEST,
                     format!("unknown config operation {other}"),

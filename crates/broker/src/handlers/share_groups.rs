@@ -288,6 +288,9 @@ pub(crate) async fn share_fetch(
         return response;
     };
     let (group_id, member_id) = (group_id.0.to_string(), member_id.to_string());
+    let lock_duration = broker.share.lock_duration(&group_id);
+    response.acquisition_lock_timeout_ms =
+        i32::try_from(lock_duration.as_millis()).unwrap_or(i32::MAX);
     if !broker.authz(ctx).allows(Op::Read, Res::Group, &group_id) {
         response.error_code = code::GROUP_AUTHORIZATION_FAILED;
         return response;
@@ -539,7 +542,9 @@ async fn acquire(
             })
         })
         .collect();
+    let lock_duration = broker.share.lock_duration(group_id);
     let ((used, ranges, counts), _) = part.update(|p| {
+        p.set_lock_duration(lock_duration);
         (
             p.acquire(member, &spans, max_records, broker.clock.monotonic()),
             false,
