@@ -18,6 +18,21 @@ use tempfile::TempDir;
 use crate::binary::strata_binary;
 use crate::wait::DEADLINE;
 
+/// One HTTP/1.1 GET of `path` with extra header lines (each ending in CRLF); the whole answer.
+pub fn http_get(address: SocketAddr, path: &str, headers: &str) -> String {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    stream
+        .set_read_timeout(Some(DEADLINE))
+        .expect("read timeout");
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: strata\r\n{headers}\r\n").as_bytes())
+        .expect("send the request");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("read the answer");
+    text
+}
+
 /// How many lines of broker output are kept to print when a test fails.
 const LOG_LINES_KEPT: usize = 4000;
 /// How many of those are printed.
@@ -292,6 +307,28 @@ impl StrataProcess {
     /// The pid for kill(2). The Child still holds it unreaped, so it names our broker.
     fn pid_t(&self) -> libc::pid_t {
         libc::pid_t::try_from(self.pid()).expect("pid fits pid_t")
+    }
+
+    /// The address of the broker's HTTP endpoint (`--metrics-listen`), from its log.
+    pub fn metrics_address(&self) -> SocketAddr {
+        let line = self
+            .log_lines_containing("metrics on ")
+            .pop()
+            .expect("the broker logged its metrics address");
+        line.rsplit("metrics on ")
+            .next()
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|address| address.parse().ok())
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+    }
+
+    /// The value of one series (labels included) on the broker's /metrics, None if absent.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let text = http_get(self.metrics_address(), "/metrics", "");
+        let prefix = format!("{series} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .map(|v| v.trim().parse().expect("a number"))
     }
 
     /// Every kept line of the broker's output (the last few thousand) that contains `needle`.

@@ -5,8 +5,7 @@
 // A failed expectation in a test is a panic; helpers here are test code too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -20,6 +19,7 @@ use strata_tests::binary::strata_binary;
 use strata_tests::clients::{create_topic, producer};
 use strata_tests::cluster::Cluster;
 use strata_tests::command::{run_with_deadline, Finished};
+use strata_tests::process::http_get;
 use strata_tests::raw::{produce_partition_response, produce_request, RawConnection};
 use strata_tests::wait::{wait_until, DEADLINE};
 use strata_tests::{StrataOptions, StrataProcess};
@@ -37,40 +37,11 @@ fn strata(args: &[&str]) -> Finished {
     run_with_deadline(command, b"", DEADLINE)
 }
 
-fn metrics_address(broker: &StrataProcess) -> SocketAddr {
-    let line = broker
-        .log_lines_containing("metrics on ")
-        .pop()
-        .expect("the broker logged its metrics address");
-    line.rsplit("metrics on ")
-        .next()
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|address| address.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-}
-
-/// One HTTP GET of `path` with extra header lines; the whole answer.
-fn http_get(address: SocketAddr, path: &str, headers: &str) -> String {
-    let mut stream = TcpStream::connect(address).unwrap();
-    stream.set_read_timeout(Some(DEADLINE)).unwrap();
-    stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: strata\r\n{headers}\r\n").as_bytes())
-        .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    text
-}
-
 /// The value of one series (labels included) in the broker's /metrics.
 fn metric(broker: &StrataProcess, series: &str) -> f64 {
-    let text = http_get(metrics_address(broker), "/metrics", "");
-    let prefix = format!("{series} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
+    broker
+        .metric(series)
         .unwrap_or_else(|| panic!("no {series} in /metrics"))
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -361,7 +332,7 @@ fn the_metrics_endpoint_wants_its_token_and_health_does_not() {
         .env
         .push(("STRATA_METRICS_TOKEN".into(), "t0ken-of-the-test".into()));
     let broker = StrataProcess::start_with(options);
-    let address = metrics_address(&broker);
+    let address = broker.metrics_address();
     let refused = http_get(address, "/metrics", "");
     assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
     let wrong = http_get(address, "/metrics", "Authorization: Bearer t0ken\r\n");

@@ -58,8 +58,25 @@ fn run_scenario_on(bootstrap: &str, scenario: &str, topic: &str) {
 /// `share.auto.offset.reset` and `share.record.lock.duration.ms` decide instead.
 #[test]
 fn a_share_groups_own_configs_set_its_start_and_its_lock_duration() {
-    let broker = StrataProcess::start_with(StrataOptions::default());
+    let broker = StrataProcess::start_with(
+        StrataOptions::default().with_args(["--metrics-listen", "127.0.0.1:0"]),
+    );
     run_scenario(&broker, "group-config", "share-group-config");
+    // The killed consumer's records came back: the share partition's own series counts them
+    // as redelivered, as the broker-wide one does (this broker served no other share group).
+    let series = |outcome: &str| {
+        format!(
+            "strata_share_partition_records_total{{group=\"share-group-config-configured\",\
+             topic=\"share-group-config\",partition=\"0\",outcome=\"{outcome}\"}}"
+        )
+    };
+    let redelivered = broker.metric(&series("redelivered")).unwrap_or(0.0);
+    assert!(redelivered >= 1.0, "redelivered {redelivered}");
+    assert_eq!(
+        broker.metric("strata_share_records_total{outcome=\"redelivered\"}"),
+        Some(redelivered)
+    );
+    assert!(broker.metric(&series("accepted")).unwrap_or(0.0) >= redelivered);
 }
 
 fn scenario(name: &str) {

@@ -24,7 +24,9 @@ use strata_groups::share::{
     ShareGroupConfig, ShareGroupDescription, ShareGroups, ShareHeartbeatRequest,
     ShareHeartbeatResponse,
 };
-use strata_groups::share_partition::{ShareCounts, ShareLimits, SharePartition, ShareSnapshot};
+/// Records by outcome, as the share metrics count them.
+pub use strata_groups::share_partition::ShareCounts;
+use strata_groups::share_partition::{ShareLimits, SharePartition, ShareSnapshot};
 use strata_groups::{GroupError, SeededMemberIds, TopicCatalog};
 use strata_log::{LogError, LogManager};
 use strata_storage::{ObjectKey, ObjectStore, PutMode, StorageError, Version};
@@ -101,6 +103,8 @@ pub(crate) struct SharePart {
     changes: AtomicU64,
     stored: tokio::sync::Mutex<Stored>,
     key: Option<ObjectKey>,
+    /// Records by outcome since this share partition was loaded here, for its metrics series.
+    counts: Mutex<ShareCounts>,
 }
 
 #[derive(Debug)]
@@ -148,6 +152,7 @@ pub(crate) enum SessionStep {
 #[derive(Debug, Default)]
 pub struct ShareMetrics {
     pub acquired: AtomicU64,
+    pub redelivered: AtomicU64,
     pub accepted: AtomicU64,
     pub released: AtomicU64,
     pub rejected: AtomicU64,
@@ -157,6 +162,7 @@ pub struct ShareMetrics {
 impl ShareMetrics {
     pub(crate) fn count(&self, c: ShareCounts) {
         self.acquired.fetch_add(c.acquired, Ordering::Relaxed);
+        self.redelivered.fetch_add(c.redelivered, Ordering::Relaxed);
         self.accepted.fetch_add(c.accepted, Ordering::Relaxed);
         self.released.fetch_add(c.released, Ordering::Relaxed);
         self.rejected.fetch_add(c.rejected, Ordering::Relaxed);
@@ -167,11 +173,24 @@ impl ShareMetrics {
 /// What `/metrics` shows of share groups.
 #[derive(Debug, Clone, Default)]
 pub struct ShareStats {
-    /// Records by outcome since start: acquired, accepted, released, rejected, archived.
+    /// Records by outcome since start: acquired, redelivered, accepted, released, rejected,
+    /// archived.
     pub records: Vec<(&'static str, u64)>,
     /// Records not yet done per share group, over the share partitions held here; at most
     /// [`MAX_BACKLOG_SERIES`] groups, sorted by name.
     pub backlog: Vec<(String, u64)>,
+    /// Per share partition held here (at most [`MAX_BACKLOG_SERIES`], sorted by group, topic
+    /// and partition): records by outcome since it was loaded, and its backlog.
+    pub partitions: Vec<SharePartitionStats>,
+}
+
+/// One share partition's series.
+#[derive(Debug, Clone)]
+pub struct SharePartitionStats {
+    pub group: String,
+    pub partition: TopicPartition,
+    pub counts: ShareCounts,
+    pub backlog: u64,
 }
 
 /// Bound on the backlog series one scrape reports (group ids are client-chosen).
@@ -225,6 +244,12 @@ impl ShareState {
 
     fn now(&self) -> Duration {
         self.clock.monotonic()
+    }
+
+    /// Counts records changing state in `part`, broker-wide and in the partition's series.
+    pub(crate) fn count(&self, part: &SharePart, counts: ShareCounts) {
+        self.metrics.count(counts);
+        lock(&part.counts).add(counts);
     }
 
     /// The acquisition lock of `group`'s records: its `share.record.lock.duration.ms`, else
@@ -365,7 +390,7 @@ impl ShareState {
         for tp in partitions {
             if let Some(part) = parts.get(&(group_id.to_string(), tp.clone())) {
                 let (counts, _) = part.update(|p| (p.release_member(member_id), false));
-                self.metrics.count(counts);
+                self.count(part, counts);
             }
         }
     }
@@ -439,6 +464,7 @@ impl ShareState {
                     persisted: 0,
                 }),
                 key: None,
+                counts: Mutex::new(ShareCounts::default()),
             });
         };
         let key = ObjectKey::new(strata_layout::share::key(
@@ -480,6 +506,7 @@ impl ShareState {
                 persisted: 0,
             }),
             key: Some(key),
+            counts: Mutex::new(ShareCounts::default()),
         })
     }
 
@@ -682,18 +709,49 @@ impl ShareState {
         let m = &self.metrics;
         let records = vec![
             ("acquired", m.acquired.load(Ordering::Relaxed)),
+            ("redelivered", m.redelivered.load(Ordering::Relaxed)),
             ("accepted", m.accepted.load(Ordering::Relaxed)),
             ("released", m.released.load(Ordering::Relaxed)),
             ("rejected", m.rejected.load(Ordering::Relaxed)),
             ("archived", m.archived.load(Ordering::Relaxed)),
         ];
         let mut per_group: std::collections::BTreeMap<String, u64> = Default::default();
-        for (group, _, n) in self.backlog() {
-            *per_group.entry(group).or_default() += n;
+        let mut partitions = Vec::new();
+        for (group, tp, n, counts) in self.held() {
+            *per_group.entry(group.clone()).or_default() += n;
+            partitions.push(SharePartitionStats {
+                group,
+                partition: tp,
+                counts,
+                backlog: n,
+            });
         }
         let mut backlog: Vec<(String, u64)> = per_group.into_iter().collect();
         backlog.truncate(MAX_BACKLOG_SERIES);
-        ShareStats { records, backlog }
+        partitions.sort_by(|a, b| (&a.group, &a.partition).cmp(&(&b.group, &b.partition)));
+        partitions.truncate(MAX_BACKLOG_SERIES);
+        ShareStats {
+            records,
+            backlog,
+            partitions,
+        }
+    }
+
+    /// Every held share partition: (group, partition, records not yet done, counts).
+    fn held(&self) -> Vec<(String, TopicPartition, u64, ShareCounts)> {
+        let parts: Vec<_> = lock(&self.parts)
+            .iter()
+            .map(|((g, tp), p)| (g.clone(), tp.clone(), Arc::clone(p)))
+            .collect();
+        parts
+            .into_iter()
+            .filter_map(|(g, tp, p)| {
+                let high = self.log.watermarks(&tp).ok()?.high;
+                let backlog = lock(&p.state).backlog(high.0);
+                let counts = *lock(&p.counts);
+                Some((g, tp, backlog, counts))
+            })
+            .collect()
     }
 
     /// Backlog of every held share partition: (group, partition, records not yet done).

@@ -106,6 +106,8 @@ pub struct AcquiredRange {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ShareCounts {
     pub acquired: u64,
+    /// Of `acquired`, the records delivered before (delivery count above 1).
+    pub redelivered: u64,
     pub accepted: u64,
     pub released: u64,
     pub rejected: u64,
@@ -115,10 +117,23 @@ pub struct ShareCounts {
 impl ShareCounts {
     pub fn add(&mut self, other: ShareCounts) {
         self.acquired += other.acquired;
+        self.redelivered += other.redelivered;
         self.accepted += other.accepted;
         self.released += other.released;
         self.rejected += other.rejected;
         self.archived += other.archived;
+    }
+
+    /// The counts by outcome, as the metrics name them.
+    pub fn by_outcome(&self) -> [(&'static str, u64); 6] {
+        [
+            ("acquired", self.acquired),
+            ("redelivered", self.redelivered),
+            ("accepted", self.accepted),
+            ("released", self.released),
+            ("rejected", self.rejected),
+            ("archived", self.archived),
+        ]
     }
 }
 
@@ -287,6 +302,7 @@ impl SharePartition {
         let mut ranges: Vec<AcquiredRange> = Vec::new();
         let mut used = Vec::with_capacity(batches.len());
         let mut taken = 0usize;
+        let mut redelivered = 0u64;
         for &(base, last) in batches {
             let mut any = false;
             let mut offset = base.max(self.start);
@@ -322,6 +338,9 @@ impl SharePartition {
                         };
                         slot.delivery_count = slot.delivery_count.saturating_add(1);
                         taken += 1;
+                        if slot.delivery_count > 1 {
+                            redelivered += 1;
+                        }
                         any = true;
                         match ranges.last_mut() {
                             Some(r)
@@ -344,6 +363,7 @@ impl SharePartition {
         }
         let counts = ShareCounts {
             acquired: taken as u64,
+            redelivered,
             ..ShareCounts::default()
         };
         (used, ranges, counts)
@@ -584,15 +604,25 @@ mod tests {
             p.acknowledge("a", 0, 1, &[1]),
             Err(ShareAckError::InvalidRecordState(0, 1))
         );
-        let (_, ranges, _) = p.acquire(&m("b"), &[(0, 1)], 10, Duration::from_secs(31));
+        let (_, ranges, counts) =
+            p.acquire(&m("b"), &[(0, 1), (2, 2)], 10, Duration::from_secs(31));
         assert_eq!(
             ranges,
-            vec![AcquiredRange {
-                first: 0,
-                last: 1,
-                delivery_count: 2
-            }]
+            vec![
+                AcquiredRange {
+                    first: 0,
+                    last: 1,
+                    delivery_count: 2
+                },
+                AcquiredRange {
+                    first: 2,
+                    last: 2,
+                    delivery_count: 1
+                }
+            ]
         );
+        // Three acquired, two of them delivered before.
+        assert_eq!((counts.acquired, counts.redelivered), (3, 2));
     }
 
     #[test]

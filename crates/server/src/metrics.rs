@@ -713,7 +713,7 @@ pub fn render(snapshot: &Snapshot) -> String {
         out.family(
             "strata_share_records_total",
             "counter",
-            "Share-group records by outcome: acquired by a member, accepted, released (by the member, a lock expiry or a closed session), rejected, archived at the delivery-count limit.",
+            "Share-group records by outcome: acquired by a member (redelivered: of those, the ones delivered before), accepted, released (by the member, a lock expiry or a closed session), rejected, archived at the delivery-count limit.",
         );
         for (outcome, n) in &share.records {
             out.sample("strata_share_records_total", &[("outcome", outcome)], n);
@@ -725,6 +725,43 @@ pub fn render(snapshot: &Snapshot) -> String {
         );
         for (group, n) in &share.backlog {
             out.sample("strata_share_backlog", &[("group", group)], n);
+        }
+        out.family(
+            "strata_share_partition_records_total",
+            "counter",
+            "Records of one share group on one partition by outcome, since this broker loaded that share partition (at most 100 share partitions).",
+        );
+        for p in &share.partitions {
+            let partition = p.partition.partition.to_string();
+            for (outcome, n) in p.counts.by_outcome() {
+                out.sample(
+                    "strata_share_partition_records_total",
+                    &[
+                        ("group", &p.group),
+                        ("topic", &p.partition.topic),
+                        ("partition", &partition),
+                        ("outcome", outcome),
+                    ],
+                    n,
+                );
+            }
+        }
+        out.family(
+            "strata_share_partition_backlog",
+            "gauge",
+            "Records of one share group on one partition not yet acknowledged or archived (at most 100 share partitions).",
+        );
+        for p in &share.partitions {
+            let partition = p.partition.partition.to_string();
+            out.sample(
+                "strata_share_partition_backlog",
+                &[
+                    ("group", &p.group),
+                    ("topic", &p.partition.topic),
+                    ("partition", &partition),
+                ],
+                p.backlog,
+            );
         }
     }
 
@@ -1285,6 +1322,16 @@ mod tests {
         snapshot.share = Some(strata_broker::share::ShareStats {
             records: vec![("accepted", 12), ("archived", 1)],
             backlog: vec![("workers".to_string(), 30)],
+            partitions: vec![strata_broker::share::SharePartitionStats {
+                group: "workers".to_string(),
+                partition: strata_core::TopicPartition::new("jobs", 2),
+                counts: strata_broker::share::ShareCounts {
+                    acquired: 7,
+                    redelivered: 2,
+                    ..Default::default()
+                },
+                backlog: 5,
+            }],
         });
         snapshot.transactions = Some(strata_broker::txn_coordinator::TxnStatsSnapshot {
             committed: 5,
@@ -1310,6 +1357,20 @@ mod tests {
         assert!(
             text.contains("strata_share_backlog{group=\"workers\"} 30\n"),
             "{text}"
+        );
+        assert_eq!(
+            value_of(
+                &text,
+                "strata_share_partition_records_total{group=\"workers\",topic=\"jobs\",partition=\"2\",outcome=\"redelivered\"}"
+            ),
+            "2"
+        );
+        assert_eq!(
+            value_of(
+                &text,
+                "strata_share_partition_backlog{group=\"workers\",topic=\"jobs\",partition=\"2\"}"
+            ),
+            "5"
         );
         assert_eq!(value_of(&text, "strata_cluster_live_brokers"), "3");
         assert_eq!(value_of(&text, "strata_fetch_sessions"), "4");

@@ -253,7 +253,7 @@ async fn acknowledge(
         for (first, last, types) in batches {
             match p.acknowledge(member_id, *first, *last, types) {
                 Ok(counts) => {
-                    broker.share.metrics.count(counts);
+                    broker.share.count(&part, counts);
                     changed = true;
                 }
                 Err(e) => {
@@ -522,7 +522,7 @@ async fn acquire(
     let now = broker.clock.monotonic();
     let (from, _) = part.update(|p| {
         let expired = p.expire_locks(now);
-        broker.share.metrics.count(expired);
+        broker.share.count(&part, expired);
         p.skip_to(marks.log_start.0);
         (p.next_fetch_offset(), false)
     });
@@ -550,7 +550,7 @@ async fn acquire(
             false,
         )
     });
-    broker.share.metrics.count(counts);
+    broker.share.count(&part, counts);
     let mut records = BytesMut::new();
     for (batch, used) in read.batches.iter().zip(used) {
         if used {
