@@ -28,8 +28,8 @@ Scenarios (--scenario), each on its own topic with one partition:
             makes records produced before the group existed its own, and
             `share.record.lock.duration.ms=2000` brings a killed consumer's records back long
             before the broker's 30 s lock would; DescribeConfigs reports both as GROUP_CONFIG;
-            configs Strata keeps only broker-wide, and unknown ones, are refused with
-            INVALID_CONFIG;
+            configs Strata keeps only broker-wide, unknown ones, and a heartbeat interval not
+            below the session timeout are refused with INVALID_CONFIG;
 - restart-a / restart-b: (the test kills and restarts the broker between them) restart-a
             produces 100 records and accepts offsets 0..49 only, then is SIGKILLed by itself
             (no close); restart-b must receive exactly offsets 50..99: no accepted record is
@@ -242,13 +242,16 @@ def group_config(args):
         # confluent-kafka gives the source as its number.
         if entry is None or entry.value != value or int(entry.source) != ConfigSource.GROUP_CONFIG.value:
             fail(f"DescribeConfigs reports {name} as {entry} (source {entry.source if entry else None})")
-    for name in ["share.heartbeat.interval.ms", "no.such.config"]:
+    # A limit Strata keeps broker-wide, an unknown name, and a heartbeat interval not below the
+    # session timeout are refused.
+    for entries in [[("share.delivery.count.limit", "4")], [("no.such.config", "1")],
+                    [("share.session.timeout.ms", "5000"), ("share.heartbeat.interval.ms", "5000")]]:
         try:
-            alter((name, "1000")).result(30)
-            fail(f"setting {name} on a group was accepted")
+            alter(*entries).result(30)
+            fail(f"setting {entries} on a group was accepted")
         except KafkaException as error:
             if error.args[0].code() != KafkaError.INVALID_CONFIG:
-                fail(f"setting {name}: {error}")
+                fail(f"setting {entries}: {error}")
     # The broker would start this group at the end of the partition; its config says the
     # beginning, so the child gets records produced before the group existed.
     held = acquire_in_a_killed_child(args, group)

@@ -7,13 +7,17 @@
 //! - `share.auto.offset.reset` (`earliest` / `latest`): where a share partition with no stored
 //!   state starts. Read from storage when the share partition is loaded, so a config set through
 //!   any broker just before the first ShareFetch is seen by the partition's owner.
-//! - `share.record.lock.duration.ms`: the acquisition lock of records acquired from then on,
-//!   applied on every broker within one `quota_refresh_interval` (a change marker is polled).
+//! - `share.record.lock.duration.ms`: the acquisition lock of records acquired from then on.
+//! - `consumer.session.timeout.ms`, `consumer.heartbeat.interval.ms` (KIP-848 groups) and
+//!   `share.session.timeout.ms`, `share.heartbeat.interval.ms` (share groups): a member's
+//!   session from its next heartbeat, and the interval that heartbeat's answer asks for.
 //!
-//! Kafka's other group configs (`consumer.session.timeout.ms`, `share.heartbeat.interval.ms`,
-//! ...) are refused with INVALID_CONFIG and a message naming the broker setting that applies to
-//! every group instead, and names Kafka does not know with Kafka's own message. DescribeConfigs
-//! lists the two honoured configs and, read-only, the broker-wide timings that apply.
+//! All but the first apply on every broker within one `quota_refresh_interval` (a change marker
+//! is polled), and at once on the broker that changed them. Kafka's other group configs
+//! (`share.delivery.count.limit`, `share.partition.max.record.locks`) are refused with
+//! INVALID_CONFIG and a message naming the broker setting that applies to every group instead,
+//! and names Kafka does not know with Kafka's own message. DescribeConfigs lists the honoured
+//! configs and, read-only, the broker-wide limits that apply.
 //!
 //! Storage: one object per group with configs, changed by compare-and-swap
 //! (`strata_layout::group_configs`); a broker without shared storage keeps them in memory.
@@ -35,23 +39,23 @@ const CAS_ATTEMPTS: usize = 8;
 
 pub const SHARE_AUTO_OFFSET_RESET: &str = "share.auto.offset.reset";
 pub const SHARE_RECORD_LOCK_DURATION_MS: &str = "share.record.lock.duration.ms";
+pub const CONSUMER_SESSION_TIMEOUT_MS: &str = "consumer.session.timeout.ms";
+pub const CONSUMER_HEARTBEAT_INTERVAL_MS: &str = "consumer.heartbeat.interval.ms";
+pub const SHARE_SESSION_TIMEOUT_MS: &str = "share.session.timeout.ms";
+pub const SHARE_HEARTBEAT_INTERVAL_MS: &str = "share.heartbeat.interval.ms";
+
+/// The honoured configs that are a number of milliseconds.
+const MILLISECONDS: &[&str] = &[
+    SHARE_RECORD_LOCK_DURATION_MS,
+    CONSUMER_SESSION_TIMEOUT_MS,
+    CONSUMER_HEARTBEAT_INTERVAL_MS,
+    SHARE_SESSION_TIMEOUT_MS,
+    SHARE_HEARTBEAT_INTERVAL_MS,
+];
 
 /// Kafka's group configs Strata does not keep per group, with the broker setting that applies
 /// to every group instead.
 const BROKER_WIDE: &[(&str, &str)] = &[
-    (
-        "consumer.session.timeout.ms",
-        "group_consumer_session_timeout",
-    ),
-    (
-        "consumer.heartbeat.interval.ms",
-        "group_consumer_heartbeat_interval",
-    ),
-    ("share.session.timeout.ms", "group_share_session_timeout"),
-    (
-        "share.heartbeat.interval.ms",
-        "group_share_heartbeat_interval",
-    ),
     (
         "share.delivery.count.limit",
         "group_share_delivery_count_limit",
@@ -95,7 +99,7 @@ pub fn validate(name: &str, value: &str) -> Result<String, GroupConfigError> {
                 "Invalid value {value} for configuration {name}: must be earliest or latest"
             ))),
         },
-        SHARE_RECORD_LOCK_DURATION_MS => match value.trim().parse::<i64>() {
+        _ if MILLISECONDS.contains(&name) => match value.trim().parse::<i64>() {
             Ok(ms) if (1..=i64::from(i32::MAX)).contains(&ms) => Ok(ms.to_string()),
             _ => Err(GroupConfigError::Invalid(format!(
                 "Invalid value {value} for configuration {name}: must be a number of \
@@ -110,7 +114,8 @@ pub fn validate(name: &str, value: &str) -> Result<String, GroupConfigError> {
 /// Whether `name` is a config Strata keeps per group.
 pub fn check_name(name: &str) -> Result<(), GroupConfigError> {
     match name {
-        SHARE_AUTO_OFFSET_RESET | SHARE_RECORD_LOCK_DURATION_MS => Ok(()),
+        SHARE_AUTO_OFFSET_RESET => Ok(()),
+        _ if MILLISECONDS.contains(&name) => Ok(()),
         _ => Err(unsupported(name)),
     }
 }
@@ -142,10 +147,30 @@ impl GroupConfig {
     }
 
     pub fn lock_duration(&self) -> Option<Duration> {
+        self.millis(SHARE_RECORD_LOCK_DURATION_MS)
+    }
+
+    fn millis(&self, name: &str) -> Option<Duration> {
         self.values
-            .get(SHARE_RECORD_LOCK_DURATION_MS)
+            .get(name)
             .and_then(|v| v.parse::<u64>().ok())
             .map(Duration::from_millis)
+    }
+
+    /// The KIP-848 timings the group sets for itself.
+    pub fn consumer_timeouts(&self) -> strata_groups::GroupTimeouts {
+        strata_groups::GroupTimeouts {
+            session: self.millis(CONSUMER_SESSION_TIMEOUT_MS),
+            heartbeat_interval: self.millis(CONSUMER_HEARTBEAT_INTERVAL_MS),
+        }
+    }
+
+    /// The share-group timings the group sets for itself.
+    pub fn share_timeouts(&self) -> strata_groups::GroupTimeouts {
+        strata_groups::GroupTimeouts {
+            session: self.millis(SHARE_SESSION_TIMEOUT_MS),
+            heartbeat_interval: self.millis(SHARE_HEARTBEAT_INTERVAL_MS),
+        }
     }
 }
 
@@ -211,19 +236,18 @@ impl GroupConfigs {
         Ok(config)
     }
 
-    /// Applies `changes` (validated by the caller) in one compare-and-swap; `replace` first
-    /// drops every config not named (AlterConfigs' semantics). Nothing is written when
-    /// `validate_only`.
+    /// Applies `changes` (each validated by the caller) in one compare-and-swap; `replace`
+    /// first drops every config not named (AlterConfigs' semantics). `check` judges the
+    /// resulting set as a whole (a heartbeat interval below its session timeout). Nothing is
+    /// written when `validate_only`.
     pub async fn alter(
         &self,
         group: &str,
         changes: &[Change],
         replace: bool,
         validate_only: bool,
+        check: impl Fn(&GroupConfig) -> Result<(), GroupConfigError>,
     ) -> Result<(), GroupConfigError> {
-        if validate_only {
-            return Ok(());
-        }
         let apply = |values: &mut BTreeMap<String, String>| {
             if replace {
                 values.clear();
@@ -238,9 +262,17 @@ impl GroupConfigs {
         let Some(store) = &self.store else {
             let mut config = self.cached(group);
             apply(&mut config.values);
-            self.remember(group, config);
+            check(&config)?;
+            if !validate_only {
+                self.remember(group, config);
+            }
             return Ok(());
         };
+        if validate_only {
+            let mut config = self.read(group).await?;
+            apply(&mut config.values);
+            return check(&config);
+        }
         let key = object_key(group_configs::key(group))?;
         let fresh = || StoredGroupConfig {
             group: group.to_string(),
@@ -253,6 +285,9 @@ impl GroupConfigs {
             fresh,
             |stored: &mut StoredGroupConfig| {
                 apply(&mut stored.values);
+                check(&GroupConfig {
+                    values: stored.values.clone(),
+                })?;
                 Ok::<_, GroupConfigError>((true, stored.values.clone()))
             },
         )
@@ -263,6 +298,18 @@ impl GroupConfigs {
         self.remember(group, GroupConfig { values });
         cas::bump_marker(store.as_ref(), &object_key(group_configs::CHANGES_KEY)?).await?;
         Ok(())
+    }
+
+    #[cfg(test)]
+    async fn alter_unchecked(
+        &self,
+        group: &str,
+        changes: &[Change],
+        replace: bool,
+        validate_only: bool,
+    ) -> Result<(), GroupConfigError> {
+        self.alter(group, changes, replace, validate_only, |_| Ok(()))
+            .await
     }
 
     /// Every stored group with configs.
@@ -340,24 +387,7 @@ impl GroupConfigs {
 /// The broker-wide settings Kafka lets a group override, as DescribeConfigs reports them for
 /// a group (read-only here: see the module documentation).
 pub fn broker_wide(settings: &crate::BrokerSettings) -> Vec<(&'static str, String)> {
-    let ms = |d: Duration| d.as_millis().to_string();
     vec![
-        (
-            "consumer.session.timeout.ms",
-            ms(settings.group_consumer_session_timeout),
-        ),
-        (
-            "consumer.heartbeat.interval.ms",
-            ms(settings.group_consumer_heartbeat_interval),
-        ),
-        (
-            "share.session.timeout.ms",
-            ms(settings.group_share_session_timeout),
-        ),
-        (
-            "share.heartbeat.interval.ms",
-            ms(settings.group_share_heartbeat_interval),
-        ),
         (
             "share.delivery.count.limit",
             settings.group_share_delivery_count_limit.to_string(),
@@ -386,7 +416,7 @@ mod tests {
         let a = GroupConfigs::new(Some(Arc::clone(&store)));
         let b = GroupConfigs::new(Some(Arc::clone(&store)));
         assert_eq!(b.read("g").await.unwrap(), GroupConfig::default());
-        a.alter(
+        a.alter_unchecked(
             "g",
             &[set(SHARE_AUTO_OFFSET_RESET, "earliest")],
             false,
@@ -397,15 +427,15 @@ mod tests {
         let lock = [set(SHARE_RECORD_LOCK_DURATION_MS, "15000")];
         let latest = [set(SHARE_AUTO_OFFSET_RESET, "latest")];
         let (x, y) = tokio::join!(
-            a.alter("g", &lock, false, false),
-            b.alter("g", &latest, false, false)
+            a.alter_unchecked("g", &lock, false, false),
+            b.alter_unchecked("g", &latest, false, false)
         );
         x.unwrap();
         y.unwrap();
         let read = b.read("g").await.unwrap();
         assert_eq!(read.auto_offset_reset(), Some(ShareAutoOffsetReset::Latest));
         assert_eq!(read.lock_duration(), Some(Duration::from_secs(15)));
-        a.alter("g", &[set(SHARE_AUTO_OFFSET_RESET, "earliest")], true, true)
+        a.alter_unchecked("g", &[set(SHARE_AUTO_OFFSET_RESET, "earliest")], true, true)
             .await
             .unwrap();
         assert_eq!(
@@ -414,7 +444,7 @@ mod tests {
             "validate_only writes nothing"
         );
         // AlterConfigs replaces the whole set.
-        a.alter(
+        a.alter_unchecked(
             "g",
             &[set(SHARE_AUTO_OFFSET_RESET, "earliest")],
             true,
@@ -424,7 +454,7 @@ mod tests {
         .unwrap();
         let read = b.read("g").await.unwrap();
         assert_eq!(read.lock_duration(), None);
-        a.alter("g", &[(SHARE_AUTO_OFFSET_RESET.into(), None)], false, false)
+        a.alter_unchecked("g", &[(SHARE_AUTO_OFFSET_RESET.into(), None)], false, false)
             .await
             .unwrap();
         assert!(b.read("g").await.unwrap().values.is_empty());
@@ -451,11 +481,15 @@ mod tests {
                 Err(GroupConfigError::Invalid(_))
             ));
         }
-        let Err(GroupConfigError::Invalid(why)) = validate("share.heartbeat.interval.ms", "1")
+        assert_eq!(
+            validate(CONSUMER_SESSION_TIMEOUT_MS, "6000").unwrap(),
+            "6000"
+        );
+        let Err(GroupConfigError::Invalid(why)) = validate("share.delivery.count.limit", "4")
         else {
             panic!("accepted");
         };
-        assert!(why.contains("group_share_heartbeat_interval"), "{why}");
+        assert!(why.contains("group_share_delivery_count_limit"), "{why}");
         let Err(GroupConfigError::Invalid(why)) = validate("nonsense", "1") else {
             panic!("accepted");
         };
@@ -481,7 +515,7 @@ mod tests {
         ));
         settle().await;
         GroupConfigs::new(Some(store))
-            .alter(
+            .alter_unchecked(
                 "g",
                 &[set(SHARE_RECORD_LOCK_DURATION_MS, "5000")],
                 false,

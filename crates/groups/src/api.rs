@@ -415,6 +415,17 @@ pub struct ConsumerHeartbeatRequest {
     pub owned: Option<Assignment>,
     pub client_id: String,
     pub client_host: String,
+    /// The group's own `consumer.session.timeout.ms` and `consumer.heartbeat.interval.ms`
+    /// (Kafka's group configs), which the broker passes in; unset ones are the coordinator's.
+    pub timeouts: GroupTimeouts,
+}
+
+/// A group's own timings (Kafka's group configs), overriding the coordinator's settings for
+/// that group.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupTimeouts {
+    pub session: Option<std::time::Duration>,
+    pub heartbeat_interval: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

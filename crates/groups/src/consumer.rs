@@ -747,8 +747,15 @@ fn heartbeat(
     catalog: &dyn TopicCatalog,
     changes: &mut Changes,
 ) -> Result<ConsumerHeartbeatResponse, GroupError> {
-    let session = cx.config.consumer_session_timeout;
-    let interval = duration_ms(cx.config.consumer_heartbeat_interval);
+    let session = req
+        .timeouts
+        .session
+        .unwrap_or(cx.config.consumer_session_timeout);
+    let interval = duration_ms(
+        req.timeouts
+            .heartbeat_interval
+            .unwrap_or(cx.config.consumer_heartbeat_interval),
+    );
     if req.member_epoch == LEAVE_GROUP_MEMBER_EPOCH
         || req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH
     {
@@ -900,7 +907,10 @@ fn join(
     req: &ConsumerHeartbeatRequest,
     changes: &mut Changes,
 ) -> Result<String, GroupError> {
-    let session = cx.config.consumer_session_timeout;
+    let session = req
+        .timeouts
+        .session
+        .unwrap_or(cx.config.consumer_session_timeout);
     if let Some(instance) = &req.instance_id {
         if let Some(old_id) = group.static_members.get(instance).cloned() {
             let Some(old) = group.members.get(&old_id) else {

@@ -41,11 +41,11 @@ mod txn_offsets;
 pub use api::{
     CommitPartition, ConsumerGroupDescription, ConsumerHeartbeatRequest, ConsumerHeartbeatResponse,
     ConsumerMemberDescription, DeleteGroupsResponse, FetchedOffset, GroupDescription,
-    HeartbeatRequest, HeartbeatResponse, JoinMember, JoinRequest, JoinResponse, LeaveRequest,
-    LeaveResponse, LeavingMember, LeftMember, ListedGroup, MemberDescription, OffsetCommitRequest,
-    OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest,
-    OffsetFetchResponse, Output, PersistFailure, PersistId, PersistOutcome, Protocol, RequestToken,
-    Response, SyncRequest, SyncResponse, TopicCatalog,
+    GroupTimeouts, HeartbeatRequest, HeartbeatResponse, JoinMember, JoinRequest, JoinResponse,
+    LeaveRequest, LeaveResponse, LeavingMember, LeftMember, ListedGroup, MemberDescription,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
+    OffsetFetchRequest, OffsetFetchResponse, Output, PersistFailure, PersistId, PersistOutcome,
+    Protocol, RequestToken, Response, SyncRequest, SyncResponse, TopicCatalog,
 };
 pub use config::{GroupConfig, MigrationPolicy};
 pub use consumer::{LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH};

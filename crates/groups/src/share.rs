@@ -53,6 +53,9 @@ pub struct ShareHeartbeatRequest {
     pub subscribed_topic_names: Option<Vec<String>>,
     pub client_id: String,
     pub client_host: String,
+    /// The group's own `share.session.timeout.ms` and `share.heartbeat.interval.ms`, which
+    /// the broker passes in; unset ones are the coordinator's.
+    pub timeouts: crate::api::GroupTimeouts,
 }
 
 /// The answer; `assignment` is sent when it changed (or on joining), as Kafka does.
@@ -146,8 +149,13 @@ impl ShareGroups {
         now: Duration,
         catalog: &dyn TopicCatalog,
     ) -> ShareHeartbeatResponse {
-        let interval =
-            i32::try_from(self.config.heartbeat_interval.as_millis()).unwrap_or(i32::MAX);
+        let interval = i32::try_from(
+            req.timeouts
+                .heartbeat_interval
+                .unwrap_or(self.config.heartbeat_interval)
+                .as_millis(),
+        )
+        .unwrap_or(i32::MAX);
         let refuse = |error: GroupError, req: &ShareHeartbeatRequest| ShareHeartbeatResponse {
             error: Some(error),
             member_id: req.member_id.clone(),
@@ -194,7 +202,7 @@ impl ShareGroups {
             }
         }
         let max_size = self.config.max_size;
-        let session = self.config.session_timeout;
+        let session = req.timeouts.session.unwrap_or(self.config.session_timeout);
         let member_id = if req.member_id.is_empty() {
             self.ids.next_suffix()
         } else {
@@ -421,6 +429,28 @@ mod tests {
             g.heartbeat(join("b", &[]), now, &cat).error,
             Some(GroupError::InvalidRequest)
         );
+    }
+
+    #[test]
+    fn a_groups_own_session_timeout_and_heartbeat_interval_override_the_coordinators() {
+        let cat = Catalog(vec![("t", T, 1)]);
+        let mut g = groups();
+        let mut r = join("a", &["t"]);
+        r.timeouts = crate::api::GroupTimeouts {
+            session: Some(Duration::from_secs(3)),
+            heartbeat_interval: Some(Duration::from_millis(700)),
+        };
+        assert_eq!(
+            g.heartbeat(r, Duration::ZERO, &cat).heartbeat_interval_ms,
+            700
+        );
+        g.heartbeat(join("b", &["t"]), Duration::ZERO, &cat);
+        // a's own 3 s session ends long before b's 45 s one.
+        assert_eq!(
+            g.expire(Duration::from_secs(3)),
+            vec![("g".to_string(), "a".to_string())]
+        );
+        assert_eq!(g.expire(Duration::from_secs(44)), vec![]);
     }
 
     #[test]

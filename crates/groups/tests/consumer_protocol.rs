@@ -60,6 +60,7 @@ fn req(member_id: &str, epoch: i32) -> ConsumerHeartbeatRequest {
         owned: None,
         client_id: "c".into(),
         client_host: "/127.0.0.1".into(),
+        timeouts: Default::default(),
     }
 }
 
@@ -267,6 +268,33 @@ fn a_member_whose_session_expires_loses_its_partitions_to_the_others() {
         send(&mut h, &topics, req("b", clients[1].epoch)).error,
         Some(GroupError::UnknownMemberId)
     );
+}
+
+#[test]
+fn a_groups_own_session_timeout_and_heartbeat_interval_override_the_brokers() {
+    let mut h = harness();
+    let topics = catalog(2);
+    let own = strata_groups::GroupTimeouts {
+        session: Some(Duration::from_millis(2_000)),
+        heartbeat_interval: Some(Duration::from_millis(500)),
+    };
+    let mut r = req("a", 0);
+    r.timeouts = own;
+    let joined = send(&mut h, &topics, r);
+    assert_eq!(joined.heartbeat_interval_ms, 500);
+    // Silent for 2.5 s: past the group's 2 s session, well within the broker's 10 s.
+    h.advance_ms(2_500);
+    let mut r = req("a", joined.member_epoch);
+    r.timeouts = own;
+    assert_eq!(
+        send(&mut h, &topics, r).error,
+        Some(GroupError::UnknownMemberId)
+    );
+    // Without the group's own timings the broker's apply.
+    let b = send(&mut h, &topics, req("b", 0));
+    assert_eq!(b.heartbeat_interval_ms, 1_000);
+    h.advance_ms(2_500);
+    assert_eq!(send(&mut h, &topics, req("b", b.member_epoch)).error, None);
 }
 
 #[test]

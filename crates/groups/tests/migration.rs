@@ -132,6 +132,7 @@ fn consumer_req(member_id: &str, epoch: i32) -> ConsumerHeartbeatRequest {
         owned: None,
         client_id: "c".into(),
         client_host: "/127.0.0.1".into(),
+        timeouts: Default::default(),
     }
 }
 

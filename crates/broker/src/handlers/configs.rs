@@ -421,6 +421,7 @@ async fn group_entries(
         .await
         .map_err(|e| (crate::errors::group_config_error_code(&e), e.to_string()))?;
     let s = &broker.settings;
+    let ms = |d: std::time::Duration| d.as_millis().to_string();
     let honoured = [
         (
             group_configs::SHARE_AUTO_OFFSET_RESET,
@@ -428,7 +429,23 @@ async fn group_entries(
         ),
         (
             group_configs::SHARE_RECORD_LOCK_DURATION_MS,
-            s.group_share_record_lock_duration.as_millis().to_string(),
+            ms(s.group_share_record_lock_duration),
+        ),
+        (
+            group_configs::CONSUMER_SESSION_TIMEOUT_MS,
+            ms(s.group_consumer_session_timeout),
+        ),
+        (
+            group_configs::CONSUMER_HEARTBEAT_INTERVAL_MS,
+            ms(s.group_consumer_heartbeat_interval),
+        ),
+        (
+            group_configs::SHARE_SESSION_TIMEOUT_MS,
+            ms(s.group_share_session_timeout),
+        ),
+        (
+            group_configs::SHARE_HEARTBEAT_INTERVAL_MS,
+            ms(s.group_share_heartbeat_interval),
         ),
     ];
     let mut out = Vec::new();
@@ -491,10 +508,43 @@ async fn alter_group(
         };
         checked.push((name, value));
     }
+    // A heartbeat interval must stay below its session timeout (Kafka's rule), the broker's
+    // value standing in for one the group does not set.
+    let s = &broker.settings;
+    let check = |config: &group_configs::GroupConfig| {
+        let pairs = [
+            (
+                config.consumer_timeouts(),
+                s.group_consumer_session_timeout,
+                s.group_consumer_heartbeat_interval,
+                group_configs::CONSUMER_HEARTBEAT_INTERVAL_MS,
+                group_configs::CONSUMER_SESSION_TIMEOUT_MS,
+            ),
+            (
+                config.share_timeouts(),
+                s.group_share_session_timeout,
+                s.group_share_heartbeat_interval,
+                group_configs::SHARE_HEARTBEAT_INTERVAL_MS,
+                group_configs::SHARE_SESSION_TIMEOUT_MS,
+            ),
+        ];
+        for (set, session, interval, interval_name, session_name) in pairs {
+            let session = set.session.unwrap_or(session);
+            let interval = set.heartbeat_interval.unwrap_or(interval);
+            if interval >= session {
+                return Err(group_configs::GroupConfigError::Invalid(format!(
+                    "{interval_name} ({} ms) must be less than {session_name} ({} ms)",
+                    interval.as_millis(),
+                    session.as_millis()
+                )));
+            }
+        }
+        Ok(())
+    };
     broker
         .share
         .configs
-        .alter(group, &checked, replace, validate_only)
+        .alter(group, &checked, replace, validate_only, check)
         .await
         .map_err(invalid)
 }

@@ -100,6 +100,11 @@ pub(crate) async fn consumer_group_heartbeat(
         owned,
         client_id: ctx.client_id.clone().unwrap_or_default(),
         client_host: client_host(ctx.peer),
+        timeouts: broker
+            .share
+            .configs
+            .cached(request.group_id.0.as_str())
+            .consumer_timeouts(),
     };
     let member_id = req.member_id.clone();
     let epoch = req.member_epoch;

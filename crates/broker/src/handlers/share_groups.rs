@@ -99,8 +99,10 @@ pub(crate) async fn share_group_heartbeat(
             }
         }
     }
+    let timeouts = broker.share.configs.cached(&group_id).share_timeouts();
     let req = ShareHeartbeatRequest {
         group_id,
+        timeouts,
         member_id: request.member_id.to_string(),
         member_epoch: request.member_epoch,
         rack_id: request.rack_id.map(|s| s.to_string()),
