@@ -299,6 +299,28 @@ fn a_consumer_member_upgrades_a_live_classic_group_and_gets_partitions_only_once
 }
 
 #[test]
+fn an_upgrade_during_a_classic_rebalance_answers_the_parked_join_and_the_member_rejoins() {
+    let mut h = harness(MigrationPolicy::Bidirectional);
+    let (mut a, mut b) = classic_group(&mut h);
+    // b rejoins with a changed subscription, which starts a classic rebalance; its JoinGroup
+    // waits for a.
+    let parked = h.join(join_req(G, &b.id, "classic", &["t", "v"]));
+    assert!(!h.answered(parked));
+    assert_eq!(
+        h.state.group_state(G),
+        Some(GroupState::PreparingRebalance)
+    );
+    let mut c = modern_join(&mut h, "c");
+    assert_eq!(group_type(&h), "consumer");
+    let answer = h.join_response(parked);
+    assert_eq!(answer.error, Some(GroupError::RebalanceInProgress));
+    // An eager client gave everything up before rejoining.
+    b.owned.clear();
+    settle(&mut h, &mut [&mut a, &mut b], &mut [&mut c]);
+    assert_eq!(h.state.parked_requests(), 0);
+}
+
+#[test]
 fn classic_members_commit_at_their_generation_and_describe_groups_shows_their_assignment() {
     let mut h = harness(MigrationPolicy::Bidirectional);
     let (mut a, mut b) = classic_group(&mut h);
