@@ -306,10 +306,7 @@ fn an_upgrade_during_a_classic_rebalance_answers_the_parked_join_and_the_member_
     // waits for a.
     let parked = h.join(join_req(G, &b.id, "classic", &["t", "v"]));
     assert!(!h.answered(parked));
-    assert_eq!(
-        h.state.group_state(G),
-        Some(GroupState::PreparingRebalance)
-    );
+    assert_eq!(h.state.group_state(G), Some(GroupState::PreparingRebalance));
     let mut c = modern_join(&mut h, "c");
     assert_eq!(group_type(&h), "consumer");
     let answer = h.join_response(parked);
