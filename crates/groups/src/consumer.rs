@@ -527,9 +527,10 @@ pub(crate) fn validate(req: &ConsumerHeartbeatRequest) -> Result<(), GroupError>
 }
 
 impl Group {
-    /// Whether a ConsumerGroupHeartbeat may use this group: a consumer group, or an empty
-    /// classic one (which becomes a consumer group). Kafka 4.x with online migration disabled
-    /// answers GROUP_ID_NOT_FOUND for a classic group with members.
+    /// Whether a ConsumerGroupHeartbeat may use this group as it is: a consumer group, or an
+    /// empty classic one (which becomes a consumer group). A classic group with members is
+    /// converted first if the migration policy allows (`migration.rs`); otherwise it answers
+    /// GROUP_ID_NOT_FOUND, as Kafka does.
     pub(crate) fn accepts_consumer_protocol(&self) -> bool {
         self.consumer.is_some() || (self.state == GroupState::Empty && self.members.is_empty())
     }
