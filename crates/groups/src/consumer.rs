@@ -296,7 +296,7 @@ impl ConsumerGroup {
     }
 
     /// Brings the regex resolutions up to date with the catalog and the members' regexes.
-    pub(crate) fn resolve_regexes(&mut self, catalog: &dyn TopicCatalog) {
+    fn resolve_regexes(&mut self, catalog: &dyn TopicCatalog) {
         let wanted: BTreeSet<&String> = self
             .members
             .values()
@@ -357,7 +357,7 @@ impl ConsumerGroup {
         topics
     }
 
-    pub(crate) fn compute_target(&mut self, changes: &mut Changes) {
+    fn compute_target(&mut self, changes: &mut Changes) {
         let ids: BTreeMap<&str, TopicId> = self
             .topics
             .iter()
@@ -391,6 +391,29 @@ impl ConsumerGroup {
         }
         self.assignment_epoch = self.group_epoch;
         changes.metadata = true;
+    }
+
+    /// After a member's request: moves the group epoch if its subscription changed or the
+    /// subscribed topics did (created, deleted or grown), and recomputes the target assignment
+    /// if the epoch moved past it.
+    pub(crate) fn retarget(
+        &mut self,
+        subscription_changed: bool,
+        catalog: &dyn TopicCatalog,
+        changes: &mut Changes,
+    ) {
+        if subscription_changed {
+            self.bump_epoch(changes);
+        }
+        self.resolve_regexes(catalog);
+        let metadata = self.subscribed_metadata(catalog);
+        if metadata != self.topics {
+            self.topics = metadata;
+            self.bump_epoch(changes);
+        }
+        if self.group_epoch > self.assignment_epoch {
+            self.compute_target(changes);
+        }
     }
 
     /// Kafka's `CurrentAssignmentBuilder`: moves the member one step towards its target.
@@ -867,19 +890,7 @@ fn heartbeat(
     if *v != before {
         changes.members.insert(member_id.clone());
     }
-    if subscription_changed {
-        group.bump_epoch(changes);
-    }
-    group.resolve_regexes(catalog);
-    let metadata = group.subscribed_metadata(catalog);
-    if metadata != group.topics {
-        // Topics created, deleted or grown: the target must be recomputed.
-        group.topics = metadata;
-        group.bump_epoch(changes);
-    }
-    if group.group_epoch > group.assignment_epoch {
-        group.compute_target(changes);
-    }
+    group.retarget(subscription_changed, catalog, changes);
     let sent_before = group
         .members
         .get(&member_id)

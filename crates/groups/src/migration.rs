@@ -384,18 +384,7 @@ impl Group {
         member.session_deadline = now + millis(req.session_timeout_ms);
         // Kafka's sync timeout: the SyncGroup must follow within the rebalance timeout.
         member.join_deadline = Some(now + rebalance_timeout(member));
-        if subscription_changed {
-            group.bump_epoch(changes);
-        }
-        group.resolve_regexes(catalog);
-        let metadata = group.subscribed_metadata(catalog);
-        if metadata != group.topics {
-            group.topics = metadata;
-            group.bump_epoch(changes);
-        }
-        if group.group_epoch > group.assignment_epoch {
-            group.compute_target(changes);
-        }
+        group.retarget(subscription_changed, catalog, changes);
         // What the member still owns, by its own account: a cooperative client lists it; an
         // eager one revoked everything before joining and lists nothing.
         let owned = by_id(&owned, |t| group.topics.get(t).copied());
