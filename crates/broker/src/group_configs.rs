@@ -202,12 +202,14 @@ impl GroupConfigs {
         lock(&self.cache).get(group).cloned().unwrap_or_default()
     }
 
-    /// The group's `share.record.lock.duration.ms` as last read here, without copying the
-    /// rest (it is looked up on every acquisition).
-    pub fn cached_lock_duration(&self, group: &str) -> Option<Duration> {
-        lock(&self.cache)
-            .get(group)
-            .and_then(GroupConfig::lock_duration)
+    /// `f` of the group's configs as last read here, without copying them (heartbeats and
+    /// acquisitions look them up).
+    pub fn cached_with<T>(&self, group: &str, f: impl FnOnce(&GroupConfig) -> T) -> T {
+        let cache = lock(&self.cache);
+        match cache.get(group) {
+            Some(config) => f(config),
+            None => f(&GroupConfig::default()),
+        }
     }
 
     fn remember(&self, group: &str, config: GroupConfig) {

@@ -256,7 +256,7 @@ impl ShareState {
     /// the broker's.
     pub(crate) fn lock_duration(&self, group_id: &str) -> Duration {
         self.configs
-            .cached_lock_duration(group_id)
+            .cached_with(group_id, crate::group_configs::GroupConfig::lock_duration)
             .unwrap_or(self.settings.limits.lock_duration)
     }
 
@@ -750,21 +750,6 @@ impl ShareState {
                 let backlog = lock(&p.state).backlog(high.0);
                 let counts = *lock(&p.counts);
                 Some((g, tp, backlog, counts))
-            })
-            .collect()
-    }
-
-    /// Backlog of every held share partition: (group, partition, records not yet done).
-    pub fn backlog(&self) -> Vec<(String, TopicPartition, u64)> {
-        let parts: Vec<_> = lock(&self.parts)
-            .iter()
-            .map(|((g, tp), p)| (g.clone(), tp.clone(), Arc::clone(p)))
-            .collect();
-        parts
-            .into_iter()
-            .filter_map(|(g, tp, p)| {
-                let high = self.log.watermarks(&tp).ok()?.high;
-                Some((g, tp, lock(&p.state).backlog(high.0)))
             })
             .collect()
     }

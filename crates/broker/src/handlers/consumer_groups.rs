@@ -21,6 +21,7 @@ use super::groups::{client_host, expect, until_shutdown};
 use super::{str_bytes, uuid_of};
 use crate::authorize::{Op, Res};
 use crate::errors::{code, group_code, message};
+use crate::group_configs::GroupConfig;
 use crate::server::Broker;
 use crate::RequestContext;
 
@@ -103,8 +104,7 @@ pub(crate) async fn consumer_group_heartbeat(
         timeouts: broker
             .share
             .configs
-            .cached(request.group_id.0.as_str())
-            .consumer_timeouts(),
+            .cached_with(request.group_id.0.as_str(), GroupConfig::consumer_timeouts),
     };
     let member_id = req.member_id.clone();
     let epoch = req.member_epoch;

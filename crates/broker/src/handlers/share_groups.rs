@@ -38,6 +38,7 @@ use super::groups::client_host;
 use super::{str_bytes, topic_id_of};
 use crate::authorize::{Op, Res};
 use crate::errors::{code, group_code, message, share_ack_error_code, share_error_code};
+use crate::group_configs::GroupConfig;
 use crate::server::Broker;
 use crate::share::{SessionStep, ShareError};
 use crate::RequestContext;
@@ -99,7 +100,10 @@ pub(crate) async fn share_group_heartbeat(
             }
         }
     }
-    let timeouts = broker.share.configs.cached(&group_id).share_timeouts();
+    let timeouts = broker
+        .share
+        .configs
+        .cached_with(&group_id, GroupConfig::share_timeouts);
     let req = ShareHeartbeatRequest {
         group_id,
         timeouts,
