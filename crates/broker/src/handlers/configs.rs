@@ -738,7 +738,7 @@ fn incremental_changes(
     info: &Arc<TopicInfo>,
     configs: &[kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig],
 ) -> Result<Vec<ConfigChange>, (i16, String)> {
-    let mut seen = std::collections::HashSet::new();
+    no_repeats(configs)?;
     let current: BTreeMap<&str, String> = topic_entries(info)
         .into_iter()
         .map(|e| (e.name, e.value))
@@ -746,12 +746,6 @@ fn incremental_changes(
     let mut changes = Vec::with_capacity(configs.len());
     for c in configs {
         let name = c.name.to_string();
-        if !seen.insert(name.clone()) {
-            return Err((
-                code::INVALID_REQUEST,
-                format!("config {name} appears more than once in the request"),
-            ));
-        }
         let value = c.value.as_ref().map(|v| v.to_string());
         let change = match c.config_operation {
             op::SET => match value {
@@ -799,21 +793,34 @@ fn incremental_changes(
     Ok(changes)
 }
 
+/// Kafka refuses an IncrementalAlterConfigs resource naming one config twice.
+fn no_repeats(
+    configs: &[kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig],
+) -> Result<(), (i16, String)> {
+    let mut seen = std::collections::HashSet::new();
+    for c in configs {
+        if !seen.insert(c.name.as_str()) {
+            return Err((
+                code::INVALID_REQUEST,
+                format!(
+                    "config {} appears more than once in the request",
+                    c.name.as_str()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// IncrementalAlterConfigs operations on a group: SET and DELETE (no group config is a list,
 /// so APPEND and SUBTRACT are refused, as Kafka does for non-list configs).
 fn group_changes(
     configs: &[kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig],
 ) -> Result<Vec<ConfigChange>, (i16, String)> {
-    let mut seen = std::collections::HashSet::new();
+    no_repeats(configs)?;
     let mut changes = Vec::with_capacity(configs.len());
     for c in configs {
         let name = c.name.to_string();
-        if !seen.insert(name.clone()) {
-            return Err((
-                code::INVALID_REQUEST,
-                format!("config {name} appears more than once in the request"),
-            ));
-        }
         let change = match (c.config_operation, &c.value) {
             (op::SET, Some(value)) => Some(value.to_string()),
             (op::SET, None) => {
@@ -848,4 +855,27 @@ fn split_list(value: &str) -> Vec<String> {
         .filter(|s| !s.is_empty())
         .map(str::to_string)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig;
+
+    use super::*;
+
+    fn config(name: &str) -> AlterableConfig {
+        let mut c = AlterableConfig::default();
+        c.name = StrBytes::from_string(name.to_string());
+        c
+    }
+
+    #[test]
+    fn a_config_named_twice_in_one_resource_is_refused_for_topics_and_groups() {
+        assert!(no_repeats(&[config("a"), config("b")]).is_ok());
+        let twice = [config("a"), config("b"), config("a")];
+        let (error, why) = no_repeats(&twice).unwrap_err();
+        assert_eq!(error, code::INVALID_REQUEST);
+        assert!(why.contains("config a appears more than once"), "{why}");
+        assert_eq!(group_changes(&twice).unwrap_err().0, code::INVALID_REQUEST);
+    }
 }
