@@ -207,6 +207,18 @@ def child_acquire(args):
     fail("the child got nothing")
 
 
+def accept_until_received(consumer, wanted, end):
+    """Accepts everything `consumer` gets until it has had every offset in `wanted` (or `end`
+    passes); returns offset -> delivery count of what it got."""
+    got = {}
+    while not set(wanted) <= set(got) and time.monotonic() < end:
+        for m in records(consumer):
+            consumer.acknowledge(m, AcknowledgeType.ACCEPT)
+            got[m.offset()] = m.delivery_count()
+        consumer.commit_sync()
+    return got
+
+
 def acquire_in_a_killed_child(args, group):
     """A consumer of `group` in a child process acquires records and is SIGKILLed before it
     acknowledges them; returns their offsets."""
@@ -256,14 +268,8 @@ def group_config(args):
     # beginning, so the child gets records produced before the group existed.
     held = acquire_in_a_killed_child(args, group)
     b = share_consumer(args.bootstrap, group, args.topic)
-    got = {}
     # Within 20 s: the group's 2 s lock, not the broker's 30 s one, must have expired.
-    end = deadline(20)
-    while not set(held) <= set(got) and time.monotonic() < end:
-        for m in records(b):
-            b.acknowledge(m, AcknowledgeType.ACCEPT)
-            got[m.offset()] = m.delivery_count()
-        b.commit_sync()
+    got = accept_until_received(b, held, deadline(20))
     if not set(held) <= set(got):
         fail(f"the killed consumer held {held}; after 20 s the other had only {sorted(got)}")
     b.close()
@@ -275,13 +281,7 @@ def killed(args):
     produce(args.bootstrap, args.topic, [f"r{n}" for n in range(10)])
     held = acquire_in_a_killed_child(args, "killed")
     b = share_consumer(args.bootstrap, "killed", args.topic)
-    got = {}
-    end = deadline()
-    while not set(held) <= set(got) and time.monotonic() < end:
-        for m in records(b):
-            b.acknowledge(m, AcknowledgeType.ACCEPT)
-            got[m.offset()] = m.delivery_count()
-        b.commit_sync()
+    got = accept_until_received(b, held, deadline())
     if not set(held) <= set(got):
         fail(f"the killed consumer held {held}; the other got {sorted(got)}")
     if any(got[o] < 2 for o in held):
