@@ -23,13 +23,20 @@ Scenarios (--scenario), each on its own topic with one partition:
 - pubsub:   a consumer group (classic Consumer) and a share group read one topic: each sees
             every record;
 - group-config: (on a broker with its defaults: share groups start at the latest offset, locks
-            last 30 s) the group's own configs, set with IncrementalAlterConfigs on the GROUP
-            resource as Kafka's share-consumer tests do: `share.auto.offset.reset=earliest`
-            makes records produced before the group existed its own, and
-            `share.record.lock.duration.ms=2000` brings a killed consumer's records back long
-            before the broker's 30 s lock would; DescribeConfigs reports both as GROUP_CONFIG;
-            configs Strata keeps only broker-wide, unknown ones, and a heartbeat interval not
-            below the session timeout are refused with INVALID_CONFIG;
+            last 30 s, 5 deliveries) the group's own configs, set with IncrementalAlterConfigs
+            on the GROUP resource as Kafka's share-consumer tests do:
+            `share.auto.offset.reset=earliest` makes records produced before the group existed
+            its own, `share.record.lock.duration.ms=2000` brings a killed consumer's records
+            back long before the broker's 30 s lock would, and `share.delivery.count.limit=2`
+            archives a poison record after its second delivery; DescribeConfigs reports them as
+            GROUP_CONFIG; a value out of Kafka's bounds, unknown names, and a heartbeat interval
+            not below the session timeout are refused with INVALID_CONFIG;
+- transactions: two share groups, `share.isolation.level` read_committed and read_uncommitted,
+            read aborted, committed, interleaved and plain records and an open transaction:
+            read_uncommitted gets every record once, read_committed every committed one once
+            and never an aborted one, and nothing at or after the open transaction until it
+            commits; transaction markers are never delivered to either (the test then checks
+            both groups' backlog is empty: the broker archived the markers itself);
 - restart-a / restart-b: (the test kills and restarts the broker between them) restart-a
             produces 100 records and accepts offsets 0..49 only, then is SIGKILLed by itself
             (no close); restart-b must receive exactly offsets 50..99: no accepted record is
@@ -241,22 +248,21 @@ def group_config(args):
     admin = AdminClient({"bootstrap.servers": args.bootstrap})
 
     def alter(*entries):
-        resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-            ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET) for name, value in entries
-        ])
-        return admin.incremental_alter_configs([resource])[resource]
+        return alter_group_configs(admin, group, *entries)
 
-    alter(("share.auto.offset.reset", "earliest"), ("share.record.lock.duration.ms", "2000")).result(30)
+    configs = [("share.auto.offset.reset", "earliest"), ("share.record.lock.duration.ms", "2000"),
+               ("share.delivery.count.limit", "2")]
+    alter(*configs).result(30)
     resource = ConfigResource(ResourceType.GROUP, group)
     described = admin.describe_configs([resource])[resource].result(30)
-    for name, value in [("share.auto.offset.reset", "earliest"), ("share.record.lock.duration.ms", "2000")]:
+    for name, value in configs:
         entry = described.get(name)
         # confluent-kafka gives the source as its number.
         if entry is None or entry.value != value or int(entry.source) != ConfigSource.GROUP_CONFIG.value:
             fail(f"DescribeConfigs reports {name} as {entry} (source {entry.source if entry else None})")
-    # A limit Strata keeps broker-wide, an unknown name, and a heartbeat interval not below the
+    # A value out of Kafka's bounds, an unknown name, and a heartbeat interval not below the
     # session timeout are refused.
-    for entries in [[("share.delivery.count.limit", "4")], [("no.such.config", "1")],
+    for entries in [[("share.delivery.count.limit", "11")], [("no.such.config", "1")],
                     [("share.session.timeout.ms", "5000"), ("share.heartbeat.interval.ms", "5000")]]:
         try:
             alter(*entries).result(30)
@@ -272,8 +278,11 @@ def group_config(args):
     got = accept_until_received(b, held, deadline(20))
     if not set(held) <= set(got):
         fail(f"the killed consumer held {held}; after 20 s the other had only {sorted(got)}")
+    # The group's delivery-count limit (2), not the broker's (5), archives a poison record.
+    release_until_archived(args, b, 2)
     b.close()
-    print(f"group-config: earliest start and a 2 s lock per group; {len(held)} records came back")
+    print(f"group-config: earliest start, a 2 s lock and 2 deliveries per group; {len(held)} "
+          "records came back")
 
 
 def killed(args):
@@ -324,32 +333,144 @@ def reject(args):
     print(f"reject: {len(rejected)} rejected records never delivered again")
 
 
-def poison(args):
-    create_topic(args.bootstrap, args.topic)
+def release_until_archived(args, consumer, limit):
+    """Produces a poison record that `consumer` RELEASEs every time it gets it; after `limit`
+    deliveries it must be archived: a later marker arrives and the poison never comes again.
+    Anything else the consumer gets is accepted."""
     produce(args.bootstrap, args.topic, ["poison"])
-    c = share_consumer(args.bootstrap, "poison", args.topic)
     deliveries = []
     marker_sent = False
     marker_seen = False
     end = deadline()
     while not marker_seen and time.monotonic() < end:
-        for m in records(c):
+        for m in records(consumer):
             if m.value() == b"poison":
                 deliveries.append(m.delivery_count())
-                c.acknowledge(m, AcknowledgeType.RELEASE)
+                consumer.acknowledge(m, AcknowledgeType.RELEASE)
             else:
-                c.acknowledge(m, AcknowledgeType.ACCEPT)
-                marker_seen = True
-        c.commit_sync()
-        if len(deliveries) >= 3 and not marker_sent:
+                consumer.acknowledge(m, AcknowledgeType.ACCEPT)
+                marker_seen |= m.value() == b"marker"
+        consumer.commit_sync()
+        if len(deliveries) >= limit and not marker_sent:
             produce(args.bootstrap, args.topic, ["marker"])
             marker_sent = True
     if not marker_seen:
         fail(f"marker never arrived; poison deliveries {deliveries}")
-    if deliveries != [1, 2, 3]:
-        fail(f"poison record delivered with counts {deliveries}, expected [1, 2, 3]")
+    if deliveries != list(range(1, limit + 1)):
+        fail(f"poison record delivered with counts {deliveries}, expected 1..{limit}")
+
+
+def poison(args):
+    create_topic(args.bootstrap, args.topic)
+    c = share_consumer(args.bootstrap, "poison", args.topic)
+    release_until_archived(args, c, 3)
     c.close()
     print("poison: archived after 3 deliveries")
+
+
+def alter_group_configs(admin, group, *entries):
+    """IncrementalAlterConfigs SET on a GROUP resource; returns the future."""
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET) for name, value in entries
+    ])
+    return admin.incremental_alter_configs([resource])[resource]
+
+
+def accept_values(consumer, wanted, end):
+    """Accepts everything `consumer` gets until it has had every value in `wanted` (or `end`
+    passes); returns every value received, in order, repeats included."""
+    got = []
+    while not set(wanted) <= set(got) and time.monotonic() < end:
+        for m in records(consumer):
+            consumer.acknowledge(m, AcknowledgeType.ACCEPT)
+            got.append(m.value().decode())
+        consumer.commit_sync()
+    return got
+
+
+def transactions(args):
+    create_topic(args.bootstrap, args.topic)
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    committed_group, uncommitted_group = f"{args.topic}-committed", f"{args.topic}-uncommitted"
+    for group, level in [(committed_group, "read_committed"), (uncommitted_group, "read_uncommitted")]:
+        alter_group_configs(admin, group, ("share.isolation.level", level),
+                            ("share.auto.offset.reset", "earliest")).result(30)
+        resource = ConfigResource(ResourceType.GROUP, group)
+        entry = admin.describe_configs([resource])[resource].result(30).get("share.isolation.level")
+        if entry is None or entry.value != level:
+            fail(f"DescribeConfigs reports share.isolation.level of {group} as {entry}")
+
+    def txn_producer(name):
+        p = Producer({"bootstrap.servers": args.bootstrap, "transactional.id": f"{args.topic}-{name}",
+                      "linger.ms": 5})
+        p.init_transactions(30)
+        return p
+
+    def values(prefix, n):
+        return [f"{prefix}{k}" for k in range(n)]
+
+    one, two = txn_producer("one"), txn_producer("two")
+    # librdkafka's layout first: an aborted record and its marker, then five committed records
+    # and theirs (offsets 0, 1, 2..6, 7).
+    aborted, committed = values("aborted-", 1), values("committed-", 5)
+    for batch, commit in [(aborted, False), (committed, True)]:
+        one.begin_transaction()
+        for v in batch:
+            one.produce(args.topic, value=v.encode())
+        # Written before the abort: an abort purges what the producer has not sent yet.
+        one.flush(30)
+        one.commit_transaction(30) if commit else one.abort_transaction(30)
+    plain = values("plain-", 3)
+    produce(args.bootstrap, args.topic, plain)
+    # Two producers' transactions interleave; the first commits, the second aborts.
+    first, second = values("first-", 4), values("second-", 4)
+    one.begin_transaction()
+    two.begin_transaction()
+    for v in first:
+        one.produce(args.topic, value=v.encode())
+    for v in second:
+        two.produce(args.topic, value=v.encode())
+    one.flush(30)
+    two.flush(30)
+    one.commit_transaction(30)
+    two.abort_transaction(30)
+    # A transaction left open holds back everything after it from read_committed consumers.
+    three = txn_producer("three")
+    three.begin_transaction()
+    three.produce(args.topic, value=b"open-0")
+    three.flush(30)
+    produce(args.bootstrap, args.topic, ["after-open"])
+
+    visible = committed + plain + first
+    hidden = aborted + second
+    late = ["open-0", "after-open"]
+
+    def once(got, wanted, who):
+        repeats = sorted({v for v in got if got.count(v) > 1})
+        if repeats or set(got) != set(wanted):
+            fail(f"{who}: got {sorted(got)} (repeated {repeats}), wanted {sorted(wanted)}")
+
+    uncommitted = share_consumer(args.bootstrap, uncommitted_group, args.topic)
+    once(accept_values(uncommitted, visible + hidden + late, deadline()),
+         visible + hidden + late, "read_uncommitted")
+    reader = share_consumer(args.bootstrap, committed_group, args.topic)
+    before = accept_values(reader, visible, deadline())
+    # Everything up to the open transaction was delivered; nothing of it or after it may be,
+    # and nothing aborted ever.
+    before += accept_values(reader, ["never"], time.monotonic() + 1.0)
+    once(before, visible, "read_committed before the open transaction ends")
+    three.commit_transaction(30)
+    after = accept_values(reader, late, deadline())
+    once(before + after, visible + late, "read_committed")
+    # The last marker came after read_uncommitted had everything: it is read (and archived by
+    # the broker) without anything being delivered.
+    extra = accept_values(uncommitted, ["never"], time.monotonic() + 1.0)
+    if extra:
+        fail(f"read_uncommitted got {extra} after the last commit")
+    reader.close()
+    uncommitted.close()
+    print(f"transactions: read_committed got {len(visible) + len(late)} records, never the "
+          f"{len(hidden)} aborted; read_uncommitted got all {len(visible) + len(hidden) + len(late)}")
 
 
 def pubsub(args):
@@ -422,6 +543,7 @@ SCENARIOS = {
     "poison": poison,
     "pubsub": pubsub,
     "group-config": group_config,
+    "transactions": transactions,
     "restart-a": restart_a,
     "restart-b": restart_b,
 }

@@ -26,6 +26,8 @@ fn start_broker() -> StrataProcess {
         "3s",
         "--group-share-delivery-count-limit",
         "3",
+        "--metrics-listen",
+        "127.0.0.1:0",
     ]))
 }
 
@@ -82,6 +84,23 @@ fn a_share_groups_own_configs_set_its_start_and_its_lock_duration() {
 fn scenario(name: &str) {
     let broker = start_broker();
     run_scenario(&broker, name, &format!("share-{name}"));
+}
+
+/// `share.isolation.level` per group over aborted, committed, interleaved and open
+/// transactions (the script checks what each group gets). Then both groups' backlog is empty:
+/// every record accepted and every transaction marker archived by the broker, none left
+/// waiting for an acknowledgement no client sends.
+#[test]
+fn share_groups_see_transactions_by_their_isolation_level_and_never_a_marker() {
+    let broker = start_broker();
+    run_scenario(&broker, "transactions", "share-txn");
+    for level in ["committed", "uncommitted"] {
+        let series = format!(
+            "strata_share_partition_backlog{{group=\"share-txn-{level}\",topic=\"share-txn\",\
+             partition=\"0\"}}"
+        );
+        assert_eq!(broker.metric(&series), Some(0.0), "{series}");
+    }
 }
 
 #[test]

@@ -3,21 +3,28 @@
 //! and test suites rely on it: a share group starts at the end of each partition unless its
 //! `share.auto.offset.reset` is set to `earliest`, which is done per group.
 //!
-//! What is honoured, per group:
+//! What is honoured, per group (every config Kafka 4.2 defines for consumer and share groups):
 //! - `share.auto.offset.reset` (`earliest` / `latest`): where a share partition with no stored
 //!   state starts. Read from storage when the share partition is loaded, so a config set through
 //!   any broker just before the first ShareFetch is seen by the partition's owner.
+//! - `share.isolation.level` (`read_uncommitted`, the default, / `read_committed`): whether the
+//!   group's consumers get records of open and aborted transactions. The broker decides, as in
+//!   Kafka: read_committed acquires only below the last stable offset and archives aborted
+//!   records without delivering them.
 //! - `share.record.lock.duration.ms`: the acquisition lock of records acquired from then on.
+//! - `share.delivery.count.limit` (2 to 10, Kafka's bounds): deliveries after which a released
+//!   or expired record is archived.
+//! - `share.partition.max.record.locks`: records in flight per share partition, at most the
+//!   broker's `group_share_partition_max_record_locks`, which bounds the memory and the stored
+//!   state of every share partition: a group may lower it, not raise it.
 //! - `consumer.session.timeout.ms`, `consumer.heartbeat.interval.ms` (KIP-848 groups) and
 //!   `share.session.timeout.ms`, `share.heartbeat.interval.ms` (share groups): a member's
 //!   session from its next heartbeat, and the interval that heartbeat's answer asks for.
 //!
 //! All but the first apply on every broker within one `quota_refresh_interval` (a change marker
-//! is polled), and at once on the broker that changed them. Kafka's other group configs
-//! (`share.delivery.count.limit`, `share.partition.max.record.locks`) are refused with
-//! INVALID_CONFIG and a message naming the broker setting that applies to every group instead,
-//! and names Kafka does not know with Kafka's own message. DescribeConfigs lists the honoured
-//! configs and, read-only, the broker-wide limits that apply.
+//! is polled), and at once on the broker that changed them. Names Kafka does not know are
+//! refused with Kafka's own message. DescribeConfigs lists every one of them, at the broker's
+//! value when the group has not set it.
 //!
 //! Storage: one object per group with configs, changed by compare-and-swap
 //! (`strata_layout::group_configs`); a broker without shared storage keeps them in memory.
@@ -27,8 +34,10 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use strata_core::Clock;
+use strata_groups::share_partition::ShareLimits;
 use strata_layout::group_configs::{self, StoredGroupConfig};
 use strata_layout::{cas, LayoutError};
+use strata_log::Isolation;
 use strata_storage::{ObjectKey, ObjectStore, StorageError, Version};
 use tracing::{debug, warn};
 
@@ -38,7 +47,10 @@ use crate::share::ShareAutoOffsetReset;
 const CAS_ATTEMPTS: usize = 8;
 
 pub const SHARE_AUTO_OFFSET_RESET: &str = "share.auto.offset.reset";
+pub const SHARE_ISOLATION_LEVEL: &str = "share.isolation.level";
 pub const SHARE_RECORD_LOCK_DURATION_MS: &str = "share.record.lock.duration.ms";
+pub const SHARE_DELIVERY_COUNT_LIMIT: &str = "share.delivery.count.limit";
+pub const SHARE_PARTITION_MAX_RECORD_LOCKS: &str = "share.partition.max.record.locks";
 pub const CONSUMER_SESSION_TIMEOUT_MS: &str = "consumer.session.timeout.ms";
 pub const CONSUMER_HEARTBEAT_INTERVAL_MS: &str = "consumer.heartbeat.interval.ms";
 pub const SHARE_SESSION_TIMEOUT_MS: &str = "share.session.timeout.ms";
@@ -53,18 +65,9 @@ const MILLISECONDS: &[&str] = &[
     SHARE_HEARTBEAT_INTERVAL_MS,
 ];
 
-/// Kafka's group configs Strata does not keep per group, with the broker setting that applies
-/// to every group instead.
-const BROKER_WIDE: &[(&str, &str)] = &[
-    (
-        "share.delivery.count.limit",
-        "group_share_delivery_count_limit",
-    ),
-    (
-        "share.partition.max.record.locks",
-        "group_share_partition_max_record_locks",
-    ),
-];
+/// Kafka's bounds of `share.delivery.count.limit` (`group.share.min.delivery.count.limit` and
+/// `group.share.max.delivery.count.limit` at their defaults).
+const DELIVERY_COUNT_LIMITS: std::ops::RangeInclusive<i64> = 2..=10;
 
 /// The group-config layer's one error enum, mapped to Kafka codes in [`crate::errors`].
 #[derive(Debug, thiserror::Error)]
@@ -89,44 +92,78 @@ fn object_key(key: impl AsRef<str>) -> Result<ObjectKey, GroupConfigError> {
     ObjectKey::new(key).map_err(storage)
 }
 
-/// Checks one config to set, as Kafka's `GroupConfig.validate` would (for the two names Strata
-/// honours), and returns the value to store.
+/// Checks one config to set, as Kafka's `GroupConfig.validate` would, and returns the value
+/// to store.
 pub fn validate(name: &str, value: &str) -> Result<String, GroupConfigError> {
+    let invalid = |must: &str| {
+        GroupConfigError::Invalid(format!(
+            "Invalid value {value} for configuration {name}: {must}"
+        ))
+    };
+    let integer = || value.trim().parse::<i64>().ok();
     match name {
-        SHARE_AUTO_OFFSET_RESET => match ShareAutoOffsetReset::parse(value) {
-            Some(reset) => Ok(reset.as_str().to_string()),
-            None => Err(GroupConfigError::Invalid(format!(
-                "Invalid value {value} for configuration {name}: must be earliest or latest"
-            ))),
-        },
-        _ if MILLISECONDS.contains(&name) => match value.trim().parse::<i64>() {
-            Ok(ms) if (1..=i64::from(i32::MAX)).contains(&ms) => Ok(ms.to_string()),
-            _ => Err(GroupConfigError::Invalid(format!(
-                "Invalid value {value} for configuration {name}: must be a number of \
-                 milliseconds between 1 and {}",
-                i32::MAX
-            ))),
-        },
-        _ => Err(unsupported(name)),
+        SHARE_AUTO_OFFSET_RESET => ShareAutoOffsetReset::parse(value)
+            .map(|reset| reset.as_str().to_string())
+            .ok_or_else(|| invalid("must be earliest or latest")),
+        SHARE_ISOLATION_LEVEL => parse_isolation(value)
+            .map(|level| isolation_name(level).to_string())
+            .ok_or_else(|| invalid("must be read_committed or read_uncommitted")),
+        SHARE_DELIVERY_COUNT_LIMIT => integer()
+            .filter(|n| DELIVERY_COUNT_LIMITS.contains(n))
+            .map(|n| n.to_string())
+            .ok_or_else(|| {
+                invalid(&format!(
+                    "must be between {} and {}",
+                    DELIVERY_COUNT_LIMITS.start(),
+                    DELIVERY_COUNT_LIMITS.end()
+                ))
+            }),
+        SHARE_PARTITION_MAX_RECORD_LOCKS => integer()
+            .filter(|n| (1..=i64::from(i32::MAX)).contains(n))
+            .map(|n| n.to_string())
+            .ok_or_else(|| invalid(&format!("must be between 1 and {}", i32::MAX))),
+        _ if MILLISECONDS.contains(&name) => integer()
+            .filter(|ms| (1..=i64::from(i32::MAX)).contains(ms))
+            .map(|ms| ms.to_string())
+            .ok_or_else(|| {
+                invalid(&format!(
+                    "must be a number of milliseconds between 1 and {}",
+                    i32::MAX
+                ))
+            }),
+        _ => Err(unknown(name)),
     }
 }
 
 /// Whether `name` is a config Strata keeps per group.
 pub fn check_name(name: &str) -> Result<(), GroupConfigError> {
     match name {
-        SHARE_AUTO_OFFSET_RESET => Ok(()),
+        SHARE_AUTO_OFFSET_RESET
+        | SHARE_ISOLATION_LEVEL
+        | SHARE_DELIVERY_COUNT_LIMIT
+        | SHARE_PARTITION_MAX_RECORD_LOCKS => Ok(()),
         _ if MILLISECONDS.contains(&name) => Ok(()),
-        _ => Err(unsupported(name)),
+        _ => Err(unknown(name)),
     }
 }
 
-fn unsupported(name: &str) -> GroupConfigError {
-    match BROKER_WIDE.iter().find(|(kafka, _)| *kafka == name) {
-        Some((_, setting)) => GroupConfigError::Invalid(format!(
-            "Strata does not keep {name} per group: the broker setting {setting} applies to \
-             every group"
-        )),
-        None => GroupConfigError::Invalid(format!("Unknown group config name: {name}")),
+fn unknown(name: &str) -> GroupConfigError {
+    GroupConfigError::Invalid(format!("Unknown group config name: {name}"))
+}
+
+fn parse_isolation(text: &str) -> Option<Isolation> {
+    match text {
+        "read_uncommitted" => Some(Isolation::ReadUncommitted),
+        "read_committed" => Some(Isolation::ReadCommitted),
+        _ => None,
+    }
+}
+
+/// Kafka's name of an isolation level.
+pub fn isolation_name(level: Isolation) -> &'static str {
+    match level {
+        Isolation::ReadUncommitted => "read_uncommitted",
+        Isolation::ReadCommitted => "read_committed",
     }
 }
 
@@ -148,6 +185,29 @@ impl GroupConfig {
 
     pub fn lock_duration(&self) -> Option<Duration> {
         self.millis(SHARE_RECORD_LOCK_DURATION_MS)
+    }
+
+    /// The group's share isolation level; read_uncommitted unless it set another.
+    pub fn isolation(&self) -> Isolation {
+        self.values
+            .get(SHARE_ISOLATION_LEVEL)
+            .and_then(|v| parse_isolation(v))
+            .unwrap_or_default()
+    }
+
+    /// The share-partition limits of the group: its own where it set them, else the broker's.
+    /// Its record-lock limit never exceeds the broker's, which bounds memory.
+    pub fn share_limits(&self, broker: ShareLimits) -> ShareLimits {
+        let number = |name: &str| self.values.get(name).and_then(|v| v.parse::<u64>().ok());
+        ShareLimits {
+            lock_duration: self.lock_duration().unwrap_or(broker.lock_duration),
+            delivery_count_limit: number(SHARE_DELIVERY_COUNT_LIMIT)
+                .and_then(|n| u16::try_from(n).ok())
+                .unwrap_or(broker.delivery_count_limit),
+            max_record_locks: number(SHARE_PARTITION_MAX_RECORD_LOCKS)
+                .and_then(|n| usize::try_from(n).ok())
+                .map_or(broker.max_record_locks, |n| n.min(broker.max_record_locks)),
+        }
     }
 
     fn millis(&self, name: &str) -> Option<Duration> {
@@ -386,21 +446,6 @@ impl GroupConfigs {
     }
 }
 
-/// The broker-wide settings Kafka lets a group override, as DescribeConfigs reports them for
-/// a group (read-only here: see the module documentation).
-pub fn broker_wide(settings: &crate::BrokerSettings) -> Vec<(&'static str, String)> {
-    vec![
-        (
-            "share.delivery.count.limit",
-            settings.group_share_delivery_count_limit.to_string(),
-        ),
-        (
-            "share.partition.max.record.locks",
-            settings.group_share_partition_max_record_locks.to_string(),
-        ),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use strata_core::clock::ManualClock;
@@ -477,6 +522,10 @@ mod tests {
             (SHARE_AUTO_OFFSET_RESET, "beginning"),
             (SHARE_RECORD_LOCK_DURATION_MS, "0"),
             (SHARE_RECORD_LOCK_DURATION_MS, "soon"),
+            (SHARE_ISOLATION_LEVEL, "serializable"),
+            (SHARE_DELIVERY_COUNT_LIMIT, "1"),
+            (SHARE_DELIVERY_COUNT_LIMIT, "11"),
+            (SHARE_PARTITION_MAX_RECORD_LOCKS, "0"),
         ] {
             assert!(matches!(
                 validate(name, value),
@@ -487,15 +536,44 @@ mod tests {
             validate(CONSUMER_SESSION_TIMEOUT_MS, "6000").unwrap(),
             "6000"
         );
-        let Err(GroupConfigError::Invalid(why)) = validate("share.delivery.count.limit", "4")
-        else {
-            panic!("accepted");
-        };
-        assert!(why.contains("group_share_delivery_count_limit"), "{why}");
+        assert_eq!(
+            validate(SHARE_ISOLATION_LEVEL, "read_committed").unwrap(),
+            "read_committed"
+        );
+        assert_eq!(validate(SHARE_DELIVERY_COUNT_LIMIT, "4").unwrap(), "4");
         let Err(GroupConfigError::Invalid(why)) = validate("nonsense", "1") else {
             panic!("accepted");
         };
         assert_eq!(why, "Unknown group config name: nonsense");
+    }
+
+    #[test]
+    fn a_groups_limits_override_the_brokers_but_never_raise_its_record_lock_bound() {
+        let broker = ShareLimits {
+            max_record_locks: 2000,
+            lock_duration: Duration::from_secs(30),
+            delivery_count_limit: 5,
+        };
+        let mut config = GroupConfig::default();
+        assert_eq!(config.share_limits(broker), broker);
+        assert_eq!(config.isolation(), Isolation::ReadUncommitted);
+        for (name, value) in [
+            (SHARE_DELIVERY_COUNT_LIMIT, "2"),
+            (SHARE_PARTITION_MAX_RECORD_LOCKS, "100"),
+            (SHARE_RECORD_LOCK_DURATION_MS, "1500"),
+            (SHARE_ISOLATION_LEVEL, "read_committed"),
+        ] {
+            config.values.insert(name.into(), value.into());
+        }
+        let limits = config.share_limits(broker);
+        assert_eq!(limits.delivery_count_limit, 2);
+        assert_eq!(limits.max_record_locks, 100);
+        assert_eq!(limits.lock_duration, Duration::from_millis(1500));
+        assert_eq!(config.isolation(), Isolation::ReadCommitted);
+        config
+            .values
+            .insert(SHARE_PARTITION_MAX_RECORD_LOCKS.into(), "50000".into());
+        assert_eq!(config.share_limits(broker).max_record_locks, 2000);
     }
 
     /// Lets spawned tasks run until they wait on the (manual) clock again.

@@ -252,12 +252,17 @@ impl ShareState {
         lock(&part.counts).add(counts);
     }
 
-    /// The acquisition lock of `group`'s records: its `share.record.lock.duration.ms`, else
-    /// the broker's.
-    pub(crate) fn lock_duration(&self, group_id: &str) -> Duration {
+    /// The share-partition limits of `group`: its own configs where it set them, else the
+    /// broker's.
+    pub(crate) fn limits(&self, group_id: &str) -> ShareLimits {
         self.configs
-            .cached_with(group_id, crate::group_configs::GroupConfig::lock_duration)
-            .unwrap_or(self.settings.limits.lock_duration)
+            .cached_with(group_id, |c| c.share_limits(self.settings.limits))
+    }
+
+    /// What `group`'s consumers see of transactions (`share.isolation.level`).
+    pub(crate) fn isolation(&self, group_id: &str) -> strata_log::Isolation {
+        self.configs
+            .cached_with(group_id, crate::group_configs::GroupConfig::isolation)
     }
 
     // ----- membership -----
@@ -438,7 +443,7 @@ impl ShareState {
         topic_id: [u8; 16],
         epoch: u64,
     ) -> Result<SharePart, ShareError> {
-        let limits = self.settings.limits;
+        let limits = self.limits(group_id);
         // A partition with no state starts where the group's `share.auto.offset.reset` says,
         // else the broker's.
         let fresh = |log: &LogManager,

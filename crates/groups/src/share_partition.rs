@@ -94,6 +94,15 @@ struct Slot {
     delivery_count: u16,
 }
 
+/// One stored batch as read for acquisition: its offsets, and whether its records are
+/// delivered at all (control batches, and aborted transactions under read_committed, are not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchSpan {
+    pub base: i64,
+    pub last: i64,
+    pub deliver: bool,
+}
+
 /// A run of acquired offsets with one delivery count, as ShareFetch's `acquired_records`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AcquiredRange {
@@ -196,10 +205,12 @@ impl SharePartition {
         self.limits
     }
 
-    /// The acquisition lock of records acquired from now on (a group's
-    /// `share.record.lock.duration.ms` may change while the partition is in memory).
-    pub fn set_lock_duration(&mut self, lock_duration: Duration) {
-        self.limits.lock_duration = lock_duration;
+    /// The limits from now on: a group's own configs (`share.record.lock.duration.ms`,
+    /// `share.delivery.count.limit`, `share.partition.max.record.locks`) may change while the
+    /// partition is in memory. A lower record-lock limit than the window already holds only
+    /// stops acquisition of new records until the start offset moves.
+    pub fn set_limits(&mut self, limits: ShareLimits) {
+        self.limits = limits;
     }
 
     /// The state of `offset`, if it is in the window.
@@ -288,13 +299,15 @@ impl SharePartition {
         (self.slots.len() < self.limits.max_record_locks).then(|| self.end_offset())
     }
 
-    /// Acquires for `member` the available records of batches spanning `[base, last]` (in
-    /// offset order, as read from the log), up to `max_records`. Returns, per batch, whether it
-    /// holds an acquired record (only those are sent), the acquired ranges, and the counts.
+    /// Acquires for `member` the available records of `batches` (in offset order, as read
+    /// from the log), up to `max_records`. The offsets of batches not delivered enter the
+    /// window done (archived, never delivered), as gaps do, so a transaction marker or an
+    /// aborted record never waits for an acknowledgement. Returns, per batch, whether it holds
+    /// an acquired record (only those are sent), the acquired ranges, and the counts.
     pub fn acquire(
         &mut self,
         member: &Arc<str>,
-        batches: &[(i64, i64)],
+        batches: &[BatchSpan],
         max_records: usize,
         now: Duration,
     ) -> (Vec<bool>, Vec<AcquiredRange>, ShareCounts) {
@@ -303,9 +316,44 @@ impl SharePartition {
         let mut used = Vec::with_capacity(batches.len());
         let mut taken = 0usize;
         let mut redelivered = 0u64;
-        for &(base, last) in batches {
+        let mut archived = 0u64;
+        for &BatchSpan {
+            base,
+            last,
+            deliver,
+        } in batches
+        {
             let mut any = false;
             let mut offset = base.max(self.start);
+            if !deliver {
+                // Not records to anyone: done without a delivery. Bounded by the window like
+                // everything else, and not counted against `max_records`.
+                while offset <= last {
+                    let end = self.end_offset();
+                    if offset >= end {
+                        if self.slots.len() >= self.limits.max_record_locks {
+                            break;
+                        }
+                        self.slots.push_back(Slot {
+                            state: RecordState::Archived,
+                            delivery_count: 0,
+                        });
+                        if offset > end {
+                            // A gap before the batch, filled first.
+                            continue;
+                        }
+                    } else if let Some(slot) = self.slots.get_mut((offset - self.start) as usize) {
+                        // Delivered before under another isolation level and given back since.
+                        if slot.state == RecordState::Available {
+                            slot.state = RecordState::Archived;
+                            archived += 1;
+                        }
+                    }
+                    offset += 1;
+                }
+                used.push(false);
+                continue;
+            }
             while offset <= last && taken < max_records {
                 let end = self.end_offset();
                 if offset > end {
@@ -361,9 +409,11 @@ impl SharePartition {
             }
             used.push(any);
         }
+        self.advance();
         let counts = ShareCounts {
             acquired: taken as u64,
             redelivered,
+            archived,
             ..ShareCounts::default()
         };
         (used, ranges, counts)
@@ -552,6 +602,18 @@ mod tests {
         }
     }
 
+    /// Batches of records, all delivered.
+    fn spans(ranges: &[(i64, i64)]) -> Vec<BatchSpan> {
+        ranges
+            .iter()
+            .map(|&(base, last)| BatchSpan {
+                base,
+                last,
+                deliver: true,
+            })
+            .collect()
+    }
+
     fn m(name: &str) -> Arc<str> {
         Arc::from(name)
     }
@@ -560,7 +622,7 @@ mod tests {
     fn acquisition_hands_each_record_to_one_member_and_stops_at_the_lock_limit() {
         let mut p = SharePartition::new(0, limits());
         let t = Duration::ZERO;
-        let (used, ranges, counts) = p.acquire(&m("a"), &[(0, 3), (4, 7)], 5, t);
+        let (used, ranges, counts) = p.acquire(&m("a"), &spans(&[(0, 3), (4, 7)]), 5, t);
         assert_eq!(used, vec![true, true]);
         assert_eq!(
             ranges,
@@ -573,7 +635,7 @@ mod tests {
         assert_eq!(counts.acquired, 5);
         // b reading the same batches gets only what a did not take, and the window stops at 10.
         assert_eq!(p.next_fetch_offset(), Some(5));
-        let (used, ranges, _) = p.acquire(&m("b"), &[(4, 7), (8, 15)], 100, t);
+        let (used, ranges, _) = p.acquire(&m("b"), &spans(&[(4, 7), (8, 15)]), 100, t);
         assert_eq!(used, vec![true, true]);
         assert_eq!(
             ranges,
@@ -585,7 +647,7 @@ mod tests {
         );
         assert_eq!(p.end_offset(), 10);
         assert_eq!(p.next_fetch_offset(), None);
-        let (used, ranges, _) = p.acquire(&m("c"), &[(8, 15)], 100, t);
+        let (used, ranges, _) = p.acquire(&m("c"), &spans(&[(8, 15)]), 100, t);
         assert_eq!(used, vec![false]);
         assert!(ranges.is_empty());
     }
@@ -593,7 +655,7 @@ mod tests {
     #[test]
     fn an_expired_lock_makes_records_available_again_with_a_higher_delivery_count() {
         let mut p = SharePartition::new(0, limits());
-        p.acquire(&m("a"), &[(0, 1)], 10, Duration::from_secs(1));
+        p.acquire(&m("a"), &spans(&[(0, 1)]), 10, Duration::from_secs(1));
         assert_eq!(p.next_lock_deadline(), Some(Duration::from_secs(31)));
         assert_eq!(p.expire_locks(Duration::from_secs(30)).released, 0);
         assert_eq!(p.next_fetch_offset(), Some(2));
@@ -604,8 +666,12 @@ mod tests {
             p.acknowledge("a", 0, 1, &[1]),
             Err(ShareAckError::InvalidRecordState(0, 1))
         );
-        let (_, ranges, counts) =
-            p.acquire(&m("b"), &[(0, 1), (2, 2)], 10, Duration::from_secs(31));
+        let (_, ranges, counts) = p.acquire(
+            &m("b"),
+            &spans(&[(0, 1), (2, 2)]),
+            10,
+            Duration::from_secs(31),
+        );
         assert_eq!(
             ranges,
             vec![
@@ -629,20 +695,87 @@ mod tests {
     fn a_record_released_past_the_delivery_count_limit_is_archived() {
         let mut p = SharePartition::new(0, limits());
         for round in 1..=3u16 {
-            let (_, ranges, _) = p.acquire(&m("a"), &[(0, 0)], 10, Duration::ZERO);
+            let (_, ranges, _) = p.acquire(&m("a"), &spans(&[(0, 0)]), 10, Duration::ZERO);
             assert_eq!(ranges[0].delivery_count, round);
             let counts = p.acknowledge("a", 0, 0, &[2]).unwrap();
             assert_eq!(counts.archived, u64::from(round == 3));
         }
         assert_eq!(p.start_offset(), 1, "the archived poison record is done");
-        let (_, ranges, _) = p.acquire(&m("a"), &[(0, 0)], 10, Duration::ZERO);
+        let (_, ranges, _) = p.acquire(&m("a"), &spans(&[(0, 0)]), 10, Duration::ZERO);
         assert!(ranges.is_empty());
+    }
+
+    #[test]
+    fn batches_not_delivered_are_done_without_a_delivery_and_cost_no_record_budget() {
+        let mut p = SharePartition::new(0, limits());
+        let span = |base, last, deliver| BatchSpan {
+            base,
+            last,
+            deliver,
+        };
+        // An aborted record, its marker, three records, a gap, and a commit marker.
+        let batches = [
+            span(0, 0, false),
+            span(1, 1, false),
+            span(2, 4, true),
+            span(6, 6, false),
+        ];
+        let (used, ranges, counts) = p.acquire(&m("a"), &batches, 3, Duration::ZERO);
+        assert_eq!(used, vec![false, false, true, false]);
+        assert_eq!(
+            ranges,
+            vec![AcquiredRange {
+                first: 2,
+                last: 4,
+                delivery_count: 1
+            }]
+        );
+        assert_eq!((counts.acquired, counts.archived), (3, 0));
+        assert_eq!(
+            p.start_offset(),
+            2,
+            "the aborted record and its marker are done"
+        );
+        assert_eq!(
+            p.end_offset(),
+            7,
+            "the gap and the marker past the records too"
+        );
+        p.acknowledge("a", 2, 4, &[1]).unwrap();
+        assert_eq!(p.start_offset(), 7);
+
+        // A record delivered and given back, then read as not delivered (the group switched to
+        // read_committed and it was aborted), is archived rather than offered again.
+        let mut q = SharePartition::new(0, limits());
+        q.acquire(&m("a"), &spans(&[(0, 1)]), 10, Duration::ZERO);
+        q.acknowledge("a", 0, 1, &[2]).unwrap();
+        let (used, ranges, counts) = q.acquire(&m("b"), &[span(0, 1, false)], 10, Duration::ZERO);
+        assert_eq!((used, ranges, counts.archived), (vec![false], vec![], 2));
+        assert_eq!(q.start_offset(), 2);
+    }
+
+    #[test]
+    fn a_groups_own_limits_apply_from_the_next_acquisition() {
+        let mut p = SharePartition::new(0, limits());
+        p.set_limits(ShareLimits {
+            max_record_locks: 2,
+            delivery_count_limit: 1,
+            ..limits()
+        });
+        let (_, ranges, _) = p.acquire(&m("a"), &spans(&[(0, 4)]), 10, Duration::ZERO);
+        assert_eq!(ranges[0].last, 1, "two record locks at most");
+        let counts = p.acknowledge("a", 0, 1, &[2]).unwrap();
+        assert_eq!(
+            counts.archived, 2,
+            "one delivery at most: released means archived"
+        );
+        assert_eq!(p.start_offset(), 2);
     }
 
     #[test]
     fn the_start_offset_advances_only_over_the_done_prefix() {
         let mut p = SharePartition::new(100, limits());
-        p.acquire(&m("a"), &[(100, 104)], 10, Duration::ZERO);
+        p.acquire(&m("a"), &spans(&[(100, 104)]), 10, Duration::ZERO);
         p.acknowledge("a", 101, 102, &[1]).unwrap();
         assert_eq!(p.start_offset(), 100);
         p.acknowledge("a", 100, 100, &[3]).unwrap();
@@ -656,8 +789,8 @@ mod tests {
     #[test]
     fn an_acknowledgement_spanning_batches_is_applied_whole_or_not_at_all() {
         let mut p = SharePartition::new(0, limits());
-        p.acquire(&m("a"), &[(0, 2), (3, 5)], 10, Duration::ZERO);
-        p.acquire(&m("b"), &[(6, 7)], 10, Duration::ZERO);
+        p.acquire(&m("a"), &spans(&[(0, 2), (3, 5)]), 10, Duration::ZERO);
+        p.acquire(&m("b"), &spans(&[(6, 7)]), 10, Duration::ZERO);
         // 2..=6 crosses into b's records: refused, nothing changes.
         assert_eq!(
             p.acknowledge("a", 2, 6, &[1]),
@@ -683,8 +816,8 @@ mod tests {
     #[test]
     fn a_closed_session_gives_back_only_its_members_records() {
         let mut p = SharePartition::new(0, limits());
-        p.acquire(&m("a"), &[(0, 1)], 10, Duration::ZERO);
-        p.acquire(&m("b"), &[(2, 3)], 10, Duration::ZERO);
+        p.acquire(&m("a"), &spans(&[(0, 1)]), 10, Duration::ZERO);
+        p.acquire(&m("b"), &spans(&[(2, 3)]), 10, Duration::ZERO);
         assert_eq!(p.release_member("b").released, 2);
         assert_eq!(p.next_fetch_offset(), Some(2));
         assert_eq!(p.acquired_count(), 2);
@@ -693,7 +826,7 @@ mod tests {
     #[test]
     fn a_snapshot_keeps_decisions_and_delivery_counts_but_not_acquisitions() {
         let mut p = SharePartition::new(10, limits());
-        p.acquire(&m("a"), &[(10, 16)], 10, Duration::ZERO);
+        p.acquire(&m("a"), &spans(&[(10, 16)]), 10, Duration::ZERO);
         p.acknowledge("a", 11, 12, &[1]).unwrap();
         p.acknowledge("a", 13, 13, &[3]).unwrap();
         p.acknowledge("a", 14, 14, &[2]).unwrap();
@@ -735,7 +868,7 @@ mod tests {
         assert_eq!(q.state_epoch(), 1);
         assert_eq!(q.end_offset(), 17);
         // 10 and 14..=16 come back (10 was still acquired at the snapshot), 11..=13 never do.
-        let (_, ranges, _) = q.acquire(&m("b"), &[(10, 20)], 100, Duration::ZERO);
+        let (_, ranges, _) = q.acquire(&m("b"), &spans(&[(10, 20)]), 100, Duration::ZERO);
         assert_eq!(
             ranges,
             vec![
@@ -761,7 +894,7 @@ mod tests {
     #[test]
     fn retention_moves_the_start_offset_past_deleted_records() {
         let mut p = SharePartition::new(0, limits());
-        p.acquire(&m("a"), &[(0, 4)], 10, Duration::ZERO);
+        p.acquire(&m("a"), &spans(&[(0, 4)]), 10, Duration::ZERO);
         p.skip_to(3);
         assert_eq!(p.start_offset(), 3);
         assert_eq!(p.end_offset(), 5);

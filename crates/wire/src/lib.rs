@@ -26,6 +26,7 @@ pub mod count;
 pub mod decode;
 pub mod fetch;
 pub mod frame;
+pub mod visibility;
 
 #[cfg(test)]
 mod testutil;

@@ -402,8 +402,7 @@ fn broker_entries(broker: &Broker, name: &str) -> Result<Vec<(ConfigEntry, i8)>,
     ])
 }
 
-/// A group's configs: the ones it set (GROUP_CONFIG), the honoured ones it did not at the
-/// broker's value, and, read-only, the broker-wide settings Kafka would let it override.
+/// A group's configs: the ones it set (GROUP_CONFIG), and the others at the broker's value.
 async fn group_entries(
     broker: &Broker,
     group: &str,
@@ -428,8 +427,20 @@ async fn group_entries(
             s.share_auto_offset_reset.as_str().to_string(),
         ),
         (
+            group_configs::SHARE_ISOLATION_LEVEL,
+            group_configs::isolation_name(strata_log::Isolation::default()).to_string(),
+        ),
+        (
             group_configs::SHARE_RECORD_LOCK_DURATION_MS,
             ms(s.group_share_record_lock_duration),
+        ),
+        (
+            group_configs::SHARE_DELIVERY_COUNT_LIMIT,
+            s.group_share_delivery_count_limit.to_string(),
+        ),
+        (
+            group_configs::SHARE_PARTITION_MAX_RECORD_LOCKS,
+            s.group_share_partition_max_record_locks.to_string(),
         ),
         (
             group_configs::CONSUMER_SESSION_TIMEOUT_MS,
@@ -462,17 +473,6 @@ async fn group_entries(
                 read_only: false,
             },
             src,
-        ));
-    }
-    for (name, value) in group_configs::broker_wide(s) {
-        out.push((
-            ConfigEntry {
-                name,
-                value,
-                is_default: true,
-                read_only: true,
-            },
-            source::STATIC_BROKER_CONFIG,
         ));
     }
     Ok(out)

@@ -29,8 +29,9 @@ use kafka_protocol::protocol::StrBytes;
 use strata_core::{Offset, TopicPartition};
 use strata_groups::assignor::Assignment;
 use strata_groups::share::ShareHeartbeatRequest;
-use strata_groups::share_partition::ShareAckError;
+use strata_groups::share_partition::{BatchSpan, ShareAckError};
 use strata_groups::GroupState;
+use strata_log::Isolation;
 use tokio::sync::watch;
 use uuid::Uuid;
 
@@ -253,7 +254,10 @@ async fn acknowledge(
         Ok(p) => p,
         Err(e) => return (share_error_code(&e), Some(e.to_string())),
     };
+    let limits = broker.share.limits(group_id);
     let (first_error, upto) = part.update(|p| {
+        // The group's delivery-count limit decides whether a release archives.
+        p.set_limits(limits);
         let mut first_error: Option<ShareAckError> = None;
         let mut changed = false;
         for (first, last, types) in batches {
@@ -294,7 +298,7 @@ pub(crate) async fn share_fetch(
         return response;
     };
     let (group_id, member_id) = (group_id.0.to_string(), member_id.to_string());
-    let lock_duration = broker.share.lock_duration(&group_id);
+    let lock_duration = broker.share.limits(&group_id).lock_duration;
     response.acquisition_lock_timeout_ms =
         i32::try_from(lock_duration.as_millis()).unwrap_or(i32::MAX);
     if !broker.authz(ctx).allows(Op::Read, Res::Group, &group_id) {
@@ -512,8 +516,15 @@ fn partition_data(partition: i32) -> PartitionData {
     out
 }
 
+/// How many reads one acquisition makes at most when what it read held nothing to deliver
+/// (transaction markers, aborted records): bounds the work of one ShareFetch while letting a
+/// long aborted transaction be stepped over without a wait in between.
+const MAX_READS_PER_ACQUIRE: usize = 16;
+
 /// Reads from the share partition's next fetch offset and acquires what it can: the batches
-/// holding acquired records (joined), the acquired ranges, and how many records.
+/// holding acquired records (joined), the acquired ranges, and how many records. The group's
+/// isolation level decides how far it reads (the high watermark, or the last stable offset
+/// for read_committed) and which batches are records at all.
 async fn acquire(
     broker: &Broker,
     group_id: &str,
@@ -524,56 +535,83 @@ async fn acquire(
     max_bytes: usize,
 ) -> Result<(Bytes, Vec<AcquiredRecords>, usize), ShareError> {
     let part = broker.share.part(group_id, tp, topic_id).await?;
-    let marks = broker.log.watermarks(tp)?;
-    let now = broker.clock.monotonic();
-    let (from, _) = part.update(|p| {
-        let expired = p.expire_locks(now);
-        broker.share.count(&part, expired);
-        p.skip_to(marks.log_start.0);
-        (p.next_fetch_offset(), false)
-    });
-    let Some(from) = from.filter(|o| *o < marks.high.0) else {
-        return Ok((Bytes::new(), Vec::new(), 0));
-    };
-    let read = broker.log.read(tp, Offset(from), max_bytes, true).await?;
-    let spans: Vec<(i64, i64)> = read
-        .batches
-        .iter()
-        .map(|b| {
-            strata_wire::read_batch_header(b).map_or((i64::MAX, i64::MIN), |h| {
-                (
-                    h.base_offset,
-                    h.base_offset + i64::from(h.last_offset_delta),
-                )
+    let limits = broker.share.limits(group_id);
+    let isolation = broker.share.isolation(group_id);
+    for _ in 0..MAX_READS_PER_ACQUIRE {
+        let marks = broker.log.watermarks(tp)?;
+        let readable = match isolation {
+            Isolation::ReadUncommitted => marks.high.0,
+            Isolation::ReadCommitted => marks.last_stable.0,
+        };
+        let now = broker.clock.monotonic();
+        let (from, _) = part.update(|p| {
+            p.set_limits(limits);
+            let expired = p.expire_locks(now);
+            broker.share.count(&part, expired);
+            p.skip_to(marks.log_start.0);
+            (p.next_fetch_offset(), false)
+        });
+        let Some(from) = from.filter(|o| *o < readable) else {
+            break;
+        };
+        let read = broker
+            .log
+            .read_isolated(tp, Offset(from), max_bytes, true, isolation)
+            .await?;
+        let visible = strata_wire::visibility::classify(&read.batches, read.aborted.as_deref());
+        let spans: Vec<BatchSpan> = read
+            .batches
+            .iter()
+            .zip(&visible)
+            .map(|(b, v)| match strata_wire::read_batch_header(b) {
+                Some(h) => BatchSpan {
+                    base: h.base_offset,
+                    last: h.base_offset + i64::from(h.last_offset_delta),
+                    deliver: v.delivered(),
+                },
+                None => BatchSpan {
+                    base: i64::MAX,
+                    last: i64::MIN,
+                    deliver: false,
+                },
             })
-        })
-        .collect();
-    let lock_duration = broker.share.lock_duration(group_id);
-    let ((used, ranges, counts), _) = part.update(|p| {
-        p.set_lock_duration(lock_duration);
-        (
-            p.acquire(member, &spans, max_records, broker.clock.monotonic()),
-            false,
-        )
-    });
-    broker.share.count(&part, counts);
-    let mut records = BytesMut::new();
-    for (batch, used) in read.batches.iter().zip(used) {
-        if used {
-            records.extend_from_slice(batch);
+            .collect();
+        let ((used, ranges, counts), _) = part.update(|p| {
+            (
+                p.acquire(member, &spans, max_records, broker.clock.monotonic()),
+                false,
+            )
+        });
+        broker.share.count(&part, counts);
+        if counts.acquired == 0 {
+            // Nothing delivered: read on if the window moved past what was read.
+            let moved = part
+                .update(|p| (p.next_fetch_offset() != Some(from), false))
+                .0;
+            if moved {
+                continue;
+            }
+            break;
         }
+        let mut records = BytesMut::new();
+        for (batch, used) in read.batches.iter().zip(used) {
+            if used {
+                records.extend_from_slice(batch);
+            }
+        }
+        let acquired = ranges
+            .iter()
+            .map(|r| {
+                let mut a = AcquiredRecords::default();
+                a.first_offset = r.first;
+                a.last_offset = r.last;
+                a.delivery_count = i16::try_from(r.delivery_count).unwrap_or(i16::MAX);
+                a
+            })
+            .collect();
+        return Ok((records.freeze(), acquired, counts.acquired as usize));
     }
-    let acquired = ranges
-        .iter()
-        .map(|r| {
-            let mut a = AcquiredRecords::default();
-            a.first_offset = r.first;
-            a.last_offset = r.last;
-            a.delivery_count = i16::try_from(r.delivery_count).unwrap_or(i16::MAX);
-            a
-        })
-        .collect();
-    Ok((records.freeze(), acquired, counts.acquired as usize))
+    Ok((Bytes::new(), Vec::new(), 0))
 }
 
 /// ShareAcknowledge v1.
