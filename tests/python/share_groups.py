@@ -37,6 +37,13 @@ Scenarios (--scenario), each on its own topic with one partition:
             and never an aborted one, and nothing at or after the open transaction until it
             commits; transaction markers are never delivered to either (the test then checks
             both groups' backlog is empty: the broker archived the markers itself);
+- moving:   (on a 2-broker cluster; --strata, --storage and --brokers name the binary, the
+            storage and the broker ids) three consumers take records while the partition moves
+            between the brokers four times, each in the middle of consumption; one consumer
+            holds records across the first move. From the acknowledgement-commit callback,
+            record by record: every accept confirmed exactly once, nothing delivered after its
+            accept was confirmed, the held records' late accepts refused and the records
+            delivered again;
 - restart-a / restart-b: (the test kills and restarts the broker between them) restart-a
             produces 100 records and accepts offsets 0..49 only, then is SIGKILLed by itself
             (no close); restart-b must receive exactly offsets 50..99: no accepted record is
@@ -498,6 +505,125 @@ def pubsub(args):
     print("pubsub: the consumer group and the share group each saw every record")
 
 
+def moving(args):
+    """Three share consumers take records while the partition moves between two brokers, in
+    the middle of consumption, `MOVES` times. Every acknowledgement's outcome is taken from the
+    client's acknowledgement-commit callback, record by record."""
+    if not (args.strata and args.storage and args.brokers):
+        fail("moving needs --strata, --storage and --brokers")
+    brokers = [int(b) for b in args.brokers.split(",")]
+    create_topic(args.bootstrap, args.topic)
+    chunk, moves = 120, 4
+    total = chunk * (moves + 1)
+    lock = threading.Lock()
+    progress = threading.Condition(lock)
+    confirmed = {}      # offset -> how many accepts the broker confirmed (must end at 1 each)
+    delivered = {}      # offset -> delivery counts seen, in order
+    refused = set()     # offsets whose accept the broker refused (e.g. sent to the old owner)
+    late = []           # offsets delivered after their accept was confirmed
+    errors = []
+    done = threading.Event()
+    moved = threading.Event()
+    held = []           # what the holder kept across the first move
+
+    def on_ack(offsets, error):
+        with progress:
+            for tp, acked in offsets.items():
+                for o in acked:
+                    if error is None:
+                        confirmed[o] = confirmed.get(o, 0) + 1
+                    else:
+                        refused.add(o)
+            progress.notify_all()
+
+    def consume(c, batch):
+        with lock:
+            for m in batch:
+                if confirmed.get(m.offset()):
+                    late.append(m.offset())
+                delivered.setdefault(m.offset(), []).append(m.delivery_count())
+        for m in batch:
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+        c.commit_sync()
+
+    def accepted():
+        return sum(1 for n in confirmed.values() if n > 0)
+
+    def run(i):
+        try:
+            c = share_consumer(args.bootstrap, "moving", args.topic, **{"max.poll.records": 5})
+            c.set_acknowledgement_commit_callback(on_ack)
+            end = deadline(90)
+            while not done.is_set() and time.monotonic() < end:
+                got = records(c, 0.2)
+                if i == 0 and got and not moved.is_set() and not held:
+                    # The holder keeps its first records, unacknowledged, across the first
+                    # move: the new owner must offer them again, and accepting them at the old
+                    # owner must not be confirmed.
+                    held.extend(m.offset() for m in got)
+                    moved.wait(60)
+                consume(c, got)
+            c.close()
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(f"consumer {i}: {e!r}")
+            done.set()
+
+    def leader():
+        admin = AdminClient({"bootstrap.servers": args.bootstrap})
+        return admin.list_topics(args.topic, timeout=10).topics[args.topic].partitions[0].leader
+
+    def move_to(target):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
+        started = time.monotonic()
+        finished = subprocess.run(
+            [args.strata, "partitions", "move", args.topic, "0", "--to", str(target),
+             "--timeout", "20s", "--storage", args.storage],
+            env=env, capture_output=True, text=True, timeout=60)
+        if finished.returncode != 0:
+            fail(f"strata partitions move to {target}: {finished.stderr.strip()}")
+        return time.monotonic() - started
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    took = []
+    for k in range(moves + 1):
+        produce(args.bootstrap, args.topic, [f"r{n}" for n in range(k * chunk, (k + 1) * chunk)])
+        if k == moves:
+            break
+        # Move once the group is half-way through this chunk: records are acquired, some
+        # acknowledged, some not yet fetched.
+        with progress:
+            if not progress.wait_for(lambda: accepted() >= k * chunk + chunk // 2 or errors, 60):
+                fail(f"before move {k + 1}: only {accepted()} records accepted")
+        owner = leader()
+        target = next(b for b in brokers if b != owner)
+        took.append(move_to(target))
+        moved.set()
+    with progress:
+        progress.wait_for(lambda: accepted() >= total or errors, 60)
+    done.set()
+    for t in threads:
+        t.join(60)
+    if errors:
+        fail("; ".join(errors))
+    twice = sorted(o for o, n in confirmed.items() if n > 1)
+    missing = sorted(set(range(total)) - {o for o, n in confirmed.items() if n > 0})
+    if twice or missing or late:
+        fail(f"accepts confirmed twice {twice[:20]}, never {missing[:20]}, "
+             f"delivered after a confirmed accept {late[:20]}")
+    if not held:
+        fail("the holder got nothing before the first move")
+    for o in held:
+        if confirmed.get(o) != 1 or len(delivered.get(o, [])) < 2:
+            fail(f"held offset {o}: confirmed {confirmed.get(o)}, deliveries {delivered.get(o)}")
+    again = sorted(o for o, counts in delivered.items() if len(counts) > 1)
+    print(f"moving: {total} records each accepted once across {moves} moves "
+          f"({', '.join(f'{t * 1000:.0f} ms' for t in took)}); {len(refused)} accepts refused "
+          f"and {len(again)} records delivered again (the holder's {len(held)} among them)",
+          flush=True)
+
+
 def restart_a(args):
     create_topic(args.bootstrap, args.topic)
     produce(args.bootstrap, args.topic, [f"r{n}" for n in range(100)])
@@ -544,6 +670,7 @@ SCENARIOS = {
     "pubsub": pubsub,
     "group-config": group_config,
     "transactions": transactions,
+    "moving": moving,
     "restart-a": restart_a,
     "restart-b": restart_b,
 }
@@ -555,6 +682,9 @@ def main():
     parser.add_argument("--topic", required=True)
     parser.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
     parser.add_argument("--group", default="killed", help="child-acquire: the share group to join")
+    parser.add_argument("--strata", help="moving: the strata binary, for `strata partitions move`")
+    parser.add_argument("--storage", help="moving: the cluster's storage URL")
+    parser.add_argument("--brokers", help="moving: the cluster's broker ids, comma-separated")
     args = parser.parse_args()
     SCENARIOS[args.scenario](args)
     sys.stdout.flush()

@@ -36,6 +36,10 @@ fn run_scenario(broker: &StrataProcess, scenario: &str, topic: &str) {
 }
 
 fn run_scenario_on(bootstrap: &str, scenario: &str, topic: &str) {
+    run_scenario_with(bootstrap, scenario, topic, &[]);
+}
+
+fn run_scenario_with(bootstrap: &str, scenario: &str, topic: &str, extra: &[&str]) {
     let started = Instant::now();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/share_groups.py");
     let mut command = Command::new("python3");
@@ -46,7 +50,8 @@ fn run_scenario_on(bootstrap: &str, scenario: &str, topic: &str) {
         .arg("--topic")
         .arg(topic)
         .arg("--scenario")
-        .arg(scenario);
+        .arg(scenario)
+        .args(extra);
     let finished = run_with_deadline(command, b"", Duration::from_secs(120));
     finished.assert_success("tests/python/share_groups.py");
     eprintln!(
@@ -167,4 +172,42 @@ fn acknowledgements_move_with_the_partition_to_another_broker() {
     eprintln!("share-moved/0 moves from broker {owner} to {target}");
     cluster.move_partition("share-moved", 0, target);
     run_scenario_on(&bootstrap, "restart-b", "share-moved");
+}
+
+/// Three share consumers take records while the partition moves between two brokers four
+/// times, each move in the middle of consumption (half of a freshly produced chunk accepted),
+/// one consumer holding records it acquired before the first move and acknowledging them
+/// after it. The script follows every acknowledgement's outcome record by record (the client's
+/// acknowledgement-commit callback): every record's accept is confirmed exactly once, no
+/// record is delivered after its accept was confirmed, and the held records' late accepts are
+/// refused and the records delivered again.
+#[test]
+fn moves_in_the_middle_of_consumption_lose_no_acknowledgement_and_redeliver_only_unacknowledged() {
+    let cluster = Cluster::start_with_env(
+        2,
+        "3s",
+        "500ms",
+        &[
+            ("STRATA_SHARE_AUTO_OFFSET_RESET", "earliest"),
+            ("STRATA_GROUP_SHARE_RECORD_LOCK_DURATION", "3s"),
+        ],
+    );
+    let ids = cluster.all_ids();
+    let brokers: Vec<String> = ids.iter().map(i32::to_string).collect();
+    let binary = strata_tests::binary::strata_binary()
+        .to_string_lossy()
+        .into_owned();
+    run_scenario_with(
+        &cluster.bootstrap_of(&ids),
+        "moving",
+        "share-moving",
+        &[
+            "--strata",
+            &binary,
+            "--storage",
+            cluster.storage.url(),
+            "--brokers",
+            &brokers.join(","),
+        ],
+    );
 }
