@@ -31,6 +31,9 @@ Scenarios (--scenario), each on its own topic with one partition:
             archives a poison record after its second delivery; DescribeConfigs reports them as
             GROUP_CONFIG; a value out of Kafka's bounds, unknown names, and a heartbeat interval
             not below the session timeout are refused with INVALID_CONFIG;
+- by-duration: the group's `share.auto.offset.reset=by_duration:PT1H` (KIP-1106) on a
+            partition of five records two hours old and five new ones: the group gets exactly
+            the five new ones; a negative duration is refused;
 - transactions: two share groups, `share.isolation.level` read_committed and read_uncommitted,
             read aborted, committed, interleaved and plain records and an open transaction:
             read_uncommitted gets every record once, read_committed every committed one once
@@ -395,6 +398,36 @@ def accept_values(consumer, wanted, end):
     return got
 
 
+def by_duration(args):
+    create_topic(args.bootstrap, args.topic)
+    now_ms = int(time.time() * 1000)
+    producer = Producer({"bootstrap.servers": args.bootstrap, "linger.ms": 5})
+    # Five records two hours old (their CreateTime), then five from now.
+    for n in range(5):
+        producer.produce(args.topic, value=f"old-{n}".encode(), timestamp=now_ms - 2 * 3600 * 1000)
+    for n in range(5):
+        producer.produce(args.topic, value=f"new-{n}".encode(), timestamp=now_ms)
+    if producer.flush(30) != 0:
+        fail("produce did not finish")
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    group = f"{args.topic}-last-hour"
+    alter_group_configs(admin, group, ("share.auto.offset.reset", "by_duration:PT1H")).result(30)
+    try:
+        alter_group_configs(admin, group, ("share.auto.offset.reset", "by_duration:-PT1H")).result(30)
+        fail("a negative duration was accepted")
+    except KafkaException as error:
+        if error.args[0].code() != KafkaError.INVALID_CONFIG:
+            fail(f"a negative duration: {error}")
+    c = share_consumer(args.bootstrap, group, args.topic)
+    wanted = [f"new-{n}" for n in range(5)]
+    got = accept_values(c, wanted, deadline())
+    got += accept_values(c, ["never"], time.monotonic() + 1.0)
+    if sorted(got) != wanted:
+        fail(f"by_duration:PT1H got {sorted(got)}, wanted only {wanted}")
+    c.close()
+    print("by-duration: a group starting an hour back got the five recent records only")
+
+
 def transactions(args):
     create_topic(args.bootstrap, args.topic)
     admin = AdminClient({"bootstrap.servers": args.bootstrap})
@@ -670,6 +703,7 @@ SCENARIOS = {
     "pubsub": pubsub,
     "group-config": group_config,
     "transactions": transactions,
+    "by-duration": by_duration,
     "moving": moving,
     "restart-a": restart_a,
     "restart-b": restart_b,

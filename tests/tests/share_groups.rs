@@ -109,6 +109,11 @@ fn share_groups_see_transactions_by_their_isolation_level_and_never_a_marker() {
 }
 
 #[test]
+fn a_share_group_can_start_a_duration_back_in_time() {
+    scenario("by-duration");
+}
+
+#[test]
 fn six_share_consumers_on_one_partition_all_receive_and_accept_every_record_once() {
     scenario("six");
 }

@@ -103,8 +103,8 @@ pub fn validate(name: &str, value: &str) -> Result<String, GroupConfigError> {
     let integer = || value.trim().parse::<i64>().ok();
     match name {
         SHARE_AUTO_OFFSET_RESET => ShareAutoOffsetReset::parse(value)
-            .map(|reset| reset.as_str().to_string())
-            .ok_or_else(|| invalid("must be earliest or latest")),
+            .map(|reset| reset.to_string())
+            .ok_or_else(|| invalid("must be earliest, latest or by_duration:<ISO-8601 duration>")),
         SHARE_ISOLATION_LEVEL => parse_isolation(value)
             .map(|level| isolation_name(level).to_string())
             .ok_or_else(|| invalid("must be read_committed or read_uncommitted")),

@@ -40,21 +40,144 @@ pub enum ShareAutoOffsetReset {
     Latest,
     /// From the log start.
     Earliest,
+    /// From the first record no older than this when the share partition is first read
+    /// (Kafka's `by_duration:<ISO-8601 duration>`, KIP-1106); the end when every record is older.
+    ByDuration(Duration),
 }
 
 impl ShareAutoOffsetReset {
+    /// `latest`, `earliest`, or `by_duration:` and an ISO-8601 duration (`PT1H`, `P1DT30M`,
+    /// `PT0.5S`), as Kafka accepts them.
     pub fn parse(text: &str) -> Option<Self> {
         match text {
             "latest" => Some(Self::Latest),
             "earliest" => Some(Self::Earliest),
-            _ => None,
+            _ => text
+                .strip_prefix("by_duration:")
+                .and_then(parse_iso_duration)
+                .map(Self::ByDuration),
         }
     }
+}
 
-    pub fn as_str(self) -> &'static str {
+impl std::fmt::Display for ShareAutoOffsetReset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Latest => "latest",
-            Self::Earliest => "earliest",
+            Self::Latest => f.write_str("latest"),
+            Self::Earliest => f.write_str("earliest"),
+            Self::ByDuration(d) => {
+                let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
+                if nanos == 0 {
+                    write!(f, "by_duration:PT{secs}S")
+                } else {
+                    let fraction = format!("{nanos:09}");
+                    write!(
+                        f,
+                        "by_duration:PT{secs}.{}S",
+                        fraction.trim_end_matches('0')
+                    )
+                }
+            }
+        }
+    }
+}
+
+/// An ISO-8601 duration of days, hours, minutes and seconds, as Java's `Duration.parse` reads
+/// it (`PnDTnHnMn.nS`, case-insensitive, at least one part); negative durations are refused,
+/// as Kafka refuses them here.
+fn parse_iso_duration(text: &str) -> Option<Duration> {
+    let upper = text.trim().to_ascii_uppercase();
+    let rest = upper.strip_prefix('P')?;
+    let (days, time) = match rest.split_once('T') {
+        Some((days, time)) => {
+            if time.is_empty() {
+                return None;
+            }
+            (days, Some(time))
+        }
+        None => (rest, None),
+    };
+    let mut total = Duration::ZERO;
+    let mut parts = 0;
+    let mut take = |section: &str, units: &[(char, u64)]| -> Option<()> {
+        let mut section = section;
+        let mut allowed = units;
+        while !section.is_empty() {
+            let end = section.find(|c: char| c.is_ascii_alphabetic())?;
+            let (number, unit) = (&section[..end], section[end..].chars().next()?);
+            let at = allowed.iter().position(|(u, _)| *u == unit)?;
+            let seconds = allowed[at].1;
+            allowed = &allowed[at + 1..];
+            let (whole, fraction) = match number.split_once(['.', ',']) {
+                Some((w, f))
+                    if unit == 'S' && f.len() <= 9 && f.bytes().all(|b| b.is_ascii_digit()) =>
+                {
+                    (w, f)
+                }
+                Some(_) => return None,
+                None => (number, ""),
+            };
+            if whole.is_empty() || !whole.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            let whole: u64 = whole.parse().ok()?;
+            let nanos: u32 = if fraction.is_empty() {
+                0
+            } else {
+                format!("{fraction:0<9}").parse().ok()?
+            };
+            total = total
+                .checked_add(Duration::from_secs(whole.checked_mul(seconds)?))?
+                .checked_add(Duration::from_nanos(u64::from(nanos)))?;
+            parts += 1;
+            section = &section[end + 1..];
+        }
+        Some(())
+    };
+    take(days, &[('D', 86_400)])?;
+    if let Some(time) = time {
+        take(time, &[('H', 3_600), ('M', 60), ('S', 1)])?;
+    }
+    (parts > 0).then_some(total)
+}
+
+#[cfg(test)]
+mod reset_tests {
+    use super::*;
+
+    #[test]
+    fn by_duration_reads_iso_8601_durations_as_kafka_does() {
+        let parse = ShareAutoOffsetReset::parse;
+        let d = |secs: u64, nanos: u32| {
+            Some(ShareAutoOffsetReset::ByDuration(Duration::new(secs, nanos)))
+        };
+        assert_eq!(parse("by_duration:PT1H"), d(3_600, 0));
+        assert_eq!(parse("by_duration:P1DT30M"), d(86_400 + 1_800, 0));
+        assert_eq!(parse("by_duration:pt0.5s"), d(0, 500_000_000));
+        assert_eq!(parse("by_duration:PT1M2.25S"), d(62, 250_000_000));
+        assert_eq!(parse("by_duration:P2D"), d(172_800, 0));
+        for bad in [
+            "by_duration:",
+            "by_duration:P",
+            "by_duration:PT",
+            "by_duration:-PT1H",
+            "by_duration:PT-1H",
+            "by_duration:PT1S1M",
+            "by_duration:P1H",
+            "by_duration:PT1.5M",
+            "by_duration:1h",
+            "by_duration",
+            "beginning",
+        ] {
+            assert_eq!(parse(bad), None, "{bad}");
+        }
+        for text in [
+            "latest",
+            "earliest",
+            "by_duration:PT90S",
+            "by_duration:PT0.25S",
+        ] {
+            assert_eq!(parse(text).unwrap().to_string(), text);
         }
     }
 }
@@ -436,6 +559,31 @@ impl ShareState {
         Ok(part)
     }
 
+    /// Where a share partition with no state starts: where the group's
+    /// `share.auto.offset.reset` says, else the broker's.
+    async fn fresh_start(
+        &self,
+        tp: &TopicPartition,
+        config: crate::group_configs::GroupConfig,
+    ) -> Result<i64, ShareError> {
+        let marks = self.log.watermarks(tp)?;
+        let reset = config
+            .auto_offset_reset()
+            .unwrap_or(self.settings.auto_offset_reset);
+        Ok(match reset {
+            ShareAutoOffsetReset::Latest => marks.high.0,
+            ShareAutoOffsetReset::Earliest => marks.log_start.0,
+            ShareAutoOffsetReset::ByDuration(age) => {
+                let age = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
+                let since = self.clock.wall_millis().saturating_sub(age);
+                match self.log.offset_for_timestamp(tp, since).await? {
+                    Some((offset, _)) => offset.0.max(marks.log_start.0),
+                    None => marks.high.0,
+                }
+            }
+        })
+    }
+
     async fn load(
         &self,
         group_id: &str,
@@ -444,24 +592,10 @@ impl ShareState {
         epoch: u64,
     ) -> Result<SharePart, ShareError> {
         let limits = self.limits(group_id);
-        // A partition with no state starts where the group's `share.auto.offset.reset` says,
-        // else the broker's.
-        let fresh = |log: &LogManager,
-                     config: crate::group_configs::GroupConfig|
-         -> Result<SharePartition, ShareError> {
-            let marks = log.watermarks(tp)?;
-            let reset = config
-                .auto_offset_reset()
-                .unwrap_or(self.settings.auto_offset_reset);
-            let start = match reset {
-                ShareAutoOffsetReset::Latest => marks.high.0,
-                ShareAutoOffsetReset::Earliest => marks.log_start.0,
-            };
-            Ok(SharePartition::new(start, limits))
-        };
         let Some(store) = &self.store else {
+            let start = self.fresh_start(tp, self.configs.cached(group_id)).await?;
             return Ok(SharePart {
-                state: Mutex::new(fresh(&self.log, self.configs.cached(group_id))?),
+                state: Mutex::new(SharePartition::new(start, limits)),
                 epoch,
                 changes: AtomicU64::new(0),
                 stored: tokio::sync::Mutex::new(Stored {
@@ -496,7 +630,8 @@ impl ShareState {
                     .read(group_id)
                     .await
                     .map_err(|e| ShareError::Storage(e.to_string()))?;
-                (fresh(&self.log, config)?, None)
+                let start = self.fresh_start(tp, config).await?;
+                (SharePartition::new(start, limits), None)
             }
             Err(e) => return Err(ShareError::Storage(e.to_string())),
         };

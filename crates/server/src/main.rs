@@ -409,7 +409,8 @@ struct ServeArgs {
     /// Share partitions held in memory per broker [default: 1000].
     #[arg(long, value_name = "N")]
     group_share_max_partitions: Option<usize>,
-    /// Where share groups start on a partition: latest or earliest [default: latest].
+    /// Where share groups start on a partition: latest, earliest or by_duration:<ISO-8601>
+    /// (e.g. by_duration:PT1H: records of the last hour) [default: latest].
     #[arg(long, value_name = "POLICY")]
     share_auto_offset_reset: Option<String>,
     /// Address of the HTTP endpoint with GET /metrics (Prometheus text format) and GET /health

@@ -524,7 +524,7 @@ impl Default for Settings {
             group_share_partition_max_record_locks: broker.group_share_partition_max_record_locks,
             group_share_max_share_sessions: broker.group_share_max_share_sessions,
             group_share_max_partitions: broker.group_share_max_partitions,
-            share_auto_offset_reset: broker.share_auto_offset_reset.as_str().to_string(),
+            share_auto_offset_reset: broker.share_auto_offset_reset.to_string(),
             max_incremental_fetch_session_cache_slots: broker
                 .max_incremental_fetch_session_cache_slots,
             max_incremental_fetch_session_partitions: broker
@@ -2212,7 +2212,10 @@ impl Settings {
         if strata_broker::share::ShareAutoOffsetReset::parse(&self.share_auto_offset_reset)
             .is_none()
         {
-            return bad("share_auto_offset_reset", "must be latest or earliest");
+            return bad(
+                "share_auto_offset_reset",
+                "must be latest, earliest or by_duration:<ISO-8601 duration> (e.g. by_duration:PT1H)",
+            );
         }
         if !(1..=MAX_GROUP_SHARDS).contains(&self.txn_shards) {
             return bad(

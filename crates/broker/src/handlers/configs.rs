@@ -424,7 +424,7 @@ async fn group_entries(
     let honoured = [
         (
             group_configs::SHARE_AUTO_OFFSET_RESET,
-            s.share_auto_offset_reset.as_str().to_string(),
+            s.share_auto_offset_reset.to_string(),
         ),
         (
             group_configs::SHARE_ISOLATION_LEVEL,
