@@ -196,6 +196,21 @@ pub struct E2eArgs {
     /// client adds to every record on purpose; 1 ms keeps some batching at 10k records/s.
     #[arg(long, default_value_t = 1)]
     pub linger_ms: u32,
+
+    /// Producers, each its own librdkafka client and thread, sharing the rate.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub producers: u32,
+
+    /// Consumers, each its own librdkafka client and thread. More than one share the partitions
+    /// in one consumer group (subscribe); one assigns itself every partition unless
+    /// `--subscribe`.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub consumers: u32,
+
+    /// One consumer joins a consumer group and subscribes instead of assigning itself the
+    /// partitions.
+    #[arg(long)]
+    pub subscribe: bool,
 }
 
 #[derive(Debug, Args, Serialize)]

@@ -115,6 +115,26 @@ pub fn consumer(bootstrap: &str, target: &TargetArgs) -> Result<BaseConsumer<Ben
         .context("create the consumer")
 }
 
+/// A consumer that joins consumer group `group` (subscribe): the consumer settings of
+/// [`consumer`], no commits (nothing here restarts from them).
+pub fn group_consumer(
+    bootstrap: &str,
+    target: &TargetArgs,
+    group: &str,
+) -> Result<BaseConsumer<BenchContext>> {
+    let mut config = base_config(bootstrap, target);
+    config
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.queue.backoff.ms", "10");
+    apply_overrides(&mut config, target);
+    config
+        .create_with_context(BenchContext)
+        .context("create the group consumer")
+}
+
 /// Learns the leaders of `topic`'s partitions, so that a following [`assign_all`] starts
 /// fetching at once: librdkafka parks a partition assigned before its leader is known and
 /// retries the offset lookup only after 500 ms, which would be charged to the broker.

@@ -1,19 +1,24 @@
-//! The end-to-end latency benchmark: a producer paced at a fixed rate and a consumer reading the
-//! same topic at the same time, in one process. Each payload carries its send time (nanoseconds
+//! The end-to-end latency benchmark: producers paced at a fixed total rate and consumers reading
+//! the same topic at the same time, in one process (by default one of each; `--producers 4
+//! --consumers 4 --partitions 100 --record-size 1024` is the OpenMessaging Benchmark's standard
+//! Kafka workload, each producer and consumer its own librdkafka client, the consumers sharing
+//! the partitions in one consumer group). Each payload carries its send time (nanoseconds
 //! on this process's monotonic clock), so receive time minus that stamp is the latency a record
 //! sees from `send()` in one application to `poll()` in another — through librdkafka's batching,
 //! the broker's group commit and durable write, and the consumer's long-poll fetch.
 //!
-//! Pacing: record i is due at start + i/rate. The producer sleeps until a record is due and
-//! never skips one, so if it falls behind (a full client queue, a descheduled thread) it catches
-//! up in a burst; the largest delay behind schedule is reported so that shows.
+//! Pacing: record i is due at start + i/rate, and producer p of N sends the records i with
+//! i mod N = p, so together they hold the rate and each holds rate/N. A producer sleeps until
+//! its next record is due and never skips one, so if it falls behind (a full client queue, a
+//! descheduled thread) it catches up in a burst; the largest delay behind schedule is reported
+//! so that shows.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use hdrhistogram::Histogram;
-use rdkafka::consumer::BaseConsumer;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::Producer;
 use rdkafka::Message;
 
@@ -29,7 +34,7 @@ const POLL_TIMEOUT: Duration = Duration::from_millis(100);
 const DRAIN_GRACE: Duration = Duration::from_secs(30);
 const ERRORS_PRINTED: u64 = 5;
 
-/// What the consumer thread saw.
+/// What one consumer thread saw.
 struct Received {
     records: u64,
     /// Nanoseconds since origin of the last record received.
@@ -38,12 +43,18 @@ struct Received {
     errors: u64,
 }
 
-/// Shared between the producing (main) thread and the consumer thread.
+/// Shared between the producing threads and the consumer threads.
 struct Progress {
-    /// Set once the producer has flushed: `delivered` is then final.
+    /// Set once every producer has flushed: `delivered` is then final.
     producing_done: AtomicBool,
     delivered: AtomicU64,
+    /// Records received, over all consumers.
+    received: AtomicU64,
 }
+
+/// How long the consumers of a group get to be assigned every partition before producing
+/// starts (the broker's initial rebalance delay is 3 s by default).
+const ASSIGNMENT_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub fn run(
     bootstrap: &str,
@@ -65,34 +76,67 @@ pub fn run(
     clients::create_topic(bootstrap, target, &topic, workload.partitions)?;
 
     let origin = clock::now();
-    let producer = clients::producer(
-        bootstrap,
-        target,
-        workload,
-        args.linger_ms,
-        ProduceStats::new(origin)?,
-    )?;
-    producer
-        .client()
-        .fetch_metadata(Some(&topic), Duration::from_secs(10))
-        .context("producer metadata")?;
-    let consumer: BaseConsumer<BenchContext> = clients::consumer(bootstrap, target)?;
-    clients::learn_leaders(&consumer, &topic)?;
-    clients::assign_all(&consumer, &topic, workload.partitions)?;
+    let producers = (0..args.producers)
+        .map(|_| -> Result<_> {
+            let producer = clients::producer(
+                bootstrap,
+                target,
+                workload,
+                args.linger_ms,
+                ProduceStats::new(origin)?,
+            )?;
+            producer
+                .client()
+                .fetch_metadata(Some(&topic), Duration::from_secs(10))
+                .context("producer metadata")?;
+            Ok(producer)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let grouped = args.consumers > 1 || args.subscribe;
+    let consumers = (0..args.consumers)
+        .map(|_| -> Result<BaseConsumer<BenchContext>> {
+            if grouped {
+                let consumer =
+                    clients::group_consumer(bootstrap, target, &format!("{topic}-group"))?;
+                consumer
+                    .subscribe(&[topic.as_str()])
+                    .context("subscribe the consumer")?;
+                Ok(consumer)
+            } else {
+                let consumer = clients::consumer(bootstrap, target)?;
+                clients::learn_leaders(&consumer, &topic)?;
+                clients::assign_all(&consumer, &topic, workload.partitions)?;
+                Ok(consumer)
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if grouped {
+        wait_for_assignment(&consumers, workload.partitions)?;
+    }
 
     let total = (args.rate as f64 * args.duration).round() as u64;
     let interval_ns = 1e9 / args.rate as f64;
     let start_ns = clock::nanos_since(origin);
     let timed_from_ns = start_ns + clock::duration_to_nanos(Duration::from_secs_f64(args.warmup));
-    producer.context().time_from(timed_from_ns);
+    for producer in &producers {
+        producer.context().time_from(timed_from_ns);
+    }
     let progress = Progress {
         producing_done: AtomicBool::new(false),
         delivered: AtomicU64::new(0),
+        received: AtomicU64::new(0),
     };
     eprintln!(
-        "producing {total} records of {} bytes to {topic} at {} records/s for {} s \
-         (first {} s not timed), consuming concurrently",
-        workload.record_size, args.rate, args.duration, args.warmup
+        "producing {total} records of {} bytes to {topic} ({} partitions) at {} records/s for {} s \
+         from {} producer(s) (first {} s not timed), consuming concurrently with {} consumer(s){}",
+        workload.record_size,
+        workload.partitions,
+        args.rate,
+        args.duration,
+        args.producers,
+        args.warmup,
+        args.consumers,
+        if grouped { " in one group" } else { "" }
     );
 
     let deadline = clock::now()
@@ -101,35 +145,99 @@ pub fn run(
     let cpu = CpuMeter::start(broker_pid);
     let start = clock::now();
     let (paced, received) = std::thread::scope(|scope| -> Result<_> {
-        let reader = scope.spawn(|| receive(&consumer, origin, timed_from_ns, &progress, deadline));
-        let paced = pace(
-            &producer,
-            args,
-            &topic,
-            origin,
-            start_ns,
-            total,
-            interval_ns,
-            deadline,
-        );
-        // Whatever happened, let the consumer know no more records will be sent.
-        let flushed = producer.flush(clock::remaining(deadline));
-        progress
-            .delivered
-            .store(producer.context().delivered(), Ordering::Release);
+        let readers: Vec<_> = consumers
+            .iter()
+            .map(|consumer| {
+                let progress = &progress;
+                scope.spawn(move || receive(consumer, origin, timed_from_ns, progress, deadline))
+            })
+            .collect();
+        let senders: Vec<_> = producers
+            .iter()
+            .enumerate()
+            .map(|(index, producer)| {
+                let topic = topic.as_str();
+                let lane = Lane {
+                    first: index as u64,
+                    step: args.producers as u64,
+                };
+                scope.spawn(move || {
+                    let paced = pace(
+                        producer,
+                        args,
+                        topic,
+                        origin,
+                        start_ns,
+                        total,
+                        interval_ns,
+                        lane,
+                        deadline,
+                    );
+                    // Whatever happened, this producer sends nothing more.
+                    let flushed = producer.flush(clock::remaining(deadline));
+                    (paced, flushed)
+                })
+            })
+            .collect();
+        let mut paced_all = Vec::new();
+        let mut flushed_all = Vec::new();
+        for sender in senders {
+            let (paced, flushed) = sender
+                .join()
+                .map_err(|_| anyhow!("a producer thread panicked"))?;
+            paced_all.push(paced);
+            flushed_all.push(flushed);
+        }
+        let delivered: u64 = producers.iter().map(|p| p.context().delivered()).sum();
+        progress.delivered.store(delivered, Ordering::Release);
         progress.producing_done.store(true, Ordering::Release);
-        let received = reader
-            .join()
-            .map_err(|_| anyhow!("the consumer thread panicked"))??;
-        let paced = paced?;
-        flushed.context("flush the producer")?;
+        let mut received_all = Vec::new();
+        for reader in readers {
+            received_all.push(
+                reader
+                    .join()
+                    .map_err(|_| anyhow!("a consumer thread panicked"))??,
+            );
+        }
+        let mut paced = Paced {
+            elapsed: Duration::ZERO,
+            max_lag_ns: 0,
+        };
+        for one in paced_all {
+            let one = one?;
+            paced.elapsed = paced.elapsed.max(one.elapsed);
+            paced.max_lag_ns = paced.max_lag_ns.max(one.max_lag_ns);
+        }
+        for flushed in flushed_all {
+            flushed.context("flush a producer")?;
+        }
+        let mut received = Received {
+            records: 0,
+            last_ns: 0,
+            latency_us: new_histogram()?,
+            errors: 0,
+        };
+        for one in received_all {
+            received.records += one.records;
+            received.last_ns = received.last_ns.max(one.last_ns);
+            received.errors += one.errors;
+            received
+                .latency_us
+                .add(&one.latency_us)
+                .context("merge latency histograms")?;
+        }
         Ok((paced, received))
     })?;
     let elapsed = clock::now().saturating_duration_since(start);
     let cpu = cpu.finish(elapsed);
 
-    let stats = producer.context();
-    let delivered = stats.delivered();
+    let delivered: u64 = producers.iter().map(|p| p.context().delivered()).sum();
+    let mut produce_latency = new_histogram()?;
+    for producer in &producers {
+        produce_latency
+            .add(&producer.context().latency()?)
+            .context("merge latency histograms")?;
+    }
     let timed_note = format!(
         "percentiles over records sent after the first {} s of warm-up",
         args.warmup
@@ -142,16 +250,17 @@ pub fn run(
         cpu,
     );
     produce.failed = total.saturating_sub(delivered);
-    produce.latency = LatencySummary::from_histogram(&stats.latency()?);
+    produce.latency = LatencySummary::from_histogram(&produce_latency);
     produce.notes.push(format!(
-        "latency = send() to delivery report (acks={}); target {} records/s, at most {:.3} ms \
-         behind schedule",
+        "latency = send() to delivery report (acks={}); target {} records/s over {} \
+         producer(s), at most {:.3} ms behind schedule",
         workload.acks,
         args.rate,
+        args.producers,
         paced.max_lag_ns as f64 / 1e6
     ));
     produce.notes.push(timed_note.clone());
-    if let Some(error) = stats.first_error() {
+    if let Some(error) = producers.iter().find_map(|p| p.context().first_error()) {
         produce.notes.push(format!("first delivery error: {error}"));
     }
 
@@ -168,9 +277,16 @@ pub fn run(
     );
     end_to_end.failed = delivered.saturating_sub(received.records);
     end_to_end.latency = LatencySummary::from_histogram(&received.latency_us);
-    end_to_end.notes.push(
-        "latency = consumer poll() return minus the send time stamped in the payload".to_string(),
-    );
+    end_to_end.notes.push(format!(
+        "latency = consumer poll() return minus the send time stamped in the payload; {} \
+         consumer(s){}",
+        args.consumers,
+        if grouped {
+            " sharing the partitions in one consumer group"
+        } else {
+            ""
+        }
+    ));
     end_to_end.notes.push(timed_note);
     if received.errors > 0 {
         end_to_end
@@ -182,6 +298,34 @@ pub fn run(
         settings: serde_json::to_value(args).context("serialise the settings")?,
         phases: vec![produce, end_to_end],
     })
+}
+
+/// Polls the consumers of a group until, together, they are assigned every partition, so that
+/// no record's latency includes the group forming.
+fn wait_for_assignment(consumers: &[BaseConsumer<BenchContext>], partitions: i32) -> Result<()> {
+    let deadline = clock::now() + ASSIGNMENT_TIMEOUT;
+    loop {
+        let mut assigned = 0;
+        for consumer in consumers {
+            if let Some(Err(error)) = consumer.poll(Duration::from_millis(50)) {
+                eprintln!("consumer error while joining: {error}");
+            }
+            assigned += consumer.assignment().map_or(0, |a| a.count());
+        }
+        if assigned >= usize::try_from(partitions).unwrap_or(usize::MAX) {
+            return Ok(());
+        }
+        if clock::remaining(deadline).is_zero() {
+            bail!("the consumer group was assigned {assigned} of {partitions} partitions in {ASSIGNMENT_TIMEOUT:?}");
+        }
+    }
+}
+
+/// Which records one producer sends: `first`, `first + step`, ...
+#[derive(Debug, Clone, Copy)]
+struct Lane {
+    first: u64,
+    step: u64,
 }
 
 struct Paced {
@@ -199,6 +343,7 @@ fn pace(
     start_ns: u64,
     total: u64,
     interval_ns: f64,
+    lane: Lane,
     deadline: Instant,
 ) -> Result<Paced> {
     let workload = &args.workload;
@@ -207,7 +352,7 @@ fn pace(
     let mut send_clock = SendClock::new(origin, 1);
     let mut max_lag_ns = 0_u64;
     let mut last_sent_ns = start_ns;
-    for index in 0..total {
+    for index in (lane.first..total).step_by(usize::try_from(lane.step.max(1)).unwrap_or(1)) {
         let due_ns = start_ns + (index as f64 * interval_ns) as u64;
         let now_ns = clock::nanos_since(origin);
         if now_ns < due_ns {
@@ -248,7 +393,9 @@ fn receive(
     let mut drain_deadline: Option<Instant> = None;
     loop {
         if progress.producing_done.load(Ordering::Acquire) {
-            if received.records >= progress.delivered.load(Ordering::Acquire) {
+            if progress.received.load(Ordering::Acquire)
+                >= progress.delivered.load(Ordering::Acquire)
+            {
                 break;
             }
             let drain_deadline = *drain_deadline.get_or_insert_with(|| clock::now() + DRAIN_GRACE);
@@ -263,6 +410,7 @@ fn receive(
             Some(Ok(message)) => {
                 let now_ns = clock::nanos_since(origin);
                 received.records += 1;
+                progress.received.fetch_add(1, Ordering::AcqRel);
                 received.last_ns = now_ns;
                 if let Some(sent_ns) = message.payload().and_then(clients::stamped_send_ns) {
                     if sent_ns >= timed_from_ns {
