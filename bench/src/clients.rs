@@ -96,11 +96,29 @@ pub fn producer(
 
 /// A consumer for `assign` only: no group membership, no commits.
 pub fn consumer(bootstrap: &str, target: &TargetArgs) -> Result<BaseConsumer<BenchContext>> {
+    // librdkafka wants a group.id for a consumer handle even when only assign() is used;
+    // nothing joins or commits to it.
+    consumer_config(bootstrap, target, "strata-bench-assign-only")
+        .create_with_context(BenchContext)
+        .context("create the consumer")
+}
+
+/// A consumer that joins consumer group `group` (subscribe), with the same settings and no
+/// commits (nothing here restarts from them).
+pub fn group_consumer(
+    bootstrap: &str,
+    target: &TargetArgs,
+    group: &str,
+) -> Result<BaseConsumer<BenchContext>> {
+    consumer_config(bootstrap, target, group)
+        .create_with_context(BenchContext)
+        .context("create the group consumer")
+}
+
+fn consumer_config(bootstrap: &str, target: &TargetArgs, group: &str) -> ClientConfig {
     let mut config = base_config(bootstrap, target);
     config
-        // librdkafka wants a group.id for a consumer handle even when only assign() is used;
-        // nothing joins or commits to it.
-        .set("group.id", "strata-bench-assign-only")
+        .set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
@@ -111,28 +129,6 @@ pub fn consumer(bootstrap: &str, target: &TargetArgs) -> Result<BaseConsumer<Ben
         .set("fetch.queue.backoff.ms", "10");
     apply_overrides(&mut config, target);
     config
-        .create_with_context(BenchContext)
-        .context("create the consumer")
-}
-
-/// A consumer that joins consumer group `group` (subscribe): the consumer settings of
-/// [`consumer`], no commits (nothing here restarts from them).
-pub fn group_consumer(
-    bootstrap: &str,
-    target: &TargetArgs,
-    group: &str,
-) -> Result<BaseConsumer<BenchContext>> {
-    let mut config = base_config(bootstrap, target);
-    config
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("fetch.queue.backoff.ms", "10");
-    apply_overrides(&mut config, target);
-    config
-        .create_with_context(BenchContext)
-        .context("create the group consumer")
 }
 
 /// Learns the leaders of `topic`'s partitions, so that a following [`assign_all`] starts

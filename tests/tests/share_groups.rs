@@ -86,6 +86,19 @@ fn a_share_groups_own_configs_set_its_start_and_its_lock_duration() {
     assert!(broker.metric(&series("accepted")).unwrap_or(0.0) >= redelivered);
 }
 
+/// Two brokers whose share groups start at the log start and lock records for 3 s.
+fn share_cluster() -> Cluster {
+    Cluster::start_with_env(
+        2,
+        "3s",
+        "500ms",
+        &[
+            ("STRATA_SHARE_AUTO_OFFSET_RESET", "earliest"),
+            ("STRATA_GROUP_SHARE_RECORD_LOCK_DURATION", "3s"),
+        ],
+    )
+}
+
 fn scenario(name: &str) {
     let broker = start_broker();
     run_scenario(&broker, name, &format!("share-{name}"));
@@ -159,15 +172,7 @@ fn acknowledgements_survive_a_broker_kill() {
 /// cluster placed it, often not with the partition.
 #[test]
 fn acknowledgements_move_with_the_partition_to_another_broker() {
-    let cluster = Cluster::start_with_env(
-        2,
-        "3s",
-        "500ms",
-        &[
-            ("STRATA_SHARE_AUTO_OFFSET_RESET", "earliest"),
-            ("STRATA_GROUP_SHARE_RECORD_LOCK_DURATION", "3s"),
-        ],
-    );
+    let cluster = share_cluster();
     let ids = cluster.all_ids();
     let bootstrap = cluster.bootstrap_of(&ids);
     run_scenario_on(&bootstrap, "restart-a", "share-moved");
@@ -188,15 +193,7 @@ fn acknowledgements_move_with_the_partition_to_another_broker() {
 /// refused and the records delivered again.
 #[test]
 fn moves_in_the_middle_of_consumption_lose_no_acknowledgement_and_redeliver_only_unacknowledged() {
-    let cluster = Cluster::start_with_env(
-        2,
-        "3s",
-        "500ms",
-        &[
-            ("STRATA_SHARE_AUTO_OFFSET_RESET", "earliest"),
-            ("STRATA_GROUP_SHARE_RECORD_LOCK_DURATION", "3s"),
-        ],
-    );
+    let cluster = share_cluster();
     let ids = cluster.all_ids();
     let brokers: Vec<String> = ids.iter().map(i32::to_string).collect();
     let binary = strata_tests::binary::strata_binary()
