@@ -6,8 +6,9 @@
 //! A key `a/b/c` lives in the file `<root>/a/b/c@`. Every segment but the last is a directory; the
 //! last gets an `@` suffix. No key segment may contain `@` (see [`ObjectKey`]), which buys three
 //! things: the keys `a` and `a/b` can both exist (file `a@` next to directory `a`, as in any object
-//! store), temp files (`c@tmp.<pid>.<n>`) and lock files (`c@lock`) can never be mistaken for
-//! objects by `list`, and a hand-made file in the tree is simply ignored.
+//! store), temp files (`c@tmp.<pid>.<n>`) and the store's own directories (`@locks`,
+//! `@recycle`) can never be mistaken for objects by `list`, and a hand-made file in the tree is
+//! simply ignored.
 //!
 //! Each object file starts with a 24-byte header — magic, incarnation, generation — stripped on
 //! read. See [`Header`] for why the version lives there. A listing reads it too and reports it
@@ -25,9 +26,36 @@
 //!   while they check the current version and `rename(2)` / unlink. `flock` rather than `fcntl`
 //!   locks because `flock` locks belong to the open file description: two `LocalStore`s in one
 //!   process exclude each other exactly like two processes do, whereas `fcntl` locks are per
-//!   process and would let them both in.
+//!   process and would let them both in. The lock files are a fixed set of [`LOCK_STRIPES`]
+//!   under `<root>/@locks/`, a key's chosen by a hash of the key, created once and never
+//!   deleted: a lock file per key would allocate and free an inode on every delete, which is
+//!   the cost the reuse below removes (two keys sharing a lock only take turns; no operation
+//!   holds two). Every process on a directory must use the same scheme: a Strata from before
+//!   it locked a file next to each key instead.
 //!
 //! Every filesystem call runs on tokio's blocking pool; none runs on an async worker thread.
+//!
+//! # Reused files
+//!
+//! A broker on this backend creates a file per group commit and deletes them in bulk when
+//! compaction has folded them into segments: thousands of inodes freed every few seconds. On ext4
+//! that made inode allocation itself the broker's largest cost (its allocator scans past inodes
+//! freed in the last few seconds; docs/BENCHMARKS.md, "Where the time goes"). So a delete does
+//! not free the file: it renames it into `<root>/@recycle/` (a name no key can have), truncates
+//! it, and keeps it in a pool of at most [`MAX_RECYCLED`] empty files per store; a put takes a
+//! file from the pool by renaming it to its temp name, writes and fsyncs it, and publishes it
+//! exactly as a new file (`link(2)`, so create-only publication is unchanged). A file whose
+//! link count says it is still published somewhere (a rename lost in a crash) is never reused.
+//!
+//! Reuse costs one promise: a published file used to never change. A reader that opened an
+//! object just before it was deleted may now find its inode truncated and rewritten as another
+//! object. So every read re-reads the 24-byte header after the payload: if it is gone or
+//! differs (every write of a file starts with a new header), the object was deleted during the
+//! read, which is reported as NotFound — the read is ordered after the delete. A listing skips
+//! a file that no longer has its name once its header is read, likewise.
+//!
+//! Renames between processes are atomic, so several stores and processes can share one
+//! directory and its pool: a file someone else took is simply gone when we try to take it.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -49,7 +77,9 @@ use crate::{
 
 /// Marks an object file; no key segment can contain it.
 const OBJECT_SUFFIX: &str = "@";
-const LOCK_SUFFIX: &str = "@lock";
+/// The directory of the lock files, under the root, and how many there are.
+const LOCK_DIR: &str = "@locks";
+const LOCK_STRIPES: u64 = 1024;
 const TEMP_INFIX: &str = "@tmp.";
 
 /// How often a put starts over because a concurrent delete pruned the (empty) directory it had
@@ -57,11 +87,158 @@ const TEMP_INFIX: &str = "@tmp.";
 /// limit means something outside Strata keeps removing directories.
 const MAX_DIRECTORY_RACES: usize = 16;
 
-/// An [`ObjectStore`] over a directory. Cheap to clone; clones share nothing but the root path,
-/// and any number of stores (in any number of processes) may share one directory.
+/// The directory of reusable files, under the root.
+const RECYCLE_DIR: &str = "@recycle";
+/// A file being emptied for reuse (`p.<pid>.<n>`), and one ready for it (`r.<pid>.<n>`).
+const RECYCLING_PREFIX: &str = "p.";
+const RECYCLED_PREFIX: &str = "r.";
+
+/// Empty files kept for reuse per store. A compaction pass deletes one file per group commit
+/// since the last (10,000 at 1,000 commits per second and a 10 s segment interval), and every
+/// one the pool cannot hold is freed and later allocated again, which is the cost reuse
+/// avoids. Each costs an inode and a name, no data blocks.
+const MAX_RECYCLED: usize = 16_384;
+
+/// An [`ObjectStore`] over a directory. Cheap to clone; clones share the root path and the pool
+/// of reusable files, and any number of stores (in any number of processes) may share one
+/// directory.
 #[derive(Debug, Clone)]
 pub struct LocalStore {
     root: Arc<Path>,
+    pool: Arc<Pool>,
+}
+
+/// Empty files ready to be taken by a put (paths under `@recycle`), newest last.
+#[derive(Debug)]
+struct Pool {
+    dir: PathBuf,
+    files: std::sync::Mutex<Vec<PathBuf>>,
+}
+
+/// Names unique within the process by the counter, across processes by the pid.
+fn unique_suffix() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}.{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+impl Pool {
+    fn files(&self) -> std::sync::MutexGuard<'_, Vec<PathBuf>> {
+        self.files
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Opens the pool directory, adopting the files left in it by earlier runs (and, from
+    /// processes no longer alive, files they were emptying when they stopped).
+    fn open(root: &Path) -> io::Result<Self> {
+        let dir = root.join(RECYCLE_DIR);
+        create_dirs_durably(&dir)?;
+        let mut files = Vec::new();
+        for entry in fs::read_dir(&dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else {
+                continue;
+            };
+            if name.starts_with(RECYCLED_PREFIX) {
+                files.push(entry.path());
+            } else if let Some(rest) = name.strip_prefix(RECYCLING_PREFIX) {
+                let pid = rest.split('.').next().and_then(|p| p.parse::<i32>().ok());
+                if pid.is_some_and(|pid| !process_alive(pid)) {
+                    let ready = dir.join(format!("{RECYCLED_PREFIX}{}", unique_suffix()));
+                    if fs::rename(entry.path(), &ready).is_ok() {
+                        files.push(ready);
+                    }
+                }
+            }
+            if files.len() >= MAX_RECYCLED {
+                break;
+            }
+        }
+        Ok(Self {
+            dir,
+            files: std::sync::Mutex::new(files),
+        })
+    }
+
+    /// Takes a pooled file as `temp` and returns it open for writing, empty. None when the pool
+    /// has nothing usable.
+    fn take(&self, temp: &Path) -> Option<File> {
+        loop {
+            let candidate = self.files().pop()?;
+            match fs::rename(&candidate, temp) {
+                Ok(()) => {}
+                // Another store or process took it first.
+                Err(_) => continue,
+            }
+            let file = match OpenOptions::new().write(true).open(temp) {
+                Ok(file) => file,
+                Err(_) => continue,
+            };
+            // Still published under another name (a rename lost in a crash): never rewrite it.
+            // Dropping our name does not free it. Otherwise empty it (an adopted file may not
+            // have been emptied yet).
+            let reusable = file.metadata().is_ok_and(|m| m.nlink() == 1);
+            if !reusable || file.set_len(0).is_err() {
+                let _ = fs::remove_file(temp);
+                continue;
+            }
+            return Some(file);
+        }
+    }
+
+    /// Moves a deleted object's file into the pool (emptied), or unlinks it when the pool is
+    /// full. Returns whether the object existed.
+    fn recycle(&self, object: &Path) -> io::Result<bool> {
+        if self.files().len() >= MAX_RECYCLED {
+            return match fs::remove_file(object) {
+                Ok(()) => Ok(true),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(e),
+            };
+        }
+        let suffix = unique_suffix();
+        // Emptied under a name no one takes, so that no put can be writing it meanwhile.
+        let emptying = self.dir.join(format!("{RECYCLING_PREFIX}{suffix}"));
+        match fs::rename(object, &emptying) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            // E.g. a key directory on another filesystem: no reuse, a plain delete.
+            Err(_) => {
+                return match fs::remove_file(object) {
+                    Ok(()) => Ok(true),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+                    Err(e) => Err(e),
+                }
+            }
+        }
+        let ready = self.dir.join(format!("{RECYCLED_PREFIX}{suffix}"));
+        let emptied = OpenOptions::new()
+            .write(true)
+            .open(&emptying)
+            .and_then(|file| file.set_len(0))
+            .and_then(|()| fs::rename(&emptying, &ready));
+        match emptied {
+            Ok(()) => self.files().push(ready),
+            Err(e) => {
+                tracing::warn!(path = %emptying.display(), error = %e, "could not keep a deleted file for reuse");
+                let _ = fs::remove_file(&emptying);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Whether a process with this pid exists on this host.
+fn process_alive(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks that the process exists; it sends nothing and
+    // touches no memory of ours.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 impl LocalStore {
@@ -77,8 +254,12 @@ impl LocalStore {
             ));
         }
         create_dirs_durably(root).map_err(|e| io_error("create directory", root, e))?;
+        let locks = root.join(LOCK_DIR);
+        create_dirs_durably(&locks).map_err(|e| io_error("create directory", &locks, e))?;
+        let pool = Pool::open(root).map_err(|e| io_error("open the reuse pool", root, e))?;
         Ok(Self {
             root: Arc::from(root),
+            pool: Arc::new(pool),
         })
     }
 
@@ -100,12 +281,23 @@ impl LocalStore {
         }
         Location {
             object: dir.join(format!("{last}{OBJECT_SUFFIX}")),
-            lock: dir.join(format!("{last}{LOCK_SUFFIX}")),
+            lock: self
+                .root
+                .join(LOCK_DIR)
+                .join(format!("{}", lock_stripe(key.as_str()))),
             last: last.to_owned(),
             dir,
             key: key.clone(),
         }
     }
+}
+
+/// The lock stripe of a key: FNV-1a of its bytes, stable across processes and versions.
+fn lock_stripe(key: &str) -> u64 {
+    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    hash % LOCK_STRIPES
 }
 
 /// Where one key's files live.
@@ -279,24 +471,30 @@ fn create_dirs_durably(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Writes `header` + `data` to a fresh temp file next to the object and fsyncs it.
-/// On error nothing is left behind.
-fn write_temp(location: &Location, header: Header, data: &[u8]) -> io::Result<PathBuf> {
-    // Unique within the process by the counter, across processes by the pid; `create_new` catches
-    // anything else (a pid reused by a process on another host sharing the directory).
-    static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+/// Writes `header` + `data` to a temp file next to the object (a pooled file when there is
+/// one, else a new one) and fsyncs it. On error nothing is left behind.
+fn write_temp(
+    pool: &Pool,
+    location: &Location,
+    header: Header,
+    data: &[u8],
+) -> io::Result<PathBuf> {
     loop {
-        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let temp = location.dir.join(format!(
-            "{}{TEMP_INFIX}{}.{n}",
-            location.last,
-            std::process::id()
-        ));
-        let mut file = match OpenOptions::new().write(true).create_new(true).open(&temp) {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e),
+        // Unique within the process by the counter, across processes by the pid; `create_new`
+        // catches anything else (a pid reused by a process on another host sharing the
+        // directory).
+        let temp = location
+            .dir
+            .join(format!("{}{TEMP_INFIX}{}", location.last, unique_suffix()));
+        let mut file = match pool.take(&temp) {
+            Some(file) => file,
+            None => match OpenOptions::new().write(true).create_new(true).open(&temp) {
+                Ok(file) => file,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            },
         };
+        // The header first: a reader of this inode's previous object sees it change.
         let written = file
             .write_all(&header.encode())
             .and_then(|()| file.write_all(data))
@@ -327,35 +525,18 @@ struct KeyLock {
 }
 
 impl KeyLock {
-    /// Locks the key, or returns `None` if its directory does not exist (so neither does the key).
-    fn acquire(location: &Location) -> StorageResult<Option<Self>> {
+    /// Locks the key's stripe.
+    fn acquire(location: &Location) -> StorageResult<Self> {
         let path = &location.lock;
-        loop {
-            let file = match OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(path)
-            {
-                Ok(file) => file,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(io_error("open lock file", path, e)),
-            };
-            flock_exclusive(&file).map_err(|e| io_error("lock", path, e))?;
-            // A delete unlinks the lock file while holding it. If that happened between our open
-            // and our flock we now hold a lock on an orphaned inode that excludes nobody: check
-            // that the path still names the inode we locked, and start over if not.
-            let locked = file.metadata().map_err(|e| io_error("stat", path, e))?;
-            match fs::metadata(path) {
-                Ok(current) if current.ino() == locked.ino() && current.dev() == locked.dev() => {
-                    return Ok(Some(Self { _file: file }))
-                }
-                Ok(_) => continue,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(io_error("stat", path, e)),
-            }
-        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| io_error("open lock file", path, e))?;
+        flock_exclusive(&file).map_err(|e| io_error("lock", path, e))?;
+        Ok(Self { _file: file })
     }
 }
 
@@ -374,7 +555,7 @@ fn flock_exclusive(file: &File) -> io::Result<()> {
     }
 }
 
-fn put_create(location: &Location, data: &[u8]) -> StorageResult<Version> {
+fn put_create(pool: &Pool, location: &Location, data: &[u8]) -> StorageResult<Version> {
     for _ in 0..MAX_DIRECTORY_RACES {
         match create_dirs_durably(&location.dir) {
             Ok(()) => {}
@@ -383,7 +564,7 @@ fn put_create(location: &Location, data: &[u8]) -> StorageResult<Version> {
             Err(e) => return Err(io_error("create directory", &location.dir, e)),
         }
         let header = Header::fresh();
-        let temp = match write_temp(location, header, data) {
+        let temp = match write_temp(pool, location, header, data) {
             Ok(temp) => temp,
             // A concurrent delete pruned the directory we just created while it was empty.
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
@@ -415,10 +596,13 @@ fn put_create(location: &Location, data: &[u8]) -> StorageResult<Version> {
     )))
 }
 
-fn put_update(location: &Location, data: &[u8], expected: &Version) -> StorageResult<Version> {
-    let Some(_lock) = KeyLock::acquire(location)? else {
-        return Err(StorageError::Precondition(location.key.clone()));
-    };
+fn put_update(
+    pool: &Pool,
+    location: &Location,
+    data: &[u8],
+    expected: &Version,
+) -> StorageResult<Version> {
+    let _lock = KeyLock::acquire(location)?;
     // Under the lock nobody else can replace or delete the object, and a create cannot succeed
     // while it exists, so the version read here stays current until our rename.
     let current = match File::open(&location.object) {
@@ -432,7 +616,7 @@ fn put_update(location: &Location, data: &[u8], expected: &Version) -> StorageRe
         return Err(StorageError::Precondition(location.key.clone()));
     }
     let next = current.next();
-    let temp = write_temp(location, next, data)
+    let temp = write_temp(pool, location, next, data)
         .map_err(|e| io_error("write temp file", &location.dir, e))?;
     if let Err(e) = fs::rename(&temp, &location.object) {
         remove_temp(&temp);
@@ -451,23 +635,42 @@ fn get(location: &Location) -> StorageResult<(Bytes, Version)> {
     let (file, data_len) = open_object(location)?;
     let header = Header::read_from(&file, &location.object)?;
     let mut data = vec![0u8; to_usize(data_len, location)?];
-    file.read_exact_at(&mut data, Header::LEN)
-        .map_err(|e| io_error("read", &location.object, e))?;
+    let read = file.read_exact_at(&mut data, Header::LEN);
+    unchanged(&file, header, location, read)?;
     Ok((Bytes::from(data), header.version()))
 }
 
 fn get_range(location: &Location, range: &Range<u64>) -> StorageResult<Bytes> {
     let (file, data_len) = open_object(location)?;
-    Header::read_from(&file, &location.object)?;
+    let header = Header::read_from(&file, &location.object)?;
     let (start, end) = clamp_range(&location.key, range, data_len)?;
     let mut data = vec![0u8; end - start];
-    file.read_exact_at(&mut data, Header::LEN + start as u64)
-        .map_err(|e| io_error("read", &location.object, e))?;
+    let read = file.read_exact_at(&mut data, Header::LEN + start as u64);
+    unchanged(&file, header, location, read)?;
     Ok(Bytes::from(data))
 }
 
-/// Opens an object file and returns it with its payload length. Published files never change, so
-/// everything read through this handle belongs to one version.
+/// After a read of an object's payload: whether the file still holds the object whose header
+/// was read first. A delete empties the file (for reuse) and the next write of it starts with a
+/// new header, so a header that is gone or differs means the object was deleted during the
+/// read (NotFound), and nothing read may be returned.
+fn unchanged(
+    file: &File,
+    header: Header,
+    location: &Location,
+    read: io::Result<()>,
+) -> StorageResult<()> {
+    let mut again = [0u8; 24];
+    let same = file.read_exact_at(&mut again, 0).is_ok() && Header::decode(&again) == Some(header);
+    match read {
+        _ if !same => Err(StorageError::NotFound(location.key.clone())),
+        Ok(()) => Ok(()),
+        Err(e) => Err(io_error("read", &location.object, e)),
+    }
+}
+
+/// Opens an object file and returns it with its payload length. Everything read through this
+/// handle belongs to one version as long as the header does not change (see [`unchanged`]).
 fn open_object(location: &Location) -> StorageResult<(File, u64)> {
     let file = match File::open(&location.object) {
         Ok(file) => file,
@@ -492,24 +695,12 @@ fn to_usize(len: u64, location: &Location) -> StorageResult<usize> {
     })
 }
 
-fn delete(root: &Path, location: &Location) -> StorageResult<()> {
+fn delete(root: &Path, pool: &Pool, location: &Location) -> StorageResult<()> {
     {
-        let Some(_lock) = KeyLock::acquire(location)? else {
-            return Ok(());
-        };
-        let existed = match fs::remove_file(&location.object) {
-            Ok(()) => true,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
-            Err(e) => return Err(io_error("delete", &location.object, e)),
-        };
-        // Removing the lock file while holding its lock is safe: anyone blocked on it re-checks
-        // the path after acquiring (see `KeyLock::acquire`). Without this, every key ever
-        // deleted would leave a lock file behind.
-        if let Err(e) = fs::remove_file(&location.lock) {
-            if e.kind() != io::ErrorKind::NotFound {
-                return Err(io_error("delete lock file", &location.lock, e));
-            }
-        }
+        let _lock = KeyLock::acquire(location)?;
+        let existed = pool
+            .recycle(&location.object)
+            .map_err(|e| io_error("delete", &location.object, e))?;
         if existed {
             fsync_dir(&location.dir).map_err(|e| io_error("fsync", &location.dir, e))?;
         }
@@ -614,6 +805,10 @@ fn walk(
                 .map_err(|e| io_error("stat", &path, e))?
                 .len();
             let Some(size) = len.checked_sub(Header::LEN) else {
+                if !still_named(&file, &path) {
+                    // Emptied by a delete since we opened it.
+                    continue;
+                }
                 tracing::warn!(path = %path.display(), "skipping a file too short to be a Strata object");
                 continue;
             };
@@ -623,9 +818,13 @@ fn walk(
             // same reason the version lives in the header). Reading 24 bytes of a file we have
             // open is one `pread` more than the `stat` a listing needs anyway. A file with a bad
             // header is still listed (reading it reports the problem) but has no tag.
-            let tag = Header::read_from(&file, &path)
-                .ok()
-                .map(|header| ChangeTag(header.version().0));
+            let header = Header::read_from(&file, &path).ok();
+            // Deleted since we opened it (its file may already hold another object): not
+            // there any more.
+            if !still_named(&file, &path) {
+                continue;
+            }
+            let tag = header.map(|header| ChangeTag(header.version().0));
             found.push(ObjectMeta {
                 key: ObjectKey::new(format!("{key_prefix}{segment}"))?,
                 size,
@@ -636,13 +835,22 @@ fn walk(
     Ok(())
 }
 
+/// Whether `path` still names the inode `file` has open.
+fn still_named(file: &File, path: &Path) -> bool {
+    match (file.metadata(), fs::metadata(path)) {
+        (Ok(open), Ok(named)) => open.ino() == named.ino() && open.dev() == named.dev(),
+        _ => false,
+    }
+}
+
 #[async_trait]
 impl ObjectStore for LocalStore {
     async fn put(&self, key: &ObjectKey, data: Bytes, mode: PutMode) -> StorageResult<Version> {
         let location = self.location(key);
+        let pool = Arc::clone(&self.pool);
         blocking(move || match mode {
-            PutMode::Create => put_create(&location, &data),
-            PutMode::Update(expected) => put_update(&location, &data, &expected),
+            PutMode::Create => put_create(&pool, &location, &data),
+            PutMode::Update(expected) => put_update(&pool, &location, &data, &expected),
         })
         .await
     }
@@ -666,7 +874,8 @@ impl ObjectStore for LocalStore {
     async fn delete(&self, key: &ObjectKey) -> StorageResult<()> {
         let location = self.location(key);
         let root = Arc::clone(&self.root);
-        blocking(move || delete(&root, &location)).await
+        let pool = Arc::clone(&self.pool);
+        blocking(move || delete(&root, &pool, &location)).await
     }
 
     fn backend_name(&self) -> &'static str {
@@ -751,7 +960,7 @@ mod tests {
             .put(&key("p/obj"), Bytes::from_static(b"data"), PutMode::Create)
             .await
             .unwrap();
-        // A CAS leaves the lock file in place; a crashed writer leaves a temp file.
+        // A crashed writer leaves a temp file; the lock files are beside the keys' tree.
         store
             .put(
                 &key("p/obj"),
@@ -763,7 +972,11 @@ mod tests {
         fs::write(dir.path().join("p/obj@tmp.1.1"), b"partial").unwrap();
         fs::write(dir.path().join("p/notes.txt"), b"hand-made").unwrap();
         fs::write(dir.path().join("p/short@"), b"x").unwrap();
-        assert!(dir.path().join("p/obj@lock").exists());
+        assert!(dir
+            .path()
+            .join(LOCK_DIR)
+            .join(lock_stripe("p/obj").to_string())
+            .exists());
         let listed = store.list("").await.unwrap();
         assert_eq!(
             listed,
@@ -850,7 +1063,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn delete_removes_lock_file_and_empty_directories() {
+    async fn delete_leaves_no_empty_directories() {
         let dir = tempfile::tempdir().unwrap();
         let store = LocalStore::open(dir.path()).unwrap();
         let k = key("wal/1/7/00001");
@@ -891,6 +1104,143 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, StorageError::Precondition(_)), "{err}");
+    }
+
+    fn inode(path: &Path) -> u64 {
+        fs::metadata(path).unwrap().ino()
+    }
+
+    #[tokio::test]
+    async fn a_deleted_file_is_emptied_and_reused_by_the_next_put() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::open(dir.path()).unwrap();
+        let (a, b) = (key("wal/a"), key("wal/b"));
+        store
+            .put(&a, Bytes::from(vec![7u8; 4096]), PutMode::Create)
+            .await
+            .unwrap();
+        let a_inode = inode(&store.location(&a).object);
+        store.delete(&a).await.unwrap();
+        assert!(matches!(
+            store.get(&a).await,
+            Err(StorageError::NotFound(_))
+        ));
+        let pooled: Vec<_> = fs::read_dir(dir.path().join(RECYCLE_DIR))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(pooled.len(), 1);
+        assert_eq!(fs::metadata(&pooled[0]).unwrap().len(), 0, "kept empty");
+        assert!(store.list("").await.unwrap().is_empty(), "never listed");
+
+        store
+            .put(&b, Bytes::from_static(b"bee"), PutMode::Create)
+            .await
+            .unwrap();
+        assert_eq!(inode(&store.location(&b).object), a_inode, "the same file");
+        assert_eq!(&store.get(&b).await.unwrap().0[..], b"bee");
+        assert_eq!(
+            fs::read_dir(dir.path().join(RECYCLE_DIR)).unwrap().count(),
+            0
+        );
+        // A second store on the directory adopts what the first left in the pool.
+        store.delete(&b).await.unwrap();
+        let other = LocalStore::open(dir.path()).unwrap();
+        other
+            .put(&a, Bytes::from_static(b"again"), PutMode::Create)
+            .await
+            .unwrap();
+        assert_eq!(inode(&other.location(&a).object), a_inode);
+    }
+
+    #[tokio::test]
+    async fn a_read_overtaken_by_a_delete_and_a_reuse_is_not_found_never_another_objects_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::open(dir.path()).unwrap();
+        let (a, b) = (key("wal/a"), key("wal/b"));
+        for (name, then) in [("deleted", false), ("deleted and reused", true)] {
+            store
+                .put(&a, Bytes::from_static(b"aaaa"), PutMode::Create)
+                .await
+                .unwrap();
+            // What `get` does first: open the file and read its header...
+            let location = store.location(&a);
+            let (file, _) = open_object(&location).unwrap();
+            let header = Header::read_from(&file, &location.object).unwrap();
+            // ...then the object is deleted (its file emptied) and maybe rewritten as another.
+            store.delete(&a).await.unwrap();
+            if then {
+                store
+                    .put(&b, Bytes::from_static(b"bbbb"), PutMode::Create)
+                    .await
+                    .unwrap();
+                store.delete(&b).await.unwrap();
+            }
+            let mut data = [0u8; 4];
+            let read = file.read_exact_at(&mut data, Header::LEN);
+            let outcome = unchanged(&file, header, &location, read);
+            assert!(
+                matches!(outcome, Err(StorageError::NotFound(_))),
+                "{name}: {outcome:?}"
+            );
+        }
+        // Untouched, the same check passes.
+        store
+            .put(&a, Bytes::from_static(b"aaaa"), PutMode::Create)
+            .await
+            .unwrap();
+        let location = store.location(&a);
+        let (file, _) = open_object(&location).unwrap();
+        let header = Header::read_from(&file, &location.object).unwrap();
+        assert!(unchanged(&file, header, &location, Ok(())).is_ok());
+    }
+
+    /// Two stores (separate pools, one directory) create, read back and delete keys as fast
+    /// as they can, taking each other's deleted files: every read returns its own key's bytes.
+    #[test]
+    fn stores_sharing_a_directory_share_reused_files_safely() {
+        const ROUNDS: usize = 300;
+        let dir = tempfile::tempdir().unwrap();
+        let barrier = Arc::new(Barrier::new(2));
+        let handles: Vec<_> = (0..2)
+            .map(|writer| {
+                let barrier = Arc::clone(&barrier);
+                let root = dir.path().to_path_buf();
+                std::thread::spawn(move || {
+                    let store = LocalStore::open(&root).unwrap();
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    barrier.wait();
+                    rt.block_on(async {
+                        for round in 0..ROUNDS {
+                            let k = key(&format!("wal/{writer}/{round}"));
+                            let body =
+                                Bytes::from(format!("{writer}-{round}").repeat(round % 7 + 1));
+                            store.put(&k, body.clone(), PutMode::Create).await.unwrap();
+                            assert_eq!(store.get(&k).await.unwrap().0, body);
+                            // Another store's listing of the same directory sees whole objects.
+                            for meta in store.list("wal/").await.unwrap() {
+                                assert!(meta.key.as_str().starts_with("wal/"));
+                            }
+                            store.delete(&k).await.unwrap();
+                            if round % 10 == 0 {
+                                // Re-open: adopt whatever the other store left in the pool.
+                                let again = LocalStore::open(&root).unwrap();
+                                let k = key(&format!("wal/{writer}/re{round}"));
+                                again.put(&k, body.clone(), PutMode::Create).await.unwrap();
+                                assert_eq!(again.get(&k).await.unwrap().0, body);
+                                again.delete(&k).await.unwrap();
+                            }
+                        }
+                    });
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle.join().unwrap();
+        }
     }
 
     #[test]
