@@ -1153,28 +1153,36 @@ mod tests {
         assert_eq!(inode(&other.location(&a).object), a_inode);
     }
 
+    /// What `get` does first: open the object's file and read its header.
+    fn open_for_read(store: &LocalStore, k: &ObjectKey) -> (Location, File, Header) {
+        let location = store.location(k);
+        let (file, _) = open_object(&location).unwrap();
+        let header = Header::read_from(&file, &location.object).unwrap();
+        (location, file, header)
+    }
+
     #[tokio::test]
     async fn a_read_overtaken_by_a_delete_and_a_reuse_is_not_found_never_another_objects_bytes() {
         let dir = tempfile::tempdir().unwrap();
         let store = LocalStore::open(dir.path()).unwrap();
         let (a, b) = (key("wal/a"), key("wal/b"));
-        for (name, then) in [("deleted", false), ("deleted and reused", true)] {
+        for (name, reused) in [("deleted", false), ("deleted and reused", true)] {
             store
                 .put(&a, Bytes::from_static(b"aaaa"), PutMode::Create)
                 .await
                 .unwrap();
-            // What `get` does first: open the file and read its header...
-            let location = store.location(&a);
-            let (file, _) = open_object(&location).unwrap();
-            let header = Header::read_from(&file, &location.object).unwrap();
-            // ...then the object is deleted (its file emptied) and maybe rewritten as another.
+            let (location, file, header) = open_for_read(&store, &a);
+            // Then the object is deleted (its file emptied) and maybe rewritten as another.
             store.delete(&a).await.unwrap();
-            if then {
+            if reused {
                 store
                     .put(&b, Bytes::from_static(b"bbbb"), PutMode::Create)
                     .await
                     .unwrap();
-                store.delete(&b).await.unwrap();
+                assert_eq!(
+                    inode(&store.location(&b).object),
+                    file.metadata().unwrap().ino()
+                );
             }
             let mut data = [0u8; 4];
             let read = file.read_exact_at(&mut data, Header::LEN);
@@ -1183,15 +1191,17 @@ mod tests {
                 matches!(outcome, Err(StorageError::NotFound(_))),
                 "{name}: {outcome:?}"
             );
+            if reused {
+                assert_eq!(&data, b"bbbb", "the bytes read were another object's");
+                store.delete(&b).await.unwrap();
+            }
         }
         // Untouched, the same check passes.
         store
             .put(&a, Bytes::from_static(b"aaaa"), PutMode::Create)
             .await
             .unwrap();
-        let location = store.location(&a);
-        let (file, _) = open_object(&location).unwrap();
-        let header = Header::read_from(&file, &location.object).unwrap();
+        let (location, file, header) = open_for_read(&store, &a);
         assert!(unchanged(&file, header, &location, Ok(())).is_ok());
     }
 
