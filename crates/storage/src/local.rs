@@ -1205,17 +1205,19 @@ mod tests {
         assert!(unchanged(&file, header, &location, Ok(())).is_ok());
     }
 
-    /// Two stores (separate pools, one directory) create, read back and delete keys as fast
-    /// as they can, taking each other's deleted files: every read returns its own key's bytes.
-    #[test]
-    fn stores_sharing_a_directory_share_reused_files_safely() {
-        const ROUNDS: usize = 300;
-        let dir = tempfile::tempdir().unwrap();
-        let barrier = Arc::new(Barrier::new(2));
-        let handles: Vec<_> = (0..2)
-            .map(|writer| {
-                let barrier = Arc::clone(&barrier);
-                let root = dir.path().to_path_buf();
+    /// Runs `work` on `n` threads at once, each with its own store on `root` and its own
+    /// runtime (separate stores behave like separate processes), and returns what each gave.
+    fn on_racing_stores<T: Send + 'static>(
+        root: &Path,
+        n: usize,
+        work: impl Fn(usize, &LocalStore, &tokio::runtime::Runtime) -> T + Send + Sync + 'static,
+    ) -> Vec<T> {
+        let barrier = Arc::new(Barrier::new(n));
+        let work = Arc::new(work);
+        let handles: Vec<_> = (0..n)
+            .map(|index| {
+                let (barrier, work) = (Arc::clone(&barrier), Arc::clone(&work));
+                let root = root.to_path_buf();
                 std::thread::spawn(move || {
                     let store = LocalStore::open(&root).unwrap();
                     let rt = tokio::runtime::Builder::new_current_thread()
@@ -1223,34 +1225,43 @@ mod tests {
                         .build()
                         .unwrap();
                     barrier.wait();
-                    rt.block_on(async {
-                        for round in 0..ROUNDS {
-                            let k = key(&format!("wal/{writer}/{round}"));
-                            let body =
-                                Bytes::from(format!("{writer}-{round}").repeat(round % 7 + 1));
-                            store.put(&k, body.clone(), PutMode::Create).await.unwrap();
-                            assert_eq!(store.get(&k).await.unwrap().0, body);
-                            // Another store's listing of the same directory sees whole objects.
-                            for meta in store.list("wal/").await.unwrap() {
-                                assert!(meta.key.as_str().starts_with("wal/"));
-                            }
-                            store.delete(&k).await.unwrap();
-                            if round % 10 == 0 {
-                                // Re-open: adopt whatever the other store left in the pool.
-                                let again = LocalStore::open(&root).unwrap();
-                                let k = key(&format!("wal/{writer}/re{round}"));
-                                again.put(&k, body.clone(), PutMode::Create).await.unwrap();
-                                assert_eq!(again.get(&k).await.unwrap().0, body);
-                                again.delete(&k).await.unwrap();
-                            }
-                        }
-                    });
+                    work(index, &store, &rt)
                 })
             })
             .collect();
-        for handle in handles {
-            handle.join().unwrap();
-        }
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    /// Two stores (separate pools, one directory) create, read back and delete keys as fast
+    /// as they can, taking each other's deleted files: every read returns its own key's bytes.
+    #[test]
+    fn stores_sharing_a_directory_share_reused_files_safely() {
+        const ROUNDS: usize = 300;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        on_racing_stores(dir.path(), 2, move |writer, store, rt| {
+            rt.block_on(async {
+                for round in 0..ROUNDS {
+                    let k = key(&format!("wal/{writer}/{round}"));
+                    let body = Bytes::from(format!("{writer}-{round}").repeat(round % 7 + 1));
+                    store.put(&k, body.clone(), PutMode::Create).await.unwrap();
+                    assert_eq!(store.get(&k).await.unwrap().0, body);
+                    // The other store's deletes never show in a listing as half an object.
+                    for meta in store.list("wal/").await.unwrap() {
+                        assert!(meta.key.as_str().starts_with("wal/"));
+                    }
+                    store.delete(&k).await.unwrap();
+                    if round % 10 == 0 {
+                        // Re-open: adopt whatever the other store left in the pool.
+                        let again = LocalStore::open(&root).unwrap();
+                        let k = key(&format!("wal/{writer}/re{round}"));
+                        again.put(&k, body.clone(), PutMode::Create).await.unwrap();
+                        assert_eq!(again.get(&k).await.unwrap().0, body);
+                        again.delete(&k).await.unwrap();
+                    }
+                }
+            });
+        });
     }
 
     #[test]
@@ -1298,38 +1309,23 @@ mod tests {
         rt.block_on(setup.put(&counter, Bytes::from_static(b"0"), PutMode::Create))
             .unwrap();
 
-        let barrier = Arc::new(Barrier::new(WRITERS));
-        let handles: Vec<_> = (0..WRITERS)
-            .map(|writer| {
-                let barrier = Arc::clone(&barrier);
-                let root = dir.path().to_path_buf();
-                let counter = counter.clone();
-                std::thread::spawn(move || {
-                    let store = LocalStore::open(&root).unwrap();
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .unwrap();
-                    barrier.wait();
-                    let won = rt
-                        .block_on(store.put(
-                            &key("race/winner"),
-                            Bytes::from(writer.to_string()),
-                            PutMode::Create,
-                        ))
-                        .is_ok();
-                    for _ in 0..INCREMENTS {
-                        increment(&store, &counter).unwrap();
-                    }
-                    won
-                })
-            })
-            .collect();
-        let winners = handles
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .filter(|won| *won)
-            .count();
+        let shared = counter.clone();
+        let winners = on_racing_stores(dir.path(), WRITERS, move |writer, store, rt| {
+            let won = rt
+                .block_on(store.put(
+                    &key("race/winner"),
+                    Bytes::from(writer.to_string()),
+                    PutMode::Create,
+                ))
+                .is_ok();
+            for _ in 0..INCREMENTS {
+                increment(store, &shared).unwrap();
+            }
+            won
+        })
+        .into_iter()
+        .filter(|won| *won)
+        .count();
         assert_eq!(winners, 1);
         let (data, _) = rt.block_on(setup.get(&counter)).unwrap();
         assert_eq!(
