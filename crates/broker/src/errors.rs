@@ -148,6 +148,9 @@ pub fn error_code(error: &LogError) -> i16 {
         // Produce backpressure outlasted the request's timeout: retriable, and the client's
         // own backoff is exactly the relief we want.
         LogError::Backpressure => code::REQUEST_TIMED_OUT,
+        // Compaction cannot keep up (or its storage is down): nothing was stored, and every
+        // client retries this code; Java's also refreshes metadata, which is harmless.
+        LogError::CompactionBehind { .. } => code::KAFKA_STORAGE_ERROR,
         // Like a Kafka broker in controlled shutdown: the client refreshes metadata and
         // retries, by then against the partition's next owner (or this broker restarted).
         LogError::ShuttingDown => code::NOT_LEADER_OR_FOLLOWER,
@@ -396,6 +399,12 @@ mod tests {
         let cases = [
             LogError::Timeout,
             LogError::Backpressure,
+            LogError::CompactionBehind {
+                bytes: 1 << 30,
+                batches: 10,
+                max_bytes: 1 << 30,
+                max_batches: 1_000_000,
+            },
             LogError::ShuttingDown,
             LogError::Fenced,
             LogError::Storage(StorageError::Unavailable("down".into())),

@@ -228,6 +228,18 @@ impl LogManager {
             if st.serving != Serving::Active {
                 return Err(LogError::NotOwner);
             }
+            // Markers pass: they are tiny, and refusing them would leave transactions open.
+            if origin == Origin::Client
+                && (st.tail_bytes >= shared.config.max_uncompacted_bytes
+                    || st.tail.len() >= shared.config.max_uncompacted_batches)
+            {
+                return Err(LogError::CompactionBehind {
+                    bytes: st.tail_bytes,
+                    batches: st.tail.len(),
+                    max_bytes: shared.config.max_uncompacted_bytes,
+                    max_batches: shared.config.max_uncompacted_batches,
+                });
+            }
             let infos: Vec<BatchInfo> = batches
                 .iter()
                 .zip(&max_timestamps)

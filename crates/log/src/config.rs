@@ -69,6 +69,17 @@ pub struct LogConfig {
     /// new transaction in the partition is refused until retention or DeleteRecords moves the
     /// log start past older ones; markers are always accepted, so open transactions can end.
     pub max_aborted_transactions: usize,
+    /// A partition's uncompacted write-ahead tail may hold at most this many bytes…
+    ///
+    /// The tail grows when compaction cannot keep up or cannot write at all (the bulk tier
+    /// down). Past the bound a produce to the partition is refused with a retriable error until
+    /// compaction catches up, so an outage of the bulk tier costs producers retries, not an
+    /// index that grows without end in memory, write-ahead objects that can never be freed, and
+    /// a takeover that must replay all of them. Transaction markers are always accepted.
+    pub max_uncompacted_bytes: usize,
+    /// …and at most this many batches: each costs 64 bytes of index in memory, and tiny
+    /// batches would otherwise let a small byte count hold millions of them.
+    pub max_uncompacted_batches: usize,
 }
 
 impl Default for LogConfig {
@@ -93,6 +104,8 @@ impl Default for LogConfig {
             cleaner_io_max_bytes_per_second: u64::MAX,
             cleaner_threads: 1,
             max_aborted_transactions: 10_000,
+            max_uncompacted_bytes: 1 << 30,
+            max_uncompacted_batches: 1_000_000,
         }
     }
 }

@@ -66,6 +66,13 @@ pub enum LogError {
     Timeout,
     #[error("too many produce bytes in flight")]
     Backpressure,
+    #[error("the partition's uncompacted tail is full ({batches} batches, {bytes} bytes; max_uncompacted_bytes {max_bytes}, max_uncompacted_batches {max_batches}): compaction is behind, retry later")]
+    CompactionBehind {
+        bytes: usize,
+        batches: usize,
+        max_bytes: usize,
+        max_batches: usize,
+    },
     #[error("log is shutting down")]
     ShuttingDown,
     #[error("stored data is corrupt: {0}")]
@@ -77,7 +84,10 @@ impl LogError {
     pub fn is_retryable(&self) -> bool {
         match self {
             LogError::Storage(e) => e.is_retryable(),
-            LogError::Timeout | LogError::Backpressure | LogError::ShuttingDown => true,
+            LogError::Timeout
+            | LogError::Backpressure
+            | LogError::CompactionBehind { .. }
+            | LogError::ShuttingDown => true,
             LogError::Fenced | LogError::NotOwner => true,
             _ => false,
         }

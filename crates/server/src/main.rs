@@ -141,7 +141,12 @@ enum Command {
     ///   cleaner_threads: cleaning passes at once; 0 turns key compaction off [default: 1];
     ///   max_aborted_transactions: aborted transactions a partition remembers; at the bound
     ///     new transactions there are refused until the log start passes older ones
-    ///     [default: 10000].
+    ///     [default: 10000];
+    ///   max_uncompacted_bytes: a partition's uncompacted write-ahead tail; past it produce
+    ///     is refused (retriable) until compaction catches up, e.g. while the bulk tier is
+    ///     down; at least twice segment_bytes [default: 1GiB];
+    ///   max_uncompacted_batches: the same bound in batches, 64 bytes of memory each
+    ///     [default: 1000000].
     ///
     /// Environment variables: STRATA_ + the upper-cased key, STRATA_LOG_ + key for the [log]
     /// section (e.g. STRATA_LISTEN, STRATA_STORAGE, STRATA_NODE_ID, STRATA_LOG_FLUSH_INTERVAL).

@@ -444,6 +444,12 @@ pub struct LogSettings {
     /// the bound new transactions in that partition are refused (POLICY_VIOLATION) until
     /// retention or DeleteRecords passes older ones.
     pub max_aborted_transactions: usize,
+    /// A partition's uncompacted write-ahead tail may hold this many bytes; past it produce to
+    /// the partition is refused (KAFKA_STORAGE_ERROR, retriable) until compaction catches up,
+    /// as when the bulk tier is down. At least twice `segment_bytes`.
+    pub max_uncompacted_bytes: ByteSize,
+    /// …and this many batches (64 bytes of memory each).
+    pub max_uncompacted_batches: usize,
 }
 
 impl Default for Settings {
@@ -581,6 +587,8 @@ impl Default for LogSettings {
             cleaner_io_max_bytes_per_second: None,
             cleaner_threads: log.cleaner_threads,
             max_aborted_transactions: log.max_aborted_transactions,
+            max_uncompacted_bytes: ByteSize(log.max_uncompacted_bytes as u64),
+            max_uncompacted_batches: log.max_uncompacted_batches,
         }
     }
 }
@@ -607,6 +615,20 @@ impl LogSettings {
                 message: format!("{} bytes does not fit this platform", v.0),
             })
         };
+        let segment_bytes = size(
+            "segment_bytes",
+            self.segment_bytes.unwrap_or(ByteSize(bulk.segment_bytes)),
+        )?;
+        let max_uncompacted_bytes = size("max_uncompacted_bytes", self.max_uncompacted_bytes)?;
+        // Below two segments the tail would refuse produce before compaction is even due.
+        if max_uncompacted_bytes < segment_bytes.saturating_mul(2) {
+            return Err(SettingsError::Value {
+                key: "log.max_uncompacted_bytes".into(),
+                message: format!(
+                    "must be at least twice log.segment_bytes ({segment_bytes} bytes)"
+                ),
+            });
+        }
         Ok(LogConfig {
             flush_bytes: size(
                 "flush_bytes",
@@ -615,10 +637,7 @@ impl LogSettings {
             flush_interval: self.flush_interval.unwrap_or(profile.flush_interval),
             max_inflight_flushes: self.max_inflight_flushes,
             max_pending_bytes: size("max_pending_bytes", self.max_pending_bytes)?,
-            segment_bytes: size(
-                "segment_bytes",
-                self.segment_bytes.unwrap_or(ByteSize(bulk.segment_bytes)),
-            )?,
+            segment_bytes,
             segment_interval: self.segment_interval.unwrap_or(bulk.segment_interval),
             cache_bytes: size("cache_bytes", self.cache_bytes)?,
             retention_check_interval: self.retention_check_interval,
@@ -642,6 +661,8 @@ impl LogSettings {
                 .map_or(u64::MAX, |b| b.0),
             cleaner_threads: self.cleaner_threads,
             max_aborted_transactions: self.max_aborted_transactions,
+            max_uncompacted_bytes,
+            max_uncompacted_batches: self.max_uncompacted_batches,
             ..LogConfig::default()
         })
     }
@@ -1279,6 +1300,16 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
     (
         "STRATA_LOG_MAX_ABORTED_TRANSACTIONS",
         &["log", "max_aborted_transactions"],
+        Kind::Integer,
+    ),
+    (
+        "STRATA_LOG_MAX_UNCOMPACTED_BYTES",
+        &["log", "max_uncompacted_bytes"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_LOG_MAX_UNCOMPACTED_BATCHES",
+        &["log", "max_uncompacted_batches"],
         Kind::Integer,
     ),
 ];
@@ -2043,6 +2074,11 @@ impl Settings {
         // Zero would refuse every transaction on a partition that ever aborted one.
         if self.log.max_aborted_transactions == 0 {
             return bad("log.max_aborted_transactions", "must be at least 1");
+        }
+        // A batch of the tail is at most one produce request's batch: fewer than a thousand
+        // would refuse ordinary producers before compaction is due.
+        if self.log.max_uncompacted_batches < 1000 {
+            return bad("log.max_uncompacted_batches", "must be at least 1000");
         }
         // Below a megabyte, ordinary producer batches (librdkafka's default batch.size is 1MB
         // uncompressed) would be refused.
@@ -3006,6 +3042,35 @@ mod tests {
             ..Default::default()
         };
         assert!(load(None, env(&[]), &flags).is_err());
+    }
+
+    #[test]
+    fn the_uncompacted_tail_bound_defaults_and_must_hold_two_segments() {
+        let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        let config = s.log.to_log_config("file", "s3").unwrap();
+        assert_eq!(config.max_uncompacted_bytes, 1 << 30);
+        assert_eq!(config.max_uncompacted_batches, 1_000_000);
+        let (s, _) = load(
+            None,
+            env(&[
+                ("STRATA_LOG_MAX_UNCOMPACTED_BYTES", "100MiB"),
+                ("STRATA_LOG_MAX_UNCOMPACTED_BATCHES", "5000"),
+            ]),
+            &FlagOverrides::default(),
+        )
+        .unwrap();
+        // 100 MiB holds six 16 MiB local segments but not two of S3's 64 MiB ones.
+        let config = s.log.to_log_config("file", "file").unwrap();
+        assert_eq!(config.max_uncompacted_bytes, 100 << 20);
+        assert_eq!(config.max_uncompacted_batches, 5000);
+        let err = s.log.to_log_config("file", "s3").unwrap_err().to_string();
+        assert!(err.contains("log.max_uncompacted_bytes"), "{err}");
+        let refused = load(
+            None,
+            env(&[("STRATA_LOG_MAX_UNCOMPACTED_BATCHES", "10")]),
+            &FlagOverrides::default(),
+        );
+        assert!(refused.is_err());
     }
 
     #[test]

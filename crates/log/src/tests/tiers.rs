@@ -13,7 +13,7 @@ use strata_storage::{
 };
 
 use super::{base_offsets, batch, config, open, open_managed, tp, DURABLE};
-use crate::LogConfig;
+use crate::{LogConfig, LogError};
 
 struct Tiers {
     wal: Arc<MemoryStore>,
@@ -273,4 +273,64 @@ async fn compacted_data_is_read_while_the_write_ahead_tier_is_down() {
         .append(&tp("t", 0), batch(&["x"], 0, None), short)
         .await
         .is_err());
+}
+
+#[tokio::test]
+async fn a_bulk_outage_fills_the_bounded_tail_then_refuses_produce_until_compaction_catches_up() {
+    let t = tiers();
+    let bound = LogConfig {
+        max_uncompacted_batches: 3,
+        max_uncompacted_bytes: 1 << 20,
+        ..small_segments()
+    };
+    let log = open(&t.store, bound.clone()).await;
+    log.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    t.bulk.set_outage(true);
+    for i in 0..3 {
+        log.append(&tp("t", 0), batch(&["a"], i, None), DURABLE)
+            .await
+            .unwrap();
+    }
+    assert!(log.compact_now(&tp("t", 0)).await.is_err());
+    let refused = log
+        .append(&tp("t", 0), batch(&["b"], 3, None), DURABLE)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, LogError::CompactionBehind { batches: 3, .. }),
+        "{refused}"
+    );
+    assert!(refused.is_retryable());
+    assert_eq!(log.watermarks(&tp("t", 0)).unwrap().high, Offset(3));
+
+    t.bulk.set_outage(false);
+    log.compact_now(&tp("t", 0)).await.unwrap();
+    log.append(&tp("t", 0), batch(&["b"], 3, None), DURABLE)
+        .await
+        .unwrap();
+    assert_eq!(
+        base_offsets(&log, &tp("t", 0), 0).await,
+        (0..4).collect::<Vec<_>>()
+    );
+
+    // The byte bound alone refuses too.
+    let bytes = LogConfig {
+        max_uncompacted_batches: 1_000,
+        max_uncompacted_bytes: 1,
+        ..small_segments()
+    };
+    log.abort_for_test();
+    let log = open(&t.store, bytes).await;
+    t.bulk.set_outage(true);
+    log.append(&tp("t", 0), batch(&["c"], 4, None), DURABLE)
+        .await
+        .unwrap();
+    assert!(matches!(
+        log.append(&tp("t", 0), batch(&["d"], 5, None), DURABLE)
+            .await
+            .unwrap_err(),
+        LogError::CompactionBehind { batches: 1, .. }
+    ));
 }

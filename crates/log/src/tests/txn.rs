@@ -494,3 +494,31 @@ async fn a_produce_verified_before_its_transaction_ended_does_not_reopen_it() {
     let log = open(&store, config()).await;
     assert_eq!(log.txn_guard(&t, pid).unwrap(), expected);
 }
+
+#[tokio::test]
+async fn a_full_uncompacted_tail_refuses_producers_but_never_a_transaction_marker() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let log = setup(
+        &store,
+        LogConfig {
+            max_uncompacted_batches: 2,
+            ..config()
+        },
+    )
+    .await;
+    let t = tp("t", 0);
+    let (pid, epoch) = log.init_producer_id().await.unwrap();
+    log.append(&t, txn_batch(&["a"], (pid, epoch, 0)), DURABLE)
+        .await
+        .unwrap();
+    log.append(&t, batch(&["plain"], 0, None), DURABLE)
+        .await
+        .unwrap();
+    assert!(matches!(
+        log.append(&t, batch(&["more"], 0, None), DURABLE).await,
+        Err(LogError::CompactionBehind { .. })
+    ));
+    // The marker ends the transaction although the tail is full.
+    assert_eq!(marker(&log, pid, epoch, true).await, 2);
+    assert_eq!(lso(&log), 3);
+}
