@@ -172,6 +172,13 @@ pub struct ThroughputArgs {
     /// Only produce; skip the consume phase.
     #[arg(long)]
     pub no_consume: bool,
+
+    /// Seconds to wait between producing and consuming. With a short `segment_interval` and a
+    /// small `cache_bytes` on the broker, the wait lets compaction move the records into
+    /// segments, so the consume phase measures catch-up reads from storage (the bulk tier, with
+    /// two tiers) instead of the tail cache.
+    #[arg(long, default_value_t = 0.0)]
+    pub consume_after: f64,
 }
 
 #[derive(Debug, Args, Serialize)]

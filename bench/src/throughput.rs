@@ -41,6 +41,10 @@ pub fn run(
     let (produce, delivered) = produce(bootstrap, target, broker_pid, args, &topic)?;
     let mut phases = vec![produce];
     if !args.no_consume {
+        if args.consume_after > 0.0 {
+            eprintln!("waiting {} s before consuming", args.consume_after);
+            std::thread::sleep(Duration::from_secs_f64(args.consume_after));
+        }
         phases.push(consume(
             bootstrap, target, broker_pid, args, &topic, delivered,
         )?);
