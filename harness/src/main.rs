@@ -218,6 +218,7 @@ fn run(args: &Args, seed: u64, tmpfs: Option<&Tmpfs>) -> i32 {
         gid_of: rados_cut
             .is_some()
             .then_some(storage::broker_gid as fn(i32) -> u32),
+        wal_storage: None,
     };
     let mut cluster = Cluster::start_with_hooks(
         args.brokers,

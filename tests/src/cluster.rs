@@ -42,6 +42,9 @@ pub struct BrokerHooks {
     /// iptables' owner match can tell one broker's traffic from the others' (the harness cuts
     /// one broker off a RADOS cluster that way). `None`: the harness's own group.
     pub gid_of: Option<fn(i32) -> u32>,
+    /// A write-ahead tier (`--wal-storage`) for every broker, the cluster storage then being
+    /// the bulk tier; the admin commands get it too (the cluster's objects live there).
+    pub wal_storage: Option<String>,
 }
 
 impl Cluster {
@@ -143,6 +146,11 @@ impl Cluster {
             "--metrics-listen".to_string(),
             "127.0.0.1:0".to_string(),
         ]);
+        if let Some(wal) = &self.hooks.wal_storage {
+            options
+                .extra_args
+                .extend(["--wal-storage".to_string(), wal.clone()]);
+        }
         options.env.extend(self.broker_env.iter().cloned());
         options.gid = self.hooks.gid_of.map(|gid_of| gid_of(id));
         self.brokers.insert(id, StrataProcess::start_with(options));
@@ -316,6 +324,9 @@ impl Cluster {
     pub fn admin_command(&self, args: &[&str]) -> Finished {
         let mut command = Command::new(strata_binary());
         command.args(args).arg("--storage").arg(self.storage.url());
+        if let Some(wal) = &self.hooks.wal_storage {
+            command.arg("--wal-storage").arg(wal);
+        }
         for (name, _) in std::env::vars_os() {
             if name.to_string_lossy().starts_with("STRATA_") {
                 command.env_remove(name);

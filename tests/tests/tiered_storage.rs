@@ -18,9 +18,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use strata_tests::clients::{consume_exactly, create_topic, produce_all, producer, Acked};
+use strata_tests::cluster::{BrokerHooks, Cluster};
 use strata_tests::command::run_with_deadline;
 use strata_tests::process::{unique_name, with_path_suffix};
 use strata_tests::records::{assert_partitions_match, TestRecord};
+use strata_tests::stream::ContinuousProducer;
 use strata_tests::wait::{wait_until, DEADLINE};
 use strata_tests::{StrataOptions, StrataProcess};
 use tempfile::TempDir;
@@ -345,4 +347,108 @@ fn a_write_ahead_tier_other_brokers_cannot_reach_is_refused_in_cluster_mode() {
         !wal.exists(),
         "refused before the write-ahead tier was opened"
     );
+}
+
+/// Partitions move between two brokers of a cluster whose storage has two tiers, while a
+/// producer runs: a move hands over the manifest (write-ahead tier) and nothing else, the new
+/// owner reads the old owner's segments from the bulk tier and its tail from the write-ahead
+/// tier, and every acknowledged record is read back at its offset. The `strata` commands are
+/// given `--wal-storage` as an operator copying the brokers' flags would.
+///
+/// The write-ahead tier: `STRATA_TEST_WAL_STORAGE` if set (CI: RADOS under radosgw S3);
+/// otherwise a second location on the cluster's own backend (S3 under S3 in the S3 run, a
+/// directory beside the cluster's directory locally), each a valid two-tier setup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_move_between_brokers_on_two_tiers_while_producing_and_lose_nothing() {
+    let wal_dir = tempfile::tempdir().unwrap();
+    let name = unique_name(wal_dir.path());
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let wal = match (var("STRATA_TEST_WAL_STORAGE"), var("STRATA_TEST_STORAGE")) {
+        (Some(wal), _) => with_path_suffix(&wal, &name),
+        (None, Some(shared)) => with_path_suffix(&shared, &format!("{name}-wal")),
+        (None, None) => format!("file://{}", wal_dir.path().join("wal").display()),
+    };
+    let _wal_cleanup = RemoveObjects(wal.clone());
+    eprintln!("write-ahead tier {wal}");
+    let hooks = BrokerHooks {
+        wal_storage: Some(wal.clone()),
+        ..BrokerHooks::default()
+    };
+    let env = [
+        ("STRATA_LOG_SEGMENT_INTERVAL", "100ms"),
+        ("STRATA_LOG_SEGMENT_BYTES", "64KiB"),
+    ];
+    let mut cluster = Cluster::start_with_hooks(2, "3s", "500ms", &env, hooks);
+    let ids = cluster.all_ids();
+    let bootstrap = cluster.bootstrap_of(&ids);
+    let topic = "tiered-moves";
+    create_topic(&bootstrap, topic, PARTITIONS, &[]).await;
+    let mut owners = tokio::task::block_in_place(|| {
+        cluster.wait_for_leaders(1, topic, PARTITIONS, &ids, "every partition has an owner")
+    });
+
+    let producer = producer(
+        &bootstrap,
+        &[("linger.ms", "2"), ("enable.idempotence", "true")],
+    );
+    let stream = ContinuousProducer::start(producer, topic, PARTITIONS, 200, None);
+    stream.wait_for_acked(1_000, DEADLINE).await;
+    for round in 0..4 {
+        let partition = round % PARTITIONS;
+        let owner = owners[&partition];
+        let target = ids.iter().copied().find(|&id| id != owner).unwrap();
+        // Each move comes after compaction has put part of the partition on the bulk tier.
+        let bulk_before: u64 = (1..=2).map(|id| bulk_in(&mut cluster, id)).sum();
+        tokio::task::block_in_place(|| {
+            wait_until("compaction writes to the bulk tier", DEADLINE, || {
+                let now: u64 = (1..=2).map(|id| bulk_in(&mut cluster, id)).sum();
+                (now > bulk_before).then_some(())
+            })
+        });
+        let said = tokio::task::block_in_place(|| cluster.move_partition(topic, partition, target));
+        eprintln!("move {round}: {said}");
+        assert!(said.starts_with("moved"), "{said}");
+        owners.insert(partition, target);
+        let more = stream.acked() + 500;
+        stream.wait_for_acked(more, DEADLINE).await;
+    }
+    let status = tokio::task::block_in_place(|| cluster.admin_command(&["cluster", "status"]));
+    status.assert_success("strata cluster status --wal-storage");
+    assert!(status.stdout.contains(topic), "{}", status.stdout);
+    let outcomes = stream.finish().await;
+
+    let mut sent = Vec::new();
+    let mut acked = Vec::new();
+    for outcome in outcomes {
+        let ack = outcome
+            .result
+            .unwrap_or_else(|e| panic!("record {} failed: {e}", outcome.sequence));
+        sent.push((Some(outcome.partition), outcome.record));
+        acked.push(ack);
+    }
+    eprintln!("{} records acknowledged across 4 moves", acked.len());
+    read_back_all(&bootstrap, topic, &by_partition(&sent, &acked)).await;
+}
+
+/// Bytes broker `id` wrote to the bulk tier.
+fn bulk_in(cluster: &mut Cluster, id: i32) -> u64 {
+    cluster
+        .metrics_text(id)
+        .lines()
+        .filter(|l| {
+            l.starts_with("strata_storage_bytes_total{")
+                && l.contains("tier=\"bulk\"")
+                && l.contains("direction=\"in\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Removes a storage location's test objects when dropped.
+struct RemoveObjects(String);
+
+impl Drop for RemoveObjects {
+    fn drop(&mut self) {
+        strata_tests::cleanup::remove_test_objects(&self.0);
+    }
 }

@@ -45,9 +45,8 @@ pub struct MoveArgs {
     /// Node id of the broker to move the partition to.
     #[arg(long, value_name = "BROKER")]
     to: i32,
-    /// The cluster's storage URL (as given to `strata serve --storage`).
-    #[arg(long, value_name = "URL", env = "STRATA_STORAGE")]
-    storage: String,
+    #[command(flatten)]
+    storage: ClusterStorage,
     /// Give up waiting after this long (the move itself stays requested).
     #[arg(long, value_name = "DURATION", default_value = "30s")]
     timeout: String,
@@ -74,9 +73,8 @@ pub enum BrokerCommand {
 pub struct UndrainArgs {
     /// Node id of the broker.
     id: i32,
-    /// The cluster's storage URL (as given to `strata serve --storage`).
-    #[arg(long, value_name = "URL", env = "STRATA_STORAGE")]
-    storage: String,
+    #[command(flatten)]
+    storage: ClusterStorage,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -84,9 +82,8 @@ pub enum ClusterCommand {
     /// Brokers (incarnation, start, heartbeats, draining), partitions per broker, and every
     /// partition's lease (owner record: owner, epoch, state), read from the storage.
     Status {
-        /// The cluster's storage URL (as given to `strata serve --storage`).
-        #[arg(long, value_name = "URL", env = "STRATA_STORAGE")]
-        storage: String,
+        #[command(flatten)]
+        storage: ClusterStorage,
         /// Print one JSON document instead of tables.
         #[arg(long)]
         json: bool,
@@ -97,9 +94,8 @@ pub enum ClusterCommand {
 pub struct DrainArgs {
     /// Node id of the broker to drain.
     id: i32,
-    /// The cluster's storage URL (as given to `strata serve --storage`).
-    #[arg(long, value_name = "URL", env = "STRATA_STORAGE")]
-    storage: String,
+    #[command(flatten)]
+    storage: ClusterStorage,
     /// Give up waiting after this long (the broker keeps draining).
     #[arg(long, value_name = "DURATION", default_value = "10m")]
     timeout: String,
@@ -107,6 +103,30 @@ pub struct DrainArgs {
     /// until one joins).
     #[arg(long)]
     force: bool,
+}
+
+/// Where the cluster's objects are: the storage the brokers were started with, or with two
+/// tiers the write-ahead tier, which holds the catalog, the cluster objects and the users (the
+/// bulk tier holds only segments). Both flags are accepted so an operator can pass the
+/// brokers' own `--storage`/`--wal-storage` (or their STRATA_STORAGE/STRATA_WAL_STORAGE).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClusterStorage {
+    /// The cluster's storage URL (as given to `strata serve --storage`).
+    #[arg(long, value_name = "URL", env = "STRATA_STORAGE")]
+    storage: String,
+    /// The write-ahead tier's URL, if the brokers run with `--wal-storage`: the cluster's
+    /// objects live there, so it is what these commands open.
+    #[arg(long, value_name = "URL", env = "STRATA_WAL_STORAGE")]
+    wal_storage: Option<String>,
+}
+
+impl ClusterStorage {
+    pub fn cluster_url(&self) -> &str {
+        self.wal_storage
+            .as_deref()
+            .filter(|w| !w.trim().is_empty())
+            .unwrap_or(&self.storage)
+    }
 }
 
 fn duration(text: &str) -> anyhow::Result<Duration> {
@@ -129,7 +149,7 @@ pub async fn broker(command: BrokerCommand) -> anyhow::Result<()> {
 
 pub async fn cluster(command: ClusterCommand) -> anyhow::Result<()> {
     match command {
-        ClusterCommand::Status { storage, json } => status(&storage, json).await,
+        ClusterCommand::Status { storage, json } => status(storage.cluster_url(), json).await,
     }
 }
 
@@ -139,8 +159,9 @@ async fn open(storage: &str) -> anyhow::Result<Arc<dyn ObjectStore>> {
     let missing = |why: &str| {
         anyhow::anyhow!(
             "no Strata cluster at {storage:?}: {why}; pass the URL the brokers were started \
-             with (`strata serve --storage`), e.g. --storage file:///var/lib/strata, \
-             s3://bucket/prefix or rados://pool"
+             with (`strata serve --storage`, and `--wal-storage` if they have two tiers: \
+             the cluster's objects are on the write-ahead tier), e.g. --storage \
+             file:///var/lib/strata, s3://bucket/prefix or rados://pool"
         )
     };
     if let Some(dir) = strata_storage::local_directory(storage)? {
@@ -161,7 +182,7 @@ async fn open(storage: &str) -> anyhow::Result<Arc<dyn ObjectStore>> {
 
 async fn move_partition(args: MoveArgs) -> anyhow::Result<()> {
     let timeout = duration(&args.timeout)?;
-    let store = open(&args.storage).await?;
+    let store = open(args.storage.cluster_url()).await?;
     let clock = SystemClock::shared();
     let target = BrokerId(args.to);
     let resource = admin::partition_resource(store.as_ref(), &args.topic, args.partition).await?;
@@ -284,7 +305,7 @@ pub async fn request_drain(
 
 async fn drain(args: DrainArgs) -> anyhow::Result<()> {
     let timeout = duration(&args.timeout)?;
-    let store = open(&args.storage).await?;
+    let store = open(args.storage.cluster_url()).await?;
     let clock = SystemClock::shared();
     let broker = BrokerId(args.id);
     let incarnation = request_drain(&store, broker, args.force).await?;
@@ -340,7 +361,7 @@ async fn drain(args: DrainArgs) -> anyhow::Result<()> {
 }
 
 async fn undrain(args: UndrainArgs) -> anyhow::Result<()> {
-    let store = open(&args.storage).await?;
+    let store = open(args.storage.cluster_url()).await?;
     let broker = BrokerId(args.id);
     if admin::cancel_drain(store.as_ref(), broker).await? {
         out(&format!(
@@ -493,4 +514,33 @@ async fn status(storage: &str, json: bool) -> anyhow::Result<()> {
     ));
     out(&text);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use clap::Parser;
+
+    use super::ClusterStorage;
+
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        storage: ClusterStorage,
+    }
+
+    #[test]
+    fn the_commands_open_the_write_ahead_tier_when_there_is_one() {
+        let parse = |args: &[&str]| {
+            Command::try_parse_from(std::iter::once("strata").chain(args.iter().copied()))
+                .unwrap()
+                .storage
+        };
+        let tiered = parse(&["--storage", "s3://bulk/p", "--wal-storage", "rados://fast"]);
+        assert_eq!(tiered.cluster_url(), "rados://fast");
+        let single = parse(&["--storage", "file:///var/lib/strata"]);
+        assert_eq!(single.cluster_url(), "file:///var/lib/strata");
+        let blank = parse(&["--storage", "rados://one", "--wal-storage", " "]);
+        assert_eq!(blank.cluster_url(), "rados://one");
+    }
 }

@@ -12,6 +12,8 @@ use strata_broker::security::scram::{Credential, Mechanism, MIN_ITERATIONS};
 use strata_broker::security::users::{Change, UserStore};
 use strata_core::SystemClock;
 
+use crate::admin::ClusterStorage;
+
 #[derive(Debug, clap::Subcommand)]
 pub enum UsersCommand {
     /// Create a SCRAM user, or replace the credential of one mechanism of an existing user.
@@ -25,9 +27,8 @@ pub enum UsersCommand {
 
 #[derive(Debug, clap::Args)]
 pub struct CreateArgs {
-    /// The cluster's storage URL (as given to `strata serve --storage`).
-    #[arg(long, value_name = "URL", env = "STRATA_STORAGE")]
-    storage: String,
+    #[command(flatten)]
+    storage: ClusterStorage,
     #[arg(long, value_name = "NAME")]
     user: String,
     /// The password (visible in the process list; prefer --password-file).
@@ -46,8 +47,8 @@ pub struct CreateArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct DeleteArgs {
-    #[arg(long, value_name = "URL", env = "STRATA_STORAGE")]
-    storage: String,
+    #[command(flatten)]
+    storage: ClusterStorage,
     #[arg(long, value_name = "NAME")]
     user: String,
     #[arg(long, value_name = "MECHANISM", default_value = "SCRAM-SHA-512")]
@@ -56,8 +57,8 @@ pub struct DeleteArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct ListArgs {
-    #[arg(long, value_name = "URL", env = "STRATA_STORAGE")]
-    storage: String,
+    #[command(flatten)]
+    storage: ClusterStorage,
 }
 
 async fn open(storage: &str) -> anyhow::Result<UserStore> {
@@ -98,7 +99,7 @@ pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
             let salt = random_salt()?;
             let credential =
                 Credential::from_password(mechanism, password.as_bytes(), salt, args.iterations);
-            open(&args.storage)
+            open(args.storage.cluster_url())
                 .await?
                 .alter(&args.user, &[Change::Upsert(credential)])
                 .await?;
@@ -111,13 +112,13 @@ pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
         }
         UsersCommand::Delete(args) => {
             let mechanism = mechanism(&args.mechanism)?;
-            open(&args.storage)
+            open(args.storage.cluster_url())
                 .await?
                 .alter(&args.user, &[Change::Delete(mechanism)])
                 .await?;
         }
         UsersCommand::List(args) => {
-            let users = open(&args.storage).await?.list().await?;
+            let users = open(args.storage.cluster_url()).await?.list().await?;
             let mut out = std::io::stdout().lock();
             for (name, user) in users {
                 let mechanisms: Vec<String> = user
