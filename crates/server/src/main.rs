@@ -104,6 +104,8 @@ enum Command {
     /// binds 127.0.0.1], metrics_token, metrics_token_file [default: none; /metrics then needs
     /// Authorization: Bearer <token>], metrics_max_connections, metrics_timeout,
     /// group_lag_interval [default: 30s; 0s turns consumer-lag metrics off],
+    /// s3_price_per_1000_put_requests [default: 0.005], s3_price_per_1000_get_requests
+    /// [default: 0.0004: AWS S3 Standard in USD, for the request-cost metric],
     /// console_listen [default: none; a bare port binds 127.0.0.1], console_sasl_mechanism
     /// [default: none: the console uses metrics_token], inter_broker_listener_name [default:
     /// the first PLAINTEXT listener], inter_broker_sasl_mechanism, inter_broker_sasl_username
@@ -768,7 +770,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Arc::clone(&storage.metrics),
         Arc::clone(&storage.health),
         Arc::clone(&clock),
-    );
+    )
+    .with_s3_prices(strata_storage::RequestPrices {
+        per_1000_puts: settings.s3_price_per_1000_put_requests,
+        per_1000_gets: settings.s3_price_per_1000_get_requests,
+    });
     let bulk_health_watch = match &bulk {
         Some((bulk, _)) => {
             metrics_source = metrics_source.with_bulk_tier(

@@ -14,7 +14,7 @@ use strata_broker::{Broker, FetchSessionStats};
 use strata_core::{Clock, TopicPartition};
 use strata_log::LogManager;
 use strata_storage::{
-    StorageHealth, StorageHealthSnapshot, StorageMetrics, StorageMetricsSnapshot,
+    RequestPrices, StorageHealth, StorageHealthSnapshot, StorageMetrics, StorageMetricsSnapshot,
     LATENCY_BUCKET_BOUNDS,
 };
 
@@ -46,6 +46,8 @@ pub struct MetricsSource {
     lag: OnceLock<Arc<crate::lag::LagMetrics>>,
     /// Reloads of the TLS files (`ssl_reload_interval`).
     tls_reloads: Arc<strata_broker::security::tls::TlsReloadStats>,
+    /// Prices for the estimated request cost of S3 tiers.
+    s3_prices: RequestPrices,
     clock: Arc<dyn Clock>,
     started: Duration,
 }
@@ -76,6 +78,7 @@ impl MetricsSource {
             broker: OnceLock::new(),
             lag: OnceLock::new(),
             tls_reloads: Arc::default(),
+            s3_prices: RequestPrices::S3_STANDARD,
             clock,
             started,
         }
@@ -95,6 +98,12 @@ impl MetricsSource {
             metrics,
             health,
         });
+        self
+    }
+
+    /// What S3 charges per request, for `strata_storage_request_cost_per_gb_ingested`.
+    pub fn with_s3_prices(mut self, prices: RequestPrices) -> Self {
+        self.s3_prices = prices;
         self
     }
 
@@ -167,6 +176,7 @@ impl MetricsSource {
                 .unwrap_or_default(),
             lag: self.lag.get().and_then(|lag| lag.snapshot()),
             tls_reloads: self.tls_reloads.snapshot(),
+            s3_prices: self.s3_prices,
             uptime: self.clock.monotonic().saturating_sub(self.started),
         }
     }
@@ -249,6 +259,8 @@ pub struct Snapshot {
     pub lag: Option<crate::lag::LagSnapshot>,
     /// TLS file reloads: (swapped in, refused).
     pub tls_reloads: (u64, u64),
+    /// Prices for the estimated request cost of S3 tiers.
+    pub s3_prices: RequestPrices,
     pub uptime: Duration,
 }
 
@@ -538,6 +550,25 @@ pub fn render(snapshot: &Snapshot) -> String {
                 "strata_storage_requests_per_gb_ingested",
                 base,
                 Float(per_gb),
+            );
+        }
+    }
+
+    out.family(
+        "strata_storage_request_cost_per_gb_ingested",
+        "gauge",
+        "Estimated request cost per 10^9 bytes written since start, S3 storage only (RADOS and local disks bill no requests), at the configured s3_price_per_1000_* prices (default: AWS S3 Standard, USD). Absent before the first write.",
+    );
+    for (base, storage, _) in &tiers {
+        let is_s3 = base.iter().any(|(k, v)| *k == "backend" && *v == "s3");
+        if let Some(cost) = is_s3
+            .then(|| snapshot.s3_prices.cost_per_gb_ingested(storage))
+            .flatten()
+        {
+            out.sample(
+                "strata_storage_request_cost_per_gb_ingested",
+                base,
+                Float(cost),
             );
         }
     }
@@ -1144,6 +1175,7 @@ mod tests {
             throttles: Vec::new(),
             lag: None,
             tls_reloads: (1, 0),
+            s3_prices: RequestPrices::S3_STANDARD,
             uptime: Duration::from_millis(1500),
         }
     }
@@ -1494,6 +1526,19 @@ mod tests {
                 "strata_storage_healthy{backend=\"s3\",tier=\"bulk\"}"
             ),
             "1"
+        );
+        // A request cost for the S3 tier only: one PUT at S3 Standard's price for 64 MiB.
+        let cost: f64 = value_of(
+            &text,
+            "strata_storage_request_cost_per_gb_ingested{backend=\"s3\",tier=\"bulk\"}",
+        )
+        .parse()
+        .unwrap();
+        let expected = 0.005 / 1000.0 / ((64u64 << 20) as f64 / 1e9);
+        assert!((cost - expected).abs() < 1e-12, "{cost}");
+        assert!(
+            !text.contains("strata_storage_request_cost_per_gb_ingested{backend=\"rados\""),
+            "{text}"
         );
         // One storage: no tier label, as before.
         let single = render(&snapshot_with(&wal, &wal_health));

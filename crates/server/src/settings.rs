@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 use strata_log::LogConfig;
+use strata_storage::RequestPrices;
 
 /// `metrics_listen`: an address, or a bare port (`9100`, `:9100`) for loopback only.
 fn loopback_unless_told<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
@@ -336,6 +337,12 @@ pub struct Settings {
     /// An HTTP client gets this long to send its request, and again to take the answer.
     #[serde(with = "humantime_serde")]
     pub metrics_timeout: Duration,
+    /// What S3 storage charges per 1,000 PUT, COPY, POST and LIST requests, in the bill's
+    /// currency; with the next, the estimate `strata_storage_request_cost_per_gb_ingested`
+    /// (AWS S3 Standard, us-east-1, USD, by default).
+    pub s3_price_per_1000_put_requests: f64,
+    /// …and per 1,000 GET requests.
+    pub s3_price_per_1000_get_requests: f64,
     /// How often the consumer-group lag on `/metrics` (`strata_group_lag`) is computed for
     /// the groups this broker coordinates: one OffsetFetch per group and one ListOffsets per
     /// topic and owner each time. `0s` turns it off. Needs `metrics_listen` and a PLAINTEXT
@@ -546,6 +553,8 @@ impl Default for Settings {
             inter_broker_sasl_username: None,
             metrics_max_connections: 64,
             metrics_timeout: Duration::from_secs(5),
+            s3_price_per_1000_put_requests: RequestPrices::S3_STANDARD.per_1000_puts,
+            s3_price_per_1000_get_requests: RequestPrices::S3_STANDARD.per_1000_gets,
             group_lag_interval: Duration::from_secs(30),
             // On by default so brokers pointed at one storage form a cluster instead of fencing
             // each other; a lone broker pays a few small storage reads a second for it, and a
@@ -829,6 +838,7 @@ enum Kind {
     /// Kept as a string (addresses, names, durations, byte sizes).
     Text,
     Integer,
+    Float,
     Boolean,
 }
 
@@ -1180,6 +1190,16 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
     ),
     ("STRATA_METRICS_TIMEOUT", &["metrics_timeout"], Kind::Text),
     (
+        "STRATA_S3_PRICE_PER_1000_PUT_REQUESTS",
+        &["s3_price_per_1000_put_requests"],
+        Kind::Float,
+    ),
+    (
+        "STRATA_S3_PRICE_PER_1000_GET_REQUESTS",
+        &["s3_price_per_1000_get_requests"],
+        Kind::Float,
+    ),
+    (
         "STRATA_GROUP_LAG_INTERVAL",
         &["group_lag_interval"],
         Kind::Text,
@@ -1460,6 +1480,14 @@ pub fn load(
                 .map_err(|_| SettingsError::Env {
                     var: var.clone(),
                     message: format!("{value:?} is not an integer"),
+                })?,
+            Kind::Float => value
+                .trim()
+                .parse::<f64>()
+                .map(toml::Value::Float)
+                .map_err(|_| SettingsError::Env {
+                    var: var.clone(),
+                    message: format!("{value:?} is not a number"),
                 })?,
             Kind::Boolean => match value.trim().to_ascii_lowercase().as_str() {
                 "true" | "1" | "yes" => toml::Value::Boolean(true),
@@ -2039,6 +2067,20 @@ impl Settings {
         }
         if self.metrics_max_connections == 0 {
             return bad("metrics_max_connections", "must be at least 1");
+        }
+        for (key, price) in [
+            (
+                "s3_price_per_1000_put_requests",
+                self.s3_price_per_1000_put_requests,
+            ),
+            (
+                "s3_price_per_1000_get_requests",
+                self.s3_price_per_1000_get_requests,
+            ),
+        ] {
+            if !(price.is_finite() && price >= 0.0) {
+                return bad(key, "must be a number of at least 0");
+            }
         }
         if self.metrics_timeout.is_zero() {
             return bad("metrics_timeout", "must be more than 0s");
@@ -3042,6 +3084,32 @@ mod tests {
             ..Default::default()
         };
         assert!(load(None, env(&[]), &flags).is_err());
+    }
+
+    #[test]
+    fn s3_request_prices_default_to_s3_standard_and_must_be_numbers() {
+        let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        assert_eq!(s.s3_price_per_1000_put_requests, 0.005);
+        assert_eq!(s.s3_price_per_1000_get_requests, 0.0004);
+        let (s, _) = load(
+            None,
+            env(&[
+                ("STRATA_S3_PRICE_PER_1000_PUT_REQUESTS", "0.0045"),
+                ("STRATA_S3_PRICE_PER_1000_GET_REQUESTS", "0"),
+            ]),
+            &FlagOverrides::default(),
+        )
+        .unwrap();
+        assert_eq!(s.s3_price_per_1000_put_requests, 0.0045);
+        assert_eq!(s.s3_price_per_1000_get_requests, 0.0);
+        for value in ["cheap", "-1", "NaN"] {
+            let refused = load(
+                None,
+                env(&[("STRATA_S3_PRICE_PER_1000_PUT_REQUESTS", value)]),
+                &FlagOverrides::default(),
+            );
+            assert!(refused.is_err(), "{value}");
+        }
     }
 
     #[test]

@@ -61,8 +61,8 @@ pub use limit::ConcurrencyLimitStore;
 pub use local::LocalStore;
 pub use memory::MemoryStore;
 pub use metrics::{
-    requests_per_gb, KeyArea, LatencyHistogram, MetricsStore, OpMetricsSnapshot, StorageMetrics,
-    StorageMetricsSnapshot, LATENCY_BUCKET_BOUNDS,
+    requests_per_gb, KeyArea, LatencyHistogram, MetricsStore, OpMetricsSnapshot, RequestPrices,
+    StorageMetrics, StorageMetricsSnapshot, LATENCY_BUCKET_BOUNDS,
 };
 pub use op::OpKind;
 pub use retry::{full_jitter, holds_our_bytes, RetryPolicy, RetryStore};

@@ -253,6 +253,42 @@ impl StorageMetricsSnapshot {
     }
 }
 
+/// What an object store charges per request, per 1,000 requests of each billing class, in
+/// the bill's currency. S3 bills writes and listings (PUT, COPY, POST, LIST) at one price and
+/// reads (GET, HEAD) at another, and deletes nothing; the put price here covers `put_*` and
+/// `list`, the get price `get` and `get_range`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RequestPrices {
+    pub per_1000_puts: f64,
+    pub per_1000_gets: f64,
+}
+
+impl RequestPrices {
+    /// AWS S3 Standard's list prices in us-east-1, in USD (the default estimate).
+    pub const S3_STANDARD: Self = Self {
+        per_1000_puts: 0.005,
+        per_1000_gets: 0.0004,
+    };
+
+    /// What the requests counted in `snapshot` cost.
+    pub fn cost(&self, snapshot: &StorageMetricsSnapshot) -> f64 {
+        let count = |kinds: &[OpKind]| -> f64 {
+            kinds.iter().map(|k| snapshot.op(*k).requests as f64).sum()
+        };
+        let puts = count(&[OpKind::PutCreate, OpKind::PutUpdate, OpKind::List]);
+        let gets = count(&[OpKind::Get, OpKind::GetRange]);
+        (puts * self.per_1000_puts + gets * self.per_1000_gets) / 1000.0
+    }
+
+    /// The request cost per gigabyte (10⁹ bytes) successfully written, or `None` before any
+    /// write: the storage's request bill per unit of data ingested, which group-commit
+    /// settings and segment sizes change.
+    pub fn cost_per_gb_ingested(&self, snapshot: &StorageMetricsSnapshot) -> Option<f64> {
+        let bytes = snapshot.bytes_ingested();
+        (bytes > 0).then(|| self.cost(snapshot) / (bytes as f64 / 1e9))
+    }
+}
+
 /// `requests` per gigabyte (10⁹ bytes) of `bytes`, or `None` when `bytes` is zero.
 pub fn requests_per_gb(requests: u64, bytes: u64) -> Option<f64> {
     (bytes > 0).then(|| requests as f64 / (bytes as f64 / 1e9))
@@ -421,6 +457,23 @@ mod tests {
         assert_eq!(snap.bytes_ingested(), 1500);
         let per_gb = snap.requests_per_gb_ingested().unwrap();
         assert!((per_gb - 7.0 / 1.5e-6).abs() < 1e-3, "{per_gb}");
+        // 2 creates, 1 update and 1 list at the put price, 1 get and 1 ranged get at the get
+        // price, the delete free.
+        let prices = RequestPrices {
+            per_1000_puts: 5.0,
+            per_1000_gets: 0.4,
+        };
+        let cost = prices.cost(&snap);
+        assert!(
+            (cost - (4.0 * 5.0 + 2.0 * 0.4) / 1000.0).abs() < 1e-12,
+            "{cost}"
+        );
+        let per_gb = prices.cost_per_gb_ingested(&snap).unwrap();
+        assert!((per_gb - cost / 1.5e-6).abs() < 1e-6, "{per_gb}");
+        assert_eq!(
+            prices.cost_per_gb_ingested(&StorageMetrics::new().snapshot()),
+            None
+        );
         // Every request took zero time on the manual clock: all land in the first bucket.
         assert_eq!(create.latency.counts[0], 2);
         assert_eq!(
