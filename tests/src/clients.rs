@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{
+    AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication,
+};
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, StreamConsumer};
@@ -148,6 +150,26 @@ pub async fn create_topic(bootstrap: &str, name: &str, partitions: i32, configs:
     tokio::task::spawn_blocking(move || wait_for_partitions(&bootstrap, &name, partitions))
         .await
         .expect("metadata wait task");
+}
+
+/// Replaces `name`'s config overrides with `configs` (AlterConfigs: overrides not listed go
+/// back to their defaults), panicking on any error.
+pub async fn set_topic_configs(bootstrap: &str, name: &str, configs: &[(&str, &str)]) {
+    let admin = admin(bootstrap);
+    let change = configs.iter().fold(
+        AlterConfig::new(ResourceSpecifier::Topic(name)),
+        |c, (k, v)| c.set(k, v),
+    );
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let results = admin
+        .alter_configs([&change], &options)
+        .await
+        .unwrap_or_else(|e| panic!("AlterConfigs {name} failed: {e}"));
+    for result in results {
+        if let Err((resource, code)) = result {
+            panic!("AlterConfigs {resource:?} answered {code:?}");
+        }
+    }
 }
 
 /// Waits until Metadata lists `topic` with `partitions` partitions, each with a leader.

@@ -20,7 +20,8 @@ use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{Offset, TopicPartitionList};
 use strata_tests::clients::{
-    create_topic, future_record, produce_all, producer, stream_consumer, watermarks,
+    create_topic, future_record, produce_all, producer, set_topic_configs, stream_consumer,
+    watermarks,
 };
 use strata_tests::cluster::Cluster;
 use strata_tests::records::TestRecord;
@@ -537,6 +538,11 @@ fn passes_finished(broker: &StrataProcess, topic: &str) -> usize {
 /// by SIGKILL of the new owner: the next owner cleans the partition from what the manifest
 /// says, and exactly the latest value of each key is left, at its offset. Which broker owns the
 /// topic first is up to placement; the test moves it to the other one either way.
+///
+/// `min.compaction.lag.ms` holds every pass off until all records are in, then is lifted, so
+/// the first pass covers the whole partition and lasts seconds at the throttled rate. (Without
+/// it a pass could start on the first segment while producing, finish before the move, and the
+/// test would then see the move land between passes — as one CI run on S3 did.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pass_interrupted_by_a_move_and_by_sigkill_finishes_on_the_next_owner() {
     let mut cluster = tokio::task::block_in_place(|| {
@@ -554,13 +560,24 @@ async fn a_pass_interrupted_by_a_move_and_by_sigkill_finishes_on_the_next_owner(
     });
     let bootstrap = cluster.bootstrap_of(&[1, 2]);
     let topic = "compacted-moved";
-    create_topic(&bootstrap, topic, 1, COMPACT).await;
+    let held: Vec<_> = COMPACT
+        .iter()
+        .copied()
+        .chain([("min.compaction.lag.ms", "3600000")])
+        .collect();
+    create_topic(&bootstrap, topic, 1, &held).await;
     let first = tokio::task::block_in_place(|| {
         cluster.wait_for_leaders(1, topic, 1, &[1, 2], "the topic has an owner")[&0]
     });
     let second = 3 - first;
-    let acked = produce_updates(&bootstrap, topic, 20_000, 1_000).await;
+    let acked = produce_updates(&bootstrap, topic, 10_000, 1_000).await;
     let expect = latest(&acked);
+    assert_eq!(
+        passes_logged(&cluster.brokers[&first], topic).0,
+        0,
+        "a pass started while min.compaction.lag.ms held every record back"
+    );
+    set_topic_configs(&bootstrap, topic, COMPACT).await;
 
     wait_until_async("the first owner starts a pass", DEADLINE, || async {
         (passes_logged(&cluster.brokers[&first], topic).0 > 0).then_some(())
@@ -592,7 +609,7 @@ async fn a_pass_interrupted_by_a_move_and_by_sigkill_finishes_on_the_next_owner(
     wait_until_cleaned(&survivor, topic, &expect).await;
     assert_eq!(
         watermarks_of(&survivor, topic).await,
-        Some((0, 20_000)),
+        Some((0, 10_000)),
         "offsets are kept"
     );
 }
