@@ -1565,8 +1565,8 @@ async fn group_lag_metrics_match_committed_offsets_and_log_ends_across_brokers()
     );
     println!("group coordinated by broker {coordinator}; partition owners {owners:?}");
 
-    // Partition 3 is owned by the other broker from here on, so its log end is one the
-    // coordinator has to ask another broker for.
+    // Partition 3 is owned by a broker other than the coordinator from here on, so its log end
+    // is one the coordinator has to ask another broker for.
     let other = if coordinator == 1 { 2 } else { 1 };
     if leaders.get(&3) != Some(&other) {
         tokio::task::block_in_place(|| cluster.move_partition(topic, 3, other));
@@ -1579,16 +1579,33 @@ async fn group_lag_metrics_match_committed_offsets_and_log_ends_across_brokers()
             .unwrap_or_else(|(e, _)| panic!("produce failed: {e}"));
     }
     let want = expected(7.0);
-    tokio::task::block_in_place(|| {
-        wait_until(
-            "partition 3's lag grows by the new records",
-            DEADLINE,
-            || {
-                let seen = reported(&mut cluster);
-                (seen.len() == 1 && seen[0].0 == coordinator && seen[0].1 == want).then_some(())
-            },
-        )
-    });
+    // The coordinator is whichever broker reports the group. Right after start the cluster may
+    // still hand group shards to the newer broker (one CI run saw the group's shard move to
+    // partition 3's new owner in the middle of this test), so who reports is read again, and
+    // partition 3 moved away from it if the two met. The lag must be right every time.
+    let mut owner_of_3 = other;
+    for _ in 0..3 {
+        let reporter = tokio::task::block_in_place(|| {
+            wait_until(
+                "partition 3's lag grows by the new records",
+                DEADLINE,
+                || {
+                    let seen = reported(&mut cluster);
+                    (seen.len() == 1 && seen[0].1 == want).then_some(seen[0].0)
+                },
+            )
+        });
+        if reporter != owner_of_3 {
+            println!("broker {reporter} reports the lag of partition 3, owned by {owner_of_3}");
+            return;
+        }
+        owner_of_3 = if reporter == 1 { 2 } else { 1 };
+        println!(
+            "the group moved to broker {reporter}, partition 3's owner; moving it to {owner_of_3}"
+        );
+        tokio::task::block_in_place(|| cluster.move_partition(topic, 3, owner_of_3));
+    }
+    panic!("the group's coordinator kept landing on partition 3's owner");
 }
 
 /// Every metric family the broker exports is named in docs/METRICS.md, and every metric the
