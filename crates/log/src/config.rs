@@ -80,6 +80,16 @@ pub struct LogConfig {
     /// …and at most this many batches: each costs 64 bytes of index in memory, and tiny
     /// batches would otherwise let a small byte count hold millions of them.
     pub max_uncompacted_batches: usize,
+    /// Readers behind the tail read segments in aligned windows of this many bytes, kept for
+    /// other fetches and read one ahead (`read_ahead`); 0 reads exactly what a fetch needs.
+    pub read_ahead_bytes: usize,
+    /// Memory for kept windows, broker-wide (oldest dropped first).
+    pub read_ahead_memory_bytes: usize,
+    /// Segment reads of readers behind the tail in flight at once, broker-wide.
+    pub catchup_max_concurrent_reads: usize,
+    /// Segment bytes those readers read a second, broker-wide (u64::MAX: unpaced), so a
+    /// replay of old data cannot take the storage bandwidth producers and tail readers need.
+    pub catchup_io_max_bytes_per_second: u64,
 }
 
 impl Default for LogConfig {
@@ -106,6 +116,10 @@ impl Default for LogConfig {
             max_aborted_transactions: 10_000,
             max_uncompacted_bytes: 1 << 30,
             max_uncompacted_batches: 1_000_000,
+            read_ahead_bytes: 1 << 20,
+            read_ahead_memory_bytes: 64 << 20,
+            catchup_max_concurrent_reads: 8,
+            catchup_io_max_bytes_per_second: u64::MAX,
         }
     }
 }

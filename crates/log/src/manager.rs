@@ -70,6 +70,14 @@ impl LogManager {
             .map(|(name, info)| (name.clone(), Arc::new(info.clone())))
             .collect::<BTreeMap<_, _>>();
         let config_cleaner_threads = config.cleaner_threads;
+        let read_ahead = Arc::new(crate::read_ahead::ReadAhead::new(
+            crate::read_ahead::ReadAheadConfig {
+                window: u32::try_from(config.read_ahead_bytes).unwrap_or(u32::MAX),
+                memory: config.read_ahead_memory_bytes,
+                max_concurrent_reads: config.catchup_max_concurrent_reads,
+                max_bytes_per_second: config.catchup_io_max_bytes_per_second,
+            },
+        ));
         let shared = Arc::new(Shared {
             store: store.clone(),
             clock: clock.clone(),
@@ -94,6 +102,7 @@ impl LogManager {
             cleaner_inflight: Mutex::new(Default::default()),
             cleaner_generation: std::sync::atomic::AtomicU32::new(1),
             cleaner_stats: Default::default(),
+            read_ahead,
             read_stats: Default::default(),
             txn_stats: Default::default(),
         });
@@ -180,6 +189,11 @@ impl LogManager {
     /// Reads served so far, by where their batches came from.
     pub fn read_stats(&self) -> crate::read::ReadSnapshot {
         self.shared.read_stats.snapshot()
+    }
+
+    /// Catch-up reads of segments: kept windows, read-ahead and time spent in the IO budget.
+    pub fn read_ahead_stats(&self) -> crate::ReadAheadSnapshot {
+        self.shared.read_ahead.snapshot()
     }
 
     /// Each served partition of a compacted topic with its dirty ratio (bytes of segments the

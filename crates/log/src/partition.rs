@@ -224,6 +224,24 @@ impl PartState {
         self.manifest.checkpoint
     }
 
+    /// The stored size of `segment`, which holds `offset`, if the manifest lists it (as a
+    /// segment or as a replacement of a cleaning pass in progress).
+    pub fn segment_size(&self, segment: crate::index::SegmentRef, offset: i64) -> Option<u64> {
+        let segments = &self.manifest.segments;
+        let i = segments.partition_point(|s| s.last_offset < offset);
+        let replacements = self
+            .manifest
+            .cleaning
+            .iter()
+            .flat_map(|c| c.replacements.iter());
+        segments
+            .get(i)
+            .into_iter()
+            .chain(replacements)
+            .find(|s| s.segment == segment)
+            .map(|s| s.size)
+    }
+
     pub fn remember_chunk(&mut self, k: i64, chunk: LoadedChunk) {
         self.chunks.insert(k, chunk);
         while self.chunks.len() > CHUNKS_KEPT {

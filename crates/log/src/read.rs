@@ -334,13 +334,18 @@ async fn read_indexed_once(
                 j += 1;
             }
             let key = manifest::segment_key(part.topic_id, part.tp.partition, first.segment);
-            let run = read_range(
-                shared.store.as_ref(),
-                &key,
-                first.position,
-                end - first.position,
-            )
-            .await?;
+            let size = part.lock().segment_size(first.segment, first.base_offset);
+            let run = shared
+                .read_ahead
+                .read(
+                    &shared.store,
+                    &shared.clock,
+                    &key,
+                    size,
+                    first.position,
+                    end,
+                )
+                .await?;
             return Ok(Some(
                 chunk.entries[i..j]
                     .iter()

@@ -148,7 +148,14 @@ enum Command {
     ///     is refused (retriable) until compaction catches up, e.g. while the bulk tier is
     ///     down; at least twice segment_bytes [default: 1GiB];
     ///   max_uncompacted_batches: the same bound in batches, 64 bytes of memory each
-    ///     [default: 1000000].
+    ///     [default: 1000000];
+    ///   read_ahead_bytes: consumers behind the tail read segments in aligned windows of
+    ///     this size, kept for other fetches and read one ahead; 0 turns it off
+    ///     [default: 1MiB; 8MiB when segments are on S3];
+    ///   read_ahead_memory_bytes: memory for those windows, broker-wide [default: 64MiB];
+    ///   catchup_max_concurrent_reads: their segment reads at once [default: 8];
+    ///   catchup_io_max_bytes_per_second: segment bytes they read a second, broker-wide;
+    ///     producers and readers at the tail are outside it [default: unlimited].
     ///
     /// Environment variables: STRATA_ + the upper-cased key, STRATA_LOG_ + key for the [log]
     /// section (e.g. STRATA_LISTEN, STRATA_STORAGE, STRATA_NODE_ID, STRATA_LOG_FLUSH_INTERVAL).

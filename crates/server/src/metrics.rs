@@ -205,6 +205,7 @@ fn log_snapshot(log: &LogManager) -> LogSnapshot {
         high_watermarks,
         cleaner: log.cleaner_stats(),
         reads: log.read_stats(),
+        read_ahead: log.read_ahead_stats(),
         dirty_ratios,
         txn: log.txn_stats(),
     }
@@ -274,6 +275,7 @@ pub struct LogSnapshot {
     pub cleaner: strata_log::CleanerSnapshot,
     /// Partition reads by where they were served from.
     pub reads: strata_log::read::ReadSnapshot,
+    pub read_ahead: strata_log::ReadAheadSnapshot,
     /// Served partitions of compacted topics and their dirty ratios (same cap, same order).
     pub dirty_ratios: Vec<(TopicPartition, f64)>,
     /// Transactions on the partition side (open ones, markers written).
@@ -663,6 +665,7 @@ pub fn render(snapshot: &Snapshot) -> String {
         ] {
             out.sample("strata_log_reads_total", &[("source", source)], count);
         }
+        render_read_ahead(&mut out, &log.read_ahead);
         render_txn(&mut out, &log.txn);
     }
 
@@ -981,6 +984,56 @@ fn render_lag(out: &mut Exposition, lag: &crate::lag::LagSnapshot) {
         &[],
         lag.computed_at_ms as f64 / 1000.0,
     );
+}
+
+/// Catch-up reads of segments: the read-ahead windows and the IO budget.
+fn render_read_ahead(out: &mut Exposition, r: &strata_log::ReadAheadSnapshot) {
+    out.family(
+        "strata_log_catchup_reads_total",
+        "counter",
+        "Segment reads of consumers behind the tail, by result: hit (answered from kept read-ahead windows) or miss (went to storage).",
+    );
+    out.sample(
+        "strata_log_catchup_reads_total",
+        &[("result", "hit")],
+        r.hits,
+    );
+    out.sample(
+        "strata_log_catchup_reads_total",
+        &[("result", "miss")],
+        r.misses,
+    );
+    for (name, help, value) in [
+        (
+            "strata_log_read_ahead_windows_total",
+            "Segment windows read ahead in the background for consumers behind the tail.",
+            r.prefetches,
+        ),
+        (
+            "strata_log_catchup_bytes_read_total",
+            "Segment bytes read from storage for consumers behind the tail (theirs and read-ahead).",
+            r.bytes_read,
+        ),
+    ] {
+        out.family(name, "counter", help);
+        out.sample(name, &[], value);
+    }
+    out.family(
+        "strata_log_catchup_throttled_seconds_total",
+        "counter",
+        "Time consumers behind the tail waited for an IO slot or for log.catchup_io_max_bytes_per_second.",
+    );
+    out.sample(
+        "strata_log_catchup_throttled_seconds_total",
+        &[],
+        Float(r.throttled_micros as f64 / 1e6),
+    );
+    out.family(
+        "strata_log_read_ahead_bytes",
+        "gauge",
+        "Memory held by kept read-ahead windows (bounded by log.read_ahead_memory_bytes).",
+    );
+    out.sample("strata_log_read_ahead_bytes", &[], r.kept_bytes);
 }
 
 fn render_cleaner(out: &mut Exposition, log: &LogSnapshot) {
@@ -1320,6 +1373,7 @@ mod tests {
                 (TopicPartition::new("orders", 1), 0),
             ],
             reads: Default::default(),
+            read_ahead: Default::default(),
             cleaner: strata_log::CleanerSnapshot {
                 bytes_read: 10,
                 bytes_written: 5,

@@ -457,6 +457,17 @@ pub struct LogSettings {
     pub max_uncompacted_bytes: ByteSize,
     /// …and this many batches (64 bytes of memory each).
     pub max_uncompacted_batches: usize,
+    /// Consumers behind the tail read segments in aligned windows of this size, kept for
+    /// other fetches and read one ahead; 0 reads exactly what each fetch needs. Default by
+    /// backend of the bulk tier: 1MiB; 8MiB for S3, where each request costs tens of ms.
+    pub read_ahead_bytes: Option<ByteSize>,
+    /// Memory for those windows, broker-wide (oldest dropped first).
+    pub read_ahead_memory_bytes: ByteSize,
+    /// Segment reads of consumers behind the tail in flight at once, broker-wide.
+    pub catchup_max_concurrent_reads: usize,
+    /// Segment bytes consumers behind the tail read a second, broker-wide; unset: unpaced.
+    /// Producers and consumers at the tail are outside this budget.
+    pub catchup_io_max_bytes_per_second: Option<ByteSize>,
 }
 
 impl Default for Settings {
@@ -598,6 +609,10 @@ impl Default for LogSettings {
             max_aborted_transactions: log.max_aborted_transactions,
             max_uncompacted_bytes: ByteSize(log.max_uncompacted_bytes as u64),
             max_uncompacted_batches: log.max_uncompacted_batches,
+            read_ahead_bytes: None,
+            read_ahead_memory_bytes: ByteSize(log.read_ahead_memory_bytes as u64),
+            catchup_max_concurrent_reads: log.catchup_max_concurrent_reads,
+            catchup_io_max_bytes_per_second: None,
         }
     }
 }
@@ -672,6 +687,16 @@ impl LogSettings {
             max_aborted_transactions: self.max_aborted_transactions,
             max_uncompacted_bytes,
             max_uncompacted_batches: self.max_uncompacted_batches,
+            read_ahead_bytes: size(
+                "read_ahead_bytes",
+                self.read_ahead_bytes
+                    .unwrap_or(ByteSize(bulk.read_ahead_bytes)),
+            )?,
+            read_ahead_memory_bytes: size("read_ahead_memory_bytes", self.read_ahead_memory_bytes)?,
+            catchup_max_concurrent_reads: self.catchup_max_concurrent_reads,
+            catchup_io_max_bytes_per_second: self
+                .catchup_io_max_bytes_per_second
+                .map_or(u64::MAX, |b| b.0),
             ..LogConfig::default()
         })
     }
@@ -689,6 +714,8 @@ pub struct BackendProfile {
     /// Cluster polling: full ownership rounds, and the move marker between them.
     pub ownership_interval: Duration,
     pub move_watch_interval: Duration,
+    /// Read-ahead window of readers behind the tail, on the bulk tier.
+    pub read_ahead_bytes: u64,
 }
 
 impl BackendProfile {
@@ -705,6 +732,10 @@ impl BackendProfile {
                 // move started elsewhere waits for up to two rounds instead.
                 ownership_interval: Duration::from_secs(1),
                 move_watch_interval: Duration::ZERO,
+                // A GET costs tens of milliseconds and a price whatever its size (up to a
+                // few MiB): a replaying consumer makes an eighth of the requests of 1MiB
+                // windows, and 8MiB is the range size AWS suggests for parallel reads.
+                read_ahead_bytes: 8 << 20,
             },
             _ => {
                 let log = LogConfig::default();
@@ -716,6 +747,7 @@ impl BackendProfile {
                     segment_interval: log.segment_interval,
                     ownership_interval: cluster.ownership_interval,
                     move_watch_interval: cluster.move_watch_interval,
+                    read_ahead_bytes: log.read_ahead_bytes as u64,
                 }
             }
         }
@@ -1331,6 +1363,26 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         "STRATA_LOG_MAX_UNCOMPACTED_BATCHES",
         &["log", "max_uncompacted_batches"],
         Kind::Integer,
+    ),
+    (
+        "STRATA_LOG_READ_AHEAD_BYTES",
+        &["log", "read_ahead_bytes"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_LOG_READ_AHEAD_MEMORY_BYTES",
+        &["log", "read_ahead_memory_bytes"],
+        Kind::Text,
+    ),
+    (
+        "STRATA_LOG_CATCHUP_MAX_CONCURRENT_READS",
+        &["log", "catchup_max_concurrent_reads"],
+        Kind::Integer,
+    ),
+    (
+        "STRATA_LOG_CATCHUP_IO_MAX_BYTES_PER_SECOND",
+        &["log", "catchup_io_max_bytes_per_second"],
+        Kind::Text,
     ),
 ];
 
@@ -2143,6 +2195,27 @@ impl Settings {
                 "log.cleaner_io_max_bytes_per_second",
                 "must be at least 1 (leave it unset for no limit)",
             );
+        }
+        if self
+            .log
+            .catchup_io_max_bytes_per_second
+            .is_some_and(|b| b.0 == 0)
+        {
+            return bad(
+                "log.catchup_io_max_bytes_per_second",
+                "must be at least 1 (leave it unset for no limit)",
+            );
+        }
+        if self.log.catchup_max_concurrent_reads == 0 {
+            return bad("log.catchup_max_concurrent_reads", "must be at least 1");
+        }
+        // Windows are addressed by 32-bit segment positions, like index entries.
+        if self
+            .log
+            .read_ahead_bytes
+            .is_some_and(|b| b.0 > u64::from(u32::MAX))
+        {
+            return bad("log.read_ahead_bytes", "must be below 4GiB");
         }
         if is_ephemeral(&self.storage) && !self.ephemeral_storage_ok {
             return Err(SettingsError::Invalid(format!(
@@ -3139,6 +3212,43 @@ mod tests {
             &FlagOverrides::default(),
         );
         assert!(refused.is_err());
+    }
+
+    #[test]
+    fn catch_up_reads_have_a_window_by_bulk_backend_and_a_validated_budget() {
+        let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
+        let local = s.log.to_log_config("file", "file").unwrap();
+        assert_eq!(local.read_ahead_bytes, 1 << 20);
+        assert_eq!(local.read_ahead_memory_bytes, 64 << 20);
+        assert_eq!(local.catchup_max_concurrent_reads, 8);
+        assert_eq!(local.catchup_io_max_bytes_per_second, u64::MAX);
+        // The window follows the tier segments are read from.
+        let tiered = s.log.to_log_config("rados", "s3").unwrap();
+        assert_eq!(tiered.read_ahead_bytes, 8 << 20);
+        let (s, _) = load(
+            None,
+            env(&[
+                ("STRATA_LOG_READ_AHEAD_BYTES", "0"),
+                ("STRATA_LOG_READ_AHEAD_MEMORY_BYTES", "16MiB"),
+                ("STRATA_LOG_CATCHUP_MAX_CONCURRENT_READS", "2"),
+                ("STRATA_LOG_CATCHUP_IO_MAX_BYTES_PER_SECOND", "50MB"),
+            ]),
+            &FlagOverrides::default(),
+        )
+        .unwrap();
+        let config = s.log.to_log_config("file", "s3").unwrap();
+        assert_eq!(config.read_ahead_bytes, 0);
+        assert_eq!(config.read_ahead_memory_bytes, 16 << 20);
+        assert_eq!(config.catchup_max_concurrent_reads, 2);
+        assert_eq!(config.catchup_io_max_bytes_per_second, 50_000_000);
+        for (key, value) in [
+            ("STRATA_LOG_CATCHUP_MAX_CONCURRENT_READS", "0"),
+            ("STRATA_LOG_CATCHUP_IO_MAX_BYTES_PER_SECOND", "0"),
+            ("STRATA_LOG_READ_AHEAD_BYTES", "5GiB"),
+        ] {
+            let refused = load(None, env(&[(key, value)]), &FlagOverrides::default());
+            assert!(refused.is_err(), "{key}={value}");
+        }
     }
 
     #[test]
