@@ -218,6 +218,12 @@ pub struct E2eArgs {
     /// partitions.
     #[arg(long)]
     pub subscribe: bool,
+
+    /// An existing topic that one more consumer reads from its beginning, as fast as it can,
+    /// while the timed run goes on: a reader that fell behind, replaying old data beside the
+    /// consumers at the tail (issue 19, item 4). Its read rate is reported as its own phase.
+    #[arg(long)]
+    pub catch_up_topic: Option<String>,
 }
 
 #[derive(Debug, Args, Serialize)]

@@ -103,6 +103,16 @@ pub fn consumer(bootstrap: &str, target: &TargetArgs) -> Result<BaseConsumer<Ben
         .context("create the consumer")
 }
 
+/// A consumer for `assign` only that reports reaching each partition's end (a replay of old
+/// data stops there).
+pub fn replay_consumer(bootstrap: &str, target: &TargetArgs) -> Result<BaseConsumer<BenchContext>> {
+    let mut config = consumer_config(bootstrap, target, "strata-bench-assign-only");
+    config.set("enable.partition.eof", "true");
+    config
+        .create_with_context(BenchContext)
+        .context("create the catch-up consumer")
+}
+
 /// A consumer that joins consumer group `group` (subscribe), with the same settings and no
 /// commits (nothing here restarts from them).
 pub fn group_consumer(
@@ -139,6 +149,22 @@ pub fn learn_leaders(consumer: &BaseConsumer<BenchContext>, topic: &str) -> Resu
         .fetch_metadata(Some(topic), Duration::from_secs(10))
         .map(drop)
         .with_context(|| format!("consumer metadata for {topic}"))
+}
+
+/// How many partitions `topic` has, from the broker's metadata.
+pub fn partition_count(consumer: &BaseConsumer<BenchContext>, topic: &str) -> Result<i32> {
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .with_context(|| format!("metadata for {topic}"))?;
+    let partitions = metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic && t.error().is_none())
+        .map_or(0, |t| t.partitions().len());
+    if partitions == 0 {
+        anyhow::bail!("topic {topic} does not exist or has no partitions");
+    }
+    Ok(partitions as i32)
 }
 
 /// Assigns every partition of `topic` from its first offset.

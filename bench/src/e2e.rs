@@ -113,6 +113,15 @@ pub fn run(
     if grouped {
         wait_for_assignment(&consumers, workload.partitions)?;
     }
+    let catch_up = match &args.catch_up_topic {
+        Some(old) => {
+            let consumer = clients::replay_consumer(bootstrap, target)?;
+            let partitions = clients::partition_count(&consumer, old)?;
+            clients::assign_all(&consumer, old, partitions)?;
+            Some((consumer, old.as_str(), partitions))
+        }
+        None => None,
+    };
 
     let total = (args.rate as f64 * args.duration).round() as u64;
     let interval_ns = 1e9 / args.rate as f64;
@@ -144,7 +153,11 @@ pub fn run(
         + Duration::from_secs(workload.timeout_secs);
     let cpu = CpuMeter::start(broker_pid);
     let start = clock::now();
-    let (paced, received) = std::thread::scope(|scope| -> Result<_> {
+    let (paced, received, replayed) = std::thread::scope(|scope| -> Result<_> {
+        let replayer = catch_up.as_ref().map(|(consumer, _, _)| {
+            let progress = &progress;
+            scope.spawn(move || replay(consumer, progress, deadline))
+        });
         let readers: Vec<_> = consumers
             .iter()
             .map(|consumer| {
@@ -226,7 +239,15 @@ pub fn run(
                 .add(&one.latency_us)
                 .context("merge latency histograms")?;
         }
-        Ok((paced, received))
+        let replayed = match replayer {
+            Some(thread) => Some(
+                thread
+                    .join()
+                    .map_err(|_| anyhow!("the catch-up consumer thread panicked"))??,
+            ),
+            None => None,
+        };
+        Ok((paced, received, replayed))
     })?;
     let elapsed = clock::now().saturating_duration_since(start);
     let cpu = cpu.finish(elapsed);
@@ -293,11 +314,94 @@ pub fn run(
             .notes
             .push(format!("{} consumer errors", received.errors));
     }
+    let mut phases = vec![produce, end_to_end];
+    if let (Some(replayed), Some((_, old, partitions))) = (replayed, &catch_up) {
+        let mut phase = Phase::new("catch-up read", replayed.records, 0, replayed.elapsed, cpu);
+        phase.payload_bytes = replayed.bytes;
+        phase.megabytes_per_second = if replayed.elapsed.is_zero() {
+            0.0
+        } else {
+            replayed.bytes as f64 / 1e6 / replayed.elapsed.as_secs_f64()
+        };
+        phase.notes.push(format!(
+            "one more consumer read {old} ({partitions} partitions) from its beginning during \
+             the run: {} records, {:.1} MB of payload{}",
+            replayed.records,
+            replayed.bytes as f64 / 1e6,
+            if replayed.reached_end {
+                ", to its end"
+            } else {
+                ", stopped when the run ended"
+            }
+        ));
+        if replayed.errors > 0 {
+            phase
+                .notes
+                .push(format!("{} catch-up consumer errors", replayed.errors));
+        }
+        phases.push(phase);
+    }
     Ok(Outcome {
         topic: Some(topic),
         settings: serde_json::to_value(args).context("serialise the settings")?,
-        phases: vec![produce, end_to_end],
+        phases,
     })
+}
+
+/// What the catch-up consumer read.
+struct Replayed {
+    records: u64,
+    bytes: u64,
+    elapsed: Duration,
+    reached_end: bool,
+    errors: u64,
+}
+
+/// Reads the catch-up topic as fast as librdkafka delivers it until every assigned partition
+/// reached its end or the producers are done.
+fn replay(
+    consumer: &BaseConsumer<BenchContext>,
+    progress: &Progress,
+    deadline: Instant,
+) -> Result<Replayed> {
+    let started = clock::now();
+    let mut out = Replayed {
+        records: 0,
+        bytes: 0,
+        elapsed: Duration::ZERO,
+        reached_end: false,
+        errors: 0,
+    };
+    let partitions = consumer
+        .assignment()
+        .context("catch-up assignment")?
+        .count();
+    let mut ended = std::collections::HashSet::new();
+    while !progress.producing_done.load(Ordering::Acquire) && !clock::remaining(deadline).is_zero()
+    {
+        match consumer.poll(POLL_TIMEOUT) {
+            Some(Ok(message)) => {
+                out.records += 1;
+                out.bytes += message.payload_len() as u64;
+            }
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(partition))) => {
+                ended.insert(partition);
+                if ended.len() >= partitions {
+                    out.reached_end = true;
+                    break;
+                }
+            }
+            Some(Err(error)) => {
+                out.errors += 1;
+                if out.errors <= ERRORS_PRINTED {
+                    eprintln!("catch-up consume error: {error}");
+                }
+            }
+            None => {}
+        }
+    }
+    out.elapsed = clock::now().saturating_duration_since(started);
+    Ok(out)
 }
 
 /// Polls the consumers of a group until, together, they are assigned every partition, so that
