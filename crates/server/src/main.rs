@@ -151,7 +151,8 @@ enum Command {
     ///     [default: 1000000];
     ///   read_ahead_bytes: consumers behind the tail read segments in aligned windows of
     ///     this size, kept for other fetches and read one ahead; 0 turns it off
-    ///     [default: 1MiB; 8MiB when segments are on S3];
+    ///     [default: 1MiB on RADOS; 8MiB on S3; 0 on a local directory, whose page cache
+    ///     reads ahead];
     ///   read_ahead_memory_bytes: memory for those windows, broker-wide [default: 64MiB];
     ///   catchup_max_concurrent_reads: their segment reads at once [default: 8];
     ///   catchup_io_max_bytes_per_second: segment bytes they read a second, broker-wide;
