@@ -81,7 +81,8 @@ pub struct LogConfig {
     /// batches would otherwise let a small byte count hold millions of them.
     pub max_uncompacted_batches: usize,
     /// Readers behind the tail read segments in aligned windows of this many bytes, kept for
-    /// other fetches and read one ahead (`read_ahead`); 0 reads exactly what a fetch needs.
+    /// other fetches and read one ahead (`read_ahead`); 0 (the default) reads exactly what a
+    /// fetch needs.
     pub read_ahead_bytes: usize,
     /// Memory for kept windows, broker-wide (oldest dropped first).
     pub read_ahead_memory_bytes: usize,
@@ -116,7 +117,7 @@ impl Default for LogConfig {
             max_aborted_transactions: 10_000,
             max_uncompacted_bytes: 1 << 30,
             max_uncompacted_batches: 1_000_000,
-            read_ahead_bytes: 1 << 20,
+            read_ahead_bytes: 0,
             read_ahead_memory_bytes: 64 << 20,
             catchup_max_concurrent_reads: 8,
             catchup_io_max_bytes_per_second: u64::MAX,

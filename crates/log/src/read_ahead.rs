@@ -6,12 +6,16 @@
 //! milliseconds of latency and a GET price; on any backend a reader replaying gigabytes takes
 //! storage bandwidth and CPU from the producers and tail readers that matter more. So:
 //!
-//! - **Windows.** Segments are read in aligned windows of `read_ahead_bytes` and the windows
+//! - **Windows (opt-in, off by default).** Segments are read in aligned windows of
+//!   `read_ahead_bytes` and the windows
 //!   are kept, broker-wide, up to `read_ahead_memory_bytes` (oldest out first). A sequential
 //!   reader makes one request per window instead of one per fetch, and several readers of the
 //!   same old data (a replay by many consumer groups) share them. Segments never change under
 //!   their key (a cleaned segment gets a new one), so a kept window is never stale; a window of
-//!   a segment deleted since is what a reader just before the delete would have read.
+//!   a segment deleted since is what a reader just before the delete would have read. Off by
+//!   default: measured slower on a local directory (the page cache reads ahead; a fetch across
+//!   two windows is copied) and on S3 when the memory holds fewer than two windows per replaying
+//!   partition (windows dropped before use, reads multiplied) — docs/ARCHITECTURE.md.
 //! - **Read-ahead.** A read that used window w starts reading window w+1 in the background if
 //!   nobody holds it, so the next fetch finds it in memory and storage latency overlaps the
 //!   client's processing. Only when an IO slot is free: read-ahead never queues before a

@@ -458,9 +458,9 @@ pub struct LogSettings {
     /// …and this many batches (64 bytes of memory each).
     pub max_uncompacted_batches: usize,
     /// Consumers behind the tail read segments in aligned windows of this size, kept for
-    /// other fetches and read one ahead; 0 reads exactly what each fetch needs. Default by
-    /// backend of the bulk tier: 1MiB for RADOS; 8MiB for S3, where each request costs tens
-    /// of ms; 0 for a local directory, whose page cache reads ahead already.
+    /// other fetches and read one ahead; unset or 0 reads exactly what each fetch needs (the
+    /// default: with more readers than `read_ahead_memory_bytes` holds two windows each,
+    /// windows are dropped before use and reads multiply; docs/BENCHMARKS.md).
     pub read_ahead_bytes: Option<ByteSize>,
     /// Memory for those windows, broker-wide (oldest dropped first).
     pub read_ahead_memory_bytes: ByteSize,
@@ -690,8 +690,7 @@ impl LogSettings {
             max_uncompacted_batches: self.max_uncompacted_batches,
             read_ahead_bytes: size(
                 "read_ahead_bytes",
-                self.read_ahead_bytes
-                    .unwrap_or(ByteSize(bulk.read_ahead_bytes)),
+                self.read_ahead_bytes.unwrap_or(ByteSize(0)),
             )?,
             read_ahead_memory_bytes: size("read_ahead_memory_bytes", self.read_ahead_memory_bytes)?,
             catchup_max_concurrent_reads: self.catchup_max_concurrent_reads,
@@ -715,8 +714,6 @@ pub struct BackendProfile {
     /// Cluster polling: full ownership rounds, and the move marker between them.
     pub ownership_interval: Duration,
     pub move_watch_interval: Duration,
-    /// Read-ahead window of readers behind the tail, on the bulk tier.
-    pub read_ahead_bytes: u64,
 }
 
 impl BackendProfile {
@@ -733,10 +730,6 @@ impl BackendProfile {
                 // move started elsewhere waits for up to two rounds instead.
                 ownership_interval: Duration::from_secs(1),
                 move_watch_interval: Duration::ZERO,
-                // A GET costs tens of milliseconds and a price whatever its size (up to a
-                // few MiB): a replaying consumer makes an eighth of the requests of 1MiB
-                // windows, and 8MiB is the range size AWS suggests for parallel reads.
-                read_ahead_bytes: 8 << 20,
             },
             _ => {
                 let log = LogConfig::default();
@@ -748,15 +741,6 @@ impl BackendProfile {
                     segment_interval: log.segment_interval,
                     ownership_interval: cluster.ownership_interval,
                     move_watch_interval: cluster.move_watch_interval,
-                    // A local directory has the kernel's page cache and its read-ahead:
-                    // windows there only add a copy per fetch (measured: a 10 GB replay read
-                    // at 440-470 MB/s with 1MiB windows, 614 MB/s without, and hurt the tail
-                    // more; docs/BENCHMARKS.md). memory:// reads are slices already.
-                    read_ahead_bytes: if matches!(scheme, "file" | "memory") {
-                        0
-                    } else {
-                        log.read_ahead_bytes as u64
-                    },
                 }
             }
         }
@@ -3227,19 +3211,14 @@ mod tests {
     fn catch_up_reads_have_a_window_by_bulk_backend_and_a_validated_budget() {
         let (s, _) = load(None, env(&[]), &FlagOverrides::default()).unwrap();
         let local = s.log.to_log_config("file", "file").unwrap();
-        assert_eq!(local.read_ahead_bytes, 0, "the page cache reads ahead");
-        let rados = s.log.to_log_config("rados", "rados").unwrap();
-        assert_eq!(rados.read_ahead_bytes, 1 << 20);
+        assert_eq!(local.read_ahead_bytes, 0, "read-ahead windows are opt-in");
         assert_eq!(local.read_ahead_memory_bytes, 64 << 20);
         assert_eq!(local.catchup_max_concurrent_reads, 8);
         assert_eq!(local.catchup_io_max_bytes_per_second, u64::MAX);
-        // The window follows the tier segments are read from.
-        let tiered = s.log.to_log_config("rados", "s3").unwrap();
-        assert_eq!(tiered.read_ahead_bytes, 8 << 20);
         let (s, _) = load(
             None,
             env(&[
-                ("STRATA_LOG_READ_AHEAD_BYTES", "0"),
+                ("STRATA_LOG_READ_AHEAD_BYTES", "4MiB"),
                 ("STRATA_LOG_READ_AHEAD_MEMORY_BYTES", "16MiB"),
                 ("STRATA_LOG_CATCHUP_MAX_CONCURRENT_READS", "2"),
                 ("STRATA_LOG_CATCHUP_IO_MAX_BYTES_PER_SECOND", "50MB"),
@@ -3248,7 +3227,7 @@ mod tests {
         )
         .unwrap();
         let config = s.log.to_log_config("file", "s3").unwrap();
-        assert_eq!(config.read_ahead_bytes, 0);
+        assert_eq!(config.read_ahead_bytes, 4 << 20);
         assert_eq!(config.read_ahead_memory_bytes, 16 << 20);
         assert_eq!(config.catchup_max_concurrent_reads, 2);
         assert_eq!(config.catchup_io_max_bytes_per_second, 50_000_000);
