@@ -125,7 +125,11 @@ const VALUE_BYTES: u64 = 300;
 
 /// Bytes the bulk tier's stack wrote since the broker started (segments and index chunks).
 fn bulk_bytes_in(broker: &StrataProcess) -> u64 {
-    let text = metrics_text(broker);
+    bulk_bytes_in_metrics(&metrics_text(broker))
+}
+
+/// The bulk tier's bytes written, summed from a `/metrics` text.
+fn bulk_bytes_in_metrics(text: &str) -> u64 {
     text.lines()
         .filter(|l| {
             l.starts_with("strata_storage_bytes_total{")
@@ -432,16 +436,7 @@ async fn partitions_move_between_brokers_on_two_tiers_while_producing_and_lose_n
 
 /// Bytes broker `id` wrote to the bulk tier.
 fn bulk_in(cluster: &mut Cluster, id: i32) -> u64 {
-    cluster
-        .metrics_text(id)
-        .lines()
-        .filter(|l| {
-            l.starts_with("strata_storage_bytes_total{")
-                && l.contains("tier=\"bulk\"")
-                && l.contains("direction=\"in\"")
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
+    bulk_bytes_in_metrics(&cluster.metrics_text(id))
 }
 
 /// Removes a storage location's test objects when dropped.

@@ -103,6 +103,18 @@ fn tp(topic: &str, p: i32) -> TopicPartition {
     TopicPartition::new(topic, p)
 }
 
+/// Sizes of the segment objects in `store`.
+async fn segment_sizes(store: &Arc<dyn ObjectStore>) -> Vec<u64> {
+    store
+        .list("log/")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.key.as_str().contains("/seg/"))
+        .map(|m| m.size)
+        .collect()
+}
+
 /// Reads every batch from `from` to the high watermark and returns the stored base offsets.
 async fn base_offsets(log: &LogManager, tp: &TopicPartition, from: i64) -> Vec<i64> {
     let mut offsets = Vec::new();
@@ -346,14 +358,7 @@ async fn a_replay_through_read_ahead_windows_returns_exactly_the_appended_batche
         log.append(&tp("t", 0), b.clone(), DURABLE).await.unwrap();
     }
     log.shutdown().await.unwrap();
-    let segments: Vec<u64> = store
-        .list("log/")
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|m| m.key.as_str().contains("/seg/"))
-        .map(|m| m.size)
-        .collect();
+    let segments = segment_sizes(&store).await;
     assert_eq!(segments.len(), 3, "{segments:?}");
 
     let log = open(&store, windows).await;
@@ -572,14 +577,7 @@ async fn a_large_tail_compacts_into_bounded_segments() {
             .unwrap();
     }
     log.shutdown().await.unwrap();
-    let segments: Vec<u64> = store
-        .list("log/")
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|m| m.key.as_str().contains("/seg/"))
-        .map(|m| m.size)
-        .collect();
+    let segments = segment_sizes(&store).await;
     let per_segment = 400 / one;
     assert_eq!(
         segments.len(),
