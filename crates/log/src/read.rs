@@ -334,7 +334,12 @@ async fn read_indexed_once(
                 j += 1;
             }
             let key = manifest::segment_key(part.topic_id, part.tp.partition, first.segment);
-            let size = part.lock().segment_size(first.segment, first.base_offset);
+            // The size only matters to windows: without them, no second lock of the partition.
+            let size = if shared.read_ahead.windows_on() {
+                part.lock().segment_size(first.segment, first.base_offset)
+            } else {
+                None
+            };
             let run = shared
                 .read_ahead
                 .read(

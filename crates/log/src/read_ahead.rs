@@ -114,6 +114,11 @@ impl ReadAhead {
         }
     }
 
+    /// Whether reads go through windows (`read_ahead_bytes` > 0).
+    pub fn windows_on(&self) -> bool {
+        self.config.window > 0
+    }
+
     pub fn snapshot(&self) -> ReadAheadSnapshot {
         let kept_bytes = lock_mutex(&self.windows).used as u64;
         ReadAheadSnapshot {
