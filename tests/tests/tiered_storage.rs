@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use strata_tests::clients::{consume_exactly, create_topic, produce_all, producer, Acked};
+use strata_tests::clients::{
+    consume_exactly, create_topic, produce_all, producer, set_topic_configs, Acked,
+};
 use strata_tests::cluster::{BrokerHooks, Cluster};
 use strata_tests::command::run_with_deadline;
 use strata_tests::process::{unique_name, with_path_suffix};
@@ -445,5 +447,99 @@ struct RemoveObjects(String);
 impl Drop for RemoveObjects {
     fn drop(&mut self) {
         strata_tests::cleanup::remove_test_objects(&self.0);
+    }
+}
+
+/// A metric's value from a `/metrics` text (0 when absent).
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `local.retention.ms` (KIP-405's per-topic placement): a topic that asks for it keeps its
+/// compacted segments on the write-ahead tier, readable and surviving a SIGKILL; once the
+/// stay is lowered by AlterConfigs the tiering pass moves them to the bulk tier, and every
+/// acknowledged record reads back at its offset before, during and after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_retention_holds_compacted_segments_on_the_write_ahead_tier_until_it_passes() {
+    let tiers = Tiers::new();
+    let mut broker = tiers.broker();
+    let topic = "held";
+    create_topic(
+        &broker.bootstrap(),
+        topic,
+        PARTITIONS,
+        &[("local.retention.ms", "3600000")],
+    )
+    .await;
+    let producer_a = producer(&broker.bootstrap(), &[("linger.ms", "2")]);
+    let mut sent = records(0, 2_000);
+    let mut acked = produce_all(&producer_a, topic, &sent).await;
+    drop(producer_a);
+    let produced = sent.len() as u64 * VALUE_BYTES;
+    wait_until(
+        "everything produced is compacted onto the fast tier",
+        DEADLINE,
+        || {
+            let text = metrics_text(&broker);
+            (metric(&text, "strata_log_fast_tier_segment_bytes") >= produced).then_some(text)
+        },
+    );
+    let text = metrics_text(&broker);
+    assert_eq!(metric(&text, "strata_log_tiered_segments_total"), 0);
+    // Only index chunks reached the bulk tier, far less than the data.
+    assert!(
+        bulk_bytes_in_metrics(&text) < produced / 4,
+        "bulk tier wrote {} bytes",
+        bulk_bytes_in_metrics(&text)
+    );
+    read_back_all(&broker.bootstrap(), topic, &by_partition(&sent, &acked)).await;
+    if let Some((wal_dir, bulk_dir)) = tiers.local() {
+        assert!(files_under(&wal_dir).iter().any(|f| f.contains("/hot/")));
+        assert!(!files_under(&bulk_dir).iter().any(|f| f.contains("/seg/")));
+    }
+
+    // A SIGKILL and restart: the new incarnation reads the held segments from the fast tier.
+    broker.kill9();
+    broker.restart();
+    read_back_all(&broker.bootstrap(), topic, &by_partition(&sent, &acked)).await;
+
+    // Lower the stay to a second: the tiering pass moves everything held to the bulk tier,
+    // while more records arrive.
+    set_topic_configs(
+        &broker.bootstrap(),
+        topic,
+        &[("local.retention.ms", "1000")],
+    )
+    .await;
+    let producer_b = producer(&broker.bootstrap(), &[("linger.ms", "2")]);
+    let more = records(sent.len(), 500);
+    let more_acked = produce_all(&producer_b, topic, &more).await;
+    drop(producer_b);
+    sent.extend(more);
+    acked.extend(more_acked);
+    let all = sent.len() as u64 * VALUE_BYTES;
+    wait_until(
+        "every held segment moves to the bulk tier",
+        DEADLINE,
+        || {
+            let text = metrics_text(&broker);
+            (metric(&text, "strata_log_fast_tier_segments") == 0
+                && metric(&text, "strata_log_tiered_bytes_total") >= all)
+                .then_some(())
+        },
+    );
+    read_back_all(&broker.bootstrap(), topic, &by_partition(&sent, &acked)).await;
+    if let Some((wal_dir, bulk_dir)) = tiers.local() {
+        // The collector or the swap removed the originals; the bulk tier has the segments.
+        assert!(
+            !files_under(&wal_dir)
+                .iter()
+                .any(|f| f.contains("/hot/") && f.ends_with('@')),
+            "{:?}",
+            files_under(&wal_dir)
+        );
+        assert!(files_under(&bulk_dir).iter().any(|f| f.contains("/seg/")));
     }
 }

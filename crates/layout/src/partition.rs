@@ -1,5 +1,6 @@
 //! A partition's objects under `log/<topic-id>/<partition>/`: its manifest, its index chunks
-//! and its compacted segments. Their contents are the log's (see the crate doc).
+//! and its compacted segments (`seg/`, and `hot/` for segments held on the fast tier by a
+//! topic's `local.retention.*`). Their contents are the log's (see the crate doc).
 
 use crate::TopicId;
 
@@ -48,11 +49,43 @@ pub fn cleaned_segment_key(
     )
 }
 
+/// The prefix of a partition's fast-tier segments.
+pub fn fast_segment_prefix(topic: TopicId, partition: i32) -> String {
+    format!("{PREFIX}{topic}/{partition}/hot/")
+}
+
+/// A segment kept on the fast (write-ahead) tier until its topic's `local.retention.*` passes,
+/// then copied to the bulk tier as a segment under `seg/`. Its own directory because the tier
+/// of a key is a function of its name (see `tier`); named like a cleaned segment (claim and
+/// generation) so every writer's name is its own and the claim rule of the garbage collector
+/// applies to it.
+pub fn fast_segment_key(
+    topic: TopicId,
+    partition: i32,
+    base_offset: i64,
+    stream: u32,
+    claim: u64,
+    generation: u32,
+) -> String {
+    format!(
+        "{PREFIX}{topic}/{partition}/hot/{base_offset:020}-{stream:08x}-{claim:016x}-{generation:08x}"
+    )
+}
+
 /// The base offset, stream, claim and generation of a listed cleaned-segment key; None for
 /// anything else (including segments written by tail compaction).
 pub fn parse_cleaned_segment_key(key: &str) -> Option<(i64, u32, u64, u32)> {
+    parse_claimed(key, "/seg/")
+}
+
+/// The base offset, stream, claim and generation of a listed fast-tier segment key.
+pub fn parse_fast_segment_key(key: &str) -> Option<(i64, u32, u64, u32)> {
+    parse_claimed(key, "/hot/")
+}
+
+fn parse_claimed(key: &str, dir: &str) -> Option<(i64, u32, u64, u32)> {
     let rest = key.strip_prefix(PREFIX)?;
-    let (_, name) = rest.rsplit_once("/seg/")?;
+    let (_, name) = rest.rsplit_once(dir)?;
     let mut parts = name.split('-');
     let base = parts.next()?.parse().ok()?;
     let stream = u32::from_str_radix(parts.next()?, 16).ok()?;
@@ -105,5 +138,15 @@ mod tests {
         // Each parser reads only its own kind, so old code never mistakes a cleaned segment.
         assert_eq!(parse_segment_key(&cleaned), None);
         assert_eq!(parse_cleaned_segment_key(&seg), None);
+        let fast = fast_segment_key(t, 3, 100, 0x2a, 7, 9);
+        assert_eq!(
+            fast,
+            format!("log/{hex}/3/hot/00000000000000000100-0000002a-0000000000000007-00000009")
+        );
+        assert!(fast.starts_with(&fast_segment_prefix(t, 3)));
+        assert_eq!(parse_fast_segment_key(&fast), Some((100, 0x2a, 7, 9)));
+        assert_eq!(parse_cleaned_segment_key(&fast), None);
+        assert_eq!(parse_segment_key(&fast), None);
+        assert_eq!(parse_fast_segment_key(&cleaned), None);
     }
 }

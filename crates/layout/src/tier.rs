@@ -1,7 +1,8 @@
 //! Which storage tier each kind of object lives in, when a broker runs with a separate
 //! write-ahead tier (`wal_storage`): a partition's compacted data — segments and the index
 //! chunks that point into them — goes to the bulk tier, everything else to the write-ahead
-//! tier.
+//! tier, including the segments a topic's `local.retention.*` keeps on the fast tier for a
+//! while (`hot/`).
 //!
 //! Why: write-ahead objects and seals are what acknowledgements and fencing wait for; the
 //! catalog, streams, producer ids, cluster, security and share objects are small and polled;
@@ -97,6 +98,8 @@ mod tests {
             "meta/catalog/00000000000000000001".to_string(),
             "cluster/brokers/3".to_string(),
             "security/users/61".to_string(),
+            // Segments a topic's `local.retention.*` keeps on the fast tier.
+            partition::fast_segment_key(t, 3, 100, 7, 2, 1),
             // A topic or partition literally named like the segment directory is not a segment.
             "log/seg/x".to_string(),
         ] {
@@ -122,6 +125,7 @@ mod tests {
             (format!("{}3/index/", partition::topic_prefix(t)), bulk),
             (format!("{}3/ind", partition::topic_prefix(t)), both),
             (format!("{}3/manifest", partition::topic_prefix(t)), wal),
+            (partition::fast_segment_prefix(t, 3), wal),
             (crate::wal::PREFIX.to_string(), wal),
             (crate::wal::stream_prefix(7), wal),
             ("meta/".to_string(), wal),
@@ -134,6 +138,7 @@ mod tests {
             partition::segment_key(t, 3, 100, 7),
             partition::manifest_key(t, 3),
             partition::chunk_key(t, 3, 0),
+            partition::fast_segment_key(t, 3, 100, 7, 2, 1),
         ] {
             for end in 0..=key.len() {
                 let prefix = &key[..end];

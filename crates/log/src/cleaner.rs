@@ -212,15 +212,16 @@ pub(crate) fn dirtiness(
     }
 }
 
-/// Paces the cleaner's reads and writes to `cleaner_io_max_bytes_per_second`.
-struct Throttle<'a> {
+/// Paces the cleaner's reads and writes to `cleaner_io_max_bytes_per_second` (the tiering pass,
+/// another background rewrite of segments, shares the setting).
+pub(crate) struct Throttle<'a> {
     shared: &'a Shared,
     started: Duration,
     bytes: u64,
 }
 
 impl<'a> Throttle<'a> {
-    fn new(shared: &'a Shared) -> Self {
+    pub(crate) fn new(shared: &'a Shared) -> Self {
         Self {
             shared,
             started: shared.clock.monotonic(),
@@ -228,7 +229,7 @@ impl<'a> Throttle<'a> {
         }
     }
 
-    async fn charge(&mut self, bytes: usize) {
+    pub(crate) async fn charge(&mut self, bytes: usize) {
         let rate = self.shared.config.cleaner_io_max_bytes_per_second;
         if rate == 0 || rate == u64::MAX {
             return;
@@ -390,11 +391,13 @@ fn max_timestamp(entries: &[IndexEntry]) -> i64 {
 
 /// Merges runs of adjacent mergeable pieces into segments of at most `limit` bytes (Kafka's
 /// cleaner groups segments by size the same way), so a long-lived compacted partition does not
-/// keep one small object per original segment. Other pieces stay as they are.
+/// keep one small object per original segment. Other pieces stay as they are. Pieces on
+/// different tiers are never merged: a merged segment lives on the tier of its run (`name`
+/// gets the base offset and whether the run is on the fast tier).
 fn merge_small(
     pieces: Vec<Piece>,
     limit: u64,
-    mut name: impl FnMut(i64) -> SegmentRef,
+    mut name: impl FnMut(i64, bool) -> SegmentRef,
 ) -> Vec<Output> {
     let mut outputs = Vec::new();
     let mut run: Vec<Piece> = Vec::new();
@@ -406,7 +409,10 @@ fn merge_small(
     };
     for piece in pieces {
         let size = piece.size();
-        if piece.mergeable && !run.is_empty() && run_size + size <= limit {
+        let same_tier = run
+            .first()
+            .is_none_or(|r| r.original.segment.fast == piece.original.segment.fast);
+        if piece.mergeable && !run.is_empty() && same_tier && run_size + size <= limit {
             run_size += size;
             run.push(piece);
             continue;
@@ -424,9 +430,13 @@ fn merge_small(
 }
 
 /// Several adjacent pieces as one new segment (or none, if nothing survived in any).
-fn merged(run: Vec<Piece>, name: &mut impl FnMut(i64) -> SegmentRef) -> Output {
+fn merged(run: Vec<Piece>, name: &mut impl FnMut(i64, bool) -> SegmentRef) -> Output {
     let originals: Vec<SegmentMeta> = run.iter().map(|p| p.original).collect();
-    let segment = name(originals[0].segment.base_offset);
+    // Every piece of a run is on one tier; its replacements say which (see `clean_pass`).
+    let fast = run
+        .iter()
+        .any(|p| p.entries.first().is_some_and(|e| e.segment.fast));
+    let segment = name(originals[0].segment.base_offset, fast);
     let last_offset = originals.iter().map(|o| o.last_offset).max().unwrap_or(-1);
     let cleaned_at = run.iter().filter_map(|p| p.cleaned_at).min();
     let mut body = Vec::new();
@@ -465,7 +475,11 @@ fn merged(run: Vec<Piece>, name: &mut impl FnMut(i64) -> SegmentRef) -> Output {
     }
 }
 
-async fn read_segment(shared: &Shared, part: &Partition, s: &SegmentMeta) -> LogResult<Bytes> {
+pub(crate) async fn read_segment(
+    shared: &Shared,
+    part: &Partition,
+    s: &SegmentMeta,
+) -> LogResult<Bytes> {
     let key = ObjectKey::new(manifest::segment_key(
         part.topic_id,
         part.tp.partition,
@@ -652,6 +666,7 @@ async fn clean_pass(
     // 2. Filter every segment that starts below the end of the map.
     let delete_horizon = now.saturating_sub(config.delete_retention_ms);
     let claim = manifest.claim;
+    let keep_fast = shared.config.tiered && config.fast_tier().is_some();
     let mut pieces = Vec::new();
     let mut removed = 0u64;
     // Producers with a transaction whose batches this pass read and has not yet seen the
@@ -676,6 +691,9 @@ async fn clean_pass(
             stream: shared.stream,
             claim,
             generation: shared.next_cleaner_generation(),
+            // A cleaned copy of a fast-tier segment stays there while the topic asks for it;
+            // the tiering pass moves it on by its own rule.
+            fast: s.segment.fast && keep_fast,
         };
         for batch in batches_of(&bytes)? {
             let h = *batch.header();
@@ -777,14 +795,17 @@ async fn clean_pass(
         });
     }
     let stream = shared.stream;
-    let outputs = merge_small(pieces, shared.config.segment_bytes as u64, |base_offset| {
-        SegmentRef {
+    let outputs = merge_small(
+        pieces,
+        shared.config.segment_bytes as u64,
+        |base_offset, fast| SegmentRef {
             base_offset,
             stream,
             claim,
             generation: shared.next_cleaner_generation(),
-        }
-    });
+            fast,
+        },
+    );
 
     // New segments are written before anything names them; the collector leaves them alone
     // while this pass is in flight.
@@ -853,6 +874,57 @@ async fn write_and_swap(
         }
     }
 
+    let originals: Vec<SegmentRef> = outputs
+        .iter()
+        .flat_map(|o| &o.originals)
+        .map(|s| s.segment)
+        .collect();
+    let recorded = record_and_finish(
+        shared,
+        part,
+        planned,
+        &originals,
+        |current| CleaningIntent {
+            replaced,
+            replacements,
+            cleaned_to: mapped_end.max(current.cleaned_to),
+            forget_aborted: forgotten,
+        },
+        fresh_entries,
+        "cleaning",
+    )
+    .await?;
+    if !recorded {
+        return Ok(false);
+    }
+    let stats = &shared.cleaner_stats;
+    stats.bytes_read.fetch_add(bytes_read, Ordering::Relaxed);
+    stats.bytes_written.fetch_add(written, Ordering::Relaxed);
+    stats.records_removed.fetch_add(removed, Ordering::Relaxed);
+    stats.passes.fetch_add(1, Ordering::Relaxed);
+    stats
+        .last_pass_millis
+        .store(u64::try_from(now).unwrap_or(0), Ordering::Relaxed);
+    tracing::info!(partition = %part.tp, cleaned_to = mapped_end, bytes_read, written, removed, "cleaned");
+    Ok(true)
+}
+
+/// Records a rewrite of segments in the manifest and finishes it (the cleaner's swap, step 3;
+/// the tiering pass uses it too): under the partition's maintenance lock, checks that the
+/// partition is still ours, under the claim `planned` was read with, with no other pass
+/// recorded and every one of `originals` still listed; records the intent `intent` builds
+/// from the current manifest (compare-and-swap: a deposed owner stops here); then repoints the
+/// index chunks and swaps the segment lists ([`finish_pending`]). False: dropped, nothing
+/// recorded (the new segments are orphans for the collector).
+pub(crate) async fn record_and_finish(
+    shared: &Shared,
+    part: &Arc<Partition>,
+    planned: &Manifest,
+    originals: &[SegmentRef],
+    intent: impl FnOnce(&Manifest) -> CleaningIntent,
+    fresh_entries: Vec<IndexEntry>,
+    what: &str,
+) -> LogResult<bool> {
     let _serial = part.maintenance.lock().await;
     let (current, version, serving) = {
         let st = part.lock();
@@ -862,29 +934,20 @@ async fn write_and_swap(
     // the manifest now, so recording the pass would fail and read as being deposed. The
     // segments written are orphans the successor's collector removes.
     if serving == Serving::Gone {
-        tracing::info!(partition = %part.tp, "cleaning pass dropped: the partition was handed over");
+        tracing::info!(partition = %part.tp, "{what} pass dropped: the partition was handed over");
         return Ok(false);
     }
     // Retention, DeleteRecords or a new owner may have moved on while we read: every replaced
     // segment must still be listed, under our claim, with no other pass recorded.
-    let still_listed = outputs.iter().flat_map(|o| &o.originals).all(|original| {
-        current
-            .segments
-            .iter()
-            .any(|s| s.segment == original.segment)
-    });
+    let still_listed = originals
+        .iter()
+        .all(|original| current.segments.iter().any(|s| s.segment == *original));
     if current.claim != planned.claim || current.cleaning.is_some() || !still_listed {
-        tracing::info!(partition = %part.tp, "cleaning pass dropped: the manifest changed under it");
+        tracing::info!(partition = %part.tp, "{what} pass dropped: the manifest changed under it");
         return Ok(false);
     }
-    let intent = CleaningIntent {
-        replaced,
-        replacements,
-        cleaned_to: mapped_end.max(current.cleaned_to),
-        forget_aborted: forgotten,
-    };
     let mut next = current.clone();
-    next.cleaning = Some(intent);
+    next.cleaning = Some(intent(&current));
     next.writer_stream = shared.stream;
     match put_manifest(shared, part, &next, version).await {
         Ok(v) => {
@@ -899,15 +962,6 @@ async fn write_and_swap(
         Err(e) => return Err(e),
     }
     finish_pending(shared, part, Some(fresh_entries)).await?;
-    let stats = &shared.cleaner_stats;
-    stats.bytes_read.fetch_add(bytes_read, Ordering::Relaxed);
-    stats.bytes_written.fetch_add(written, Ordering::Relaxed);
-    stats.records_removed.fetch_add(removed, Ordering::Relaxed);
-    stats.passes.fetch_add(1, Ordering::Relaxed);
-    stats
-        .last_pass_millis
-        .store(u64::try_from(now).unwrap_or(0), Ordering::Relaxed);
-    tracing::info!(partition = %part.tp, cleaned_to = mapped_end, bytes_read, written, removed, "cleaned");
     Ok(true)
 }
 
@@ -919,9 +973,14 @@ async fn entries_of(
     meta: &SegmentMeta,
 ) -> LogResult<Vec<IndexEntry>> {
     let bytes = read_segment(shared, part, meta).await?;
+    entries_in(&bytes, meta.segment)
+}
+
+/// Index entries of segment `segment` holding `bytes`, from its batch headers.
+pub(crate) fn entries_in(bytes: &Bytes, segment: SegmentRef) -> LogResult<Vec<IndexEntry>> {
     let mut out = Vec::new();
     let mut position = 0u32;
-    for batch in batches_of(&bytes)? {
+    for batch in batches_of(bytes)? {
         let h = batch.header();
         let length = batch.encoded_len() as u32;
         out.push(IndexEntry {
@@ -929,7 +988,7 @@ async fn entries_of(
             last_offset_delta: h.last_offset_delta as u32,
             length,
             position,
-            segment: meta.segment,
+            segment,
             max_timestamp: h.max_timestamp,
         });
         position += length;
@@ -1069,16 +1128,13 @@ pub(crate) async fn finish_pending(
     Ok(())
 }
 
-/// A cleaned segment's name: base offset, stream, claim, generation.
-pub(crate) type CleanedName = (i64, u32, u64, u32);
-
-/// Cleaned segments of `part` that nothing names any more: not in the stored manifest's list
+/// Cleaned and fast-tier segments of `part` (the kinds named by claim) that nothing names any more: not in the stored manifest's list
 /// or recorded pass, not being written by a pass of ours, and written under a claim no later
 /// than ours (a successor's are never ours to judge). Called by the collector under the
 /// partition's maintenance lock, after it checked the stored manifest is still ours.
 pub(crate) fn unreferenced_cleaned(
     stored: &Manifest,
-    listed_keys: &[(String, CleanedName)],
+    listed_keys: &[(String, SegmentRef)],
     inflight: &HashSet<String>,
 ) -> Vec<String> {
     let named: BTreeSet<SegmentRef> = stored
@@ -1094,15 +1150,7 @@ pub(crate) fn unreferenced_cleaned(
         .collect();
     listed_keys
         .iter()
-        .filter(|(key, (base, stream, claim, generation))| {
-            let r = SegmentRef {
-                base_offset: *base,
-                stream: *stream,
-                claim: *claim,
-                generation: *generation,
-            };
-            *claim <= stored.claim && !named.contains(&r) && !inflight.contains(key)
-        })
+        .filter(|(key, r)| r.claim <= stored.claim && !named.contains(r) && !inflight.contains(key))
         .map(|(key, _)| key.clone())
         .collect()
 }

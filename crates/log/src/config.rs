@@ -91,6 +91,9 @@ pub struct LogConfig {
     /// Segment bytes those readers read a second, broker-wide (u64::MAX: unpaced), so a
     /// replay of old data cannot take the storage bandwidth producers and tail readers need.
     pub catchup_io_max_bytes_per_second: u64,
+    /// The store routes keys to a write-ahead tier and a bulk tier (`wal_storage` set): only
+    /// then does a topic's `local.retention.*` keep compacted segments on the fast tier.
+    pub tiered: bool,
 }
 
 impl Default for LogConfig {
@@ -121,6 +124,7 @@ impl Default for LogConfig {
             read_ahead_memory_bytes: 64 << 20,
             catchup_max_concurrent_reads: 8,
             catchup_io_max_bytes_per_second: u64::MAX,
+            tiered: false,
         }
     }
 }
@@ -207,6 +211,28 @@ pub struct TopicConfig {
     /// was never cleaned.
     #[serde(default = "default_min_cleanable_dirty_ratio")]
     pub min_cleanable_dirty_ratio: f64,
+    /// `local.retention.ms`: on a tiered broker, how long compacted segments stay on the fast
+    /// (write-ahead) tier before the tiering pass moves them to the bulk tier. -2 (Kafka's
+    /// "same as retention.ms") and 0: not at all; -1: no time limit. See [`Self::fast_tier`].
+    #[serde(default = "unset_local_retention")]
+    pub local_retention_ms: i64,
+    /// `local.retention.bytes`: the same bound in bytes of segments per partition.
+    #[serde(default = "unset_local_retention")]
+    pub local_retention_bytes: i64,
+}
+
+fn unset_local_retention() -> i64 {
+    -2
+}
+
+/// Which compacted segments of a partition the topic keeps on the fast tier, from its
+/// `local.retention.*` (meaningful only on a broker with a write-ahead tier).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FastTierStay {
+    /// A segment whose newest record is older than this (ms) moves to the bulk tier.
+    pub max_age_ms: Option<i64>,
+    /// Beyond this many bytes of fast-tier segments, the oldest move to the bulk tier.
+    pub max_bytes: Option<i64>,
 }
 
 // The ratio is validated to lie in [0, 1], never NaN, so equality is total.
@@ -224,6 +250,8 @@ impl Default for TopicConfig {
             min_compaction_lag_ms: 0,
             max_compaction_lag_ms: default_max_compaction_lag_ms(),
             min_cleanable_dirty_ratio: default_min_cleanable_dirty_ratio(),
+            local_retention_ms: unset_local_retention(),
+            local_retention_bytes: unset_local_retention(),
         }
     }
 }
@@ -238,6 +266,27 @@ pub struct ConfigEntry {
 }
 
 impl TopicConfig {
+    /// Whether compaction writes this topic's segments to the fast tier, and how long they
+    /// stay there. None — straight to the bulk tier — unless `local.retention.ms` or
+    /// `local.retention.bytes` is set explicitly, and neither is 0.
+    ///
+    /// Why -2 (both defaults) means "no stay" although Kafka reads it as "as long as
+    /// retention": Kafka's local copy is a *second* copy beside the remote one, and keeping it
+    /// for the whole retention costs only local disk. Strata keeps one copy, so a stay on the
+    /// fast tier is instead of the bulk tier: reading -2 Kafka's way would keep every topic of
+    /// a tiered broker off its bulk tier, undoing the operator's choice of tiers. A topic asks
+    /// for the fast tier by naming a bound; -1 there means no bound of that kind.
+    pub fn fast_tier(&self) -> Option<FastTierStay> {
+        let (ms, bytes) = (self.local_retention_ms, self.local_retention_bytes);
+        if (ms == -2 && bytes == -2) || ms == 0 || bytes == 0 {
+            return None;
+        }
+        Some(FastTierStay {
+            max_age_ms: (ms > 0).then_some(ms),
+            max_bytes: (bytes > 0).then_some(bytes),
+        })
+    }
+
     /// Builds a config from explicit overrides, rejecting unknown names and bad values.
     pub fn from_overrides(overrides: &BTreeMap<String, String>) -> LogResult<Self> {
         let mut config = TopicConfig::default();
@@ -317,6 +366,17 @@ impl TopicConfig {
                 self.max_compaction_lag_ms =
                     value.trim().parse().map_err(|_| bad("not an integer"))?;
             }
+            "local.retention.ms" | "local.retention.bytes" => {
+                let v: i64 = value.trim().parse().map_err(|_| bad("not an integer"))?;
+                if v < -2 {
+                    return Err(bad("must be -2, -1 or non-negative"));
+                }
+                if name == "local.retention.ms" {
+                    self.local_retention_ms = v;
+                } else {
+                    self.local_retention_bytes = v;
+                }
+            }
             "min.cleanable.dirty.ratio" => {
                 self.min_cleanable_dirty_ratio =
                     value.trim().parse().map_err(|_| bad("not a number"))?;
@@ -388,16 +448,59 @@ mod tests {
 
     use super::*;
 
+    fn with(pairs: &[(&str, &str)]) -> LogResult<TopicConfig> {
+        TopicConfig::from_overrides(
+            &pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn local_retention_asks_for_the_fast_tier_only_when_set_and_not_zero() {
+        let stay = |pairs: &[(&str, &str)]| with(pairs).unwrap().fast_tier();
+        assert_eq!(stay(&[]), None);
+        assert_eq!(stay(&[("local.retention.ms", "-2")]), None);
+        assert_eq!(stay(&[("local.retention.ms", "0")]), None);
+        assert_eq!(
+            stay(&[
+                ("local.retention.ms", "600000"),
+                ("local.retention.bytes", "0")
+            ]),
+            None
+        );
+        assert_eq!(
+            stay(&[("local.retention.ms", "600000")]),
+            Some(FastTierStay {
+                max_age_ms: Some(600_000),
+                max_bytes: None
+            })
+        );
+        assert_eq!(
+            stay(&[
+                ("local.retention.bytes", "1048576"),
+                ("local.retention.ms", "-1")
+            ]),
+            Some(FastTierStay {
+                max_age_ms: None,
+                max_bytes: Some(1 << 20)
+            })
+        );
+        // -1 alone: on the fast tier until retention deletes it.
+        assert_eq!(
+            stay(&[("local.retention.ms", "-1")]),
+            Some(FastTierStay {
+                max_age_ms: None,
+                max_bytes: None
+            })
+        );
+        assert!(with(&[("local.retention.ms", "-3")]).is_err());
+        assert!(with(&[("local.retention.bytes", "x")]).is_err());
+    }
+
     #[test]
     fn cleanup_policies_and_compaction_settings_parse_as_kafka_validates_them() {
-        let with = |pairs: &[(&str, &str)]| {
-            TopicConfig::from_overrides(
-                &pairs
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            )
-        };
         let policy = |v: &str| with(&[("cleanup.policy", v)]).unwrap().cleanup_policy;
         assert_eq!(
             policy("compact"),

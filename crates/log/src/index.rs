@@ -26,10 +26,15 @@ pub const ENTRY_SIZE: usize = 40;
 /// (u64) and generation (u32). Only such chunks use it (magic `SXI2`), so a partition never
 /// cleaned keeps the format older builds read.
 pub const ENTRY_SIZE_V2: usize = 52;
+/// Entries of chunks that point into a segment held on the fast tier (`SegmentRef::fast`): the
+/// 52 bytes plus a u32 of flags (bit 0: fast tier). Only such chunks use it (magic `SXI3`).
+pub const ENTRY_SIZE_V3: usize = 56;
 /// Size of the chunk header (magic, writer stream, epoch).
 pub const HEADER_SIZE: usize = 16;
 const MAGIC: &[u8; 4] = b"SXI1";
 const MAGIC_V2: &[u8; 4] = b"SXI2";
+const MAGIC_V3: &[u8; 4] = b"SXI3";
+const FLAG_FAST: u32 = 1;
 
 /// Who last wrote a chunk: the fence a later writer checks before replacing it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -66,6 +71,15 @@ pub struct SegmentRef {
     /// uniquely within its writer's process.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub generation: u32,
+    /// Held on the fast (write-ahead) tier under `hot/` by the topic's `local.retention.*`,
+    /// until the tiering pass copies it to the bulk tier. Such a segment always carries a claim
+    /// and a generation, so its name is its writer's alone.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub fast: bool,
+}
+
+fn is_false(v: &bool) -> bool {
+    !*v
 }
 
 fn is_zero_u64(v: &u64) -> bool {
@@ -84,6 +98,7 @@ impl SegmentRef {
             stream,
             claim: 0,
             generation: 0,
+            fast: false,
         }
     }
 }
@@ -119,6 +134,9 @@ impl IndexEntry {
             entry.segment.claim = b.get_u64();
             entry.segment.generation = b.get_u32();
         }
+        if b.len() >= ENTRY_SIZE_V3 - ENTRY_SIZE_V2 {
+            entry.segment.fast = b.get_u32() & FLAG_FAST != 0;
+        }
         entry
     }
 }
@@ -129,10 +147,17 @@ pub fn chunk_of(offset: i64, span: i64) -> i64 {
 }
 
 pub fn encode_chunk(stamp: ChunkStamp, entries: &[IndexEntry]) -> Bytes {
-    let v2 = entries.iter().any(|e| e.segment.generation != 0);
-    let size = if v2 { ENTRY_SIZE_V2 } else { ENTRY_SIZE };
+    // The oldest format that can say everything, so a partition that never used a newer
+    // feature keeps chunks older builds read.
+    let v3 = entries.iter().any(|e| e.segment.fast);
+    let v2 = v3 || entries.iter().any(|e| e.segment.generation != 0);
+    let (size, magic) = match (v2, v3) {
+        (_, true) => (ENTRY_SIZE_V3, MAGIC_V3),
+        (true, false) => (ENTRY_SIZE_V2, MAGIC_V2),
+        _ => (ENTRY_SIZE, MAGIC),
+    };
     let mut buf = BytesMut::with_capacity(HEADER_SIZE + entries.len() * size);
-    buf.put_slice(if v2 { MAGIC_V2 } else { MAGIC });
+    buf.put_slice(magic);
     buf.put_u32(stamp.stream);
     buf.put_u64(stamp.claim);
     for e in entries {
@@ -140,6 +165,9 @@ pub fn encode_chunk(stamp: ChunkStamp, entries: &[IndexEntry]) -> Bytes {
         if v2 {
             buf.put_u64(e.segment.claim);
             buf.put_u32(e.segment.generation);
+        }
+        if v3 {
+            buf.put_u32(if e.segment.fast { FLAG_FAST } else { 0 });
         }
     }
     buf.freeze()
@@ -153,6 +181,11 @@ pub fn decode_chunk(bytes: &[u8]) -> LogResult<(ChunkStamp, Vec<IndexEntry>)> {
         (ChunkStamp { claim, stream }, &bytes[HEADER_SIZE..], size)
     };
     let (stamp, body, size) = if bytes.len() >= HEADER_SIZE
+        && (bytes.len() - HEADER_SIZE).is_multiple_of(ENTRY_SIZE_V3)
+        && bytes.starts_with(MAGIC_V3)
+    {
+        stamped(ENTRY_SIZE_V3)
+    } else if bytes.len() >= HEADER_SIZE
         && (bytes.len() - HEADER_SIZE).is_multiple_of(ENTRY_SIZE_V2)
         && bytes.starts_with(MAGIC_V2)
     {
@@ -236,6 +269,38 @@ mod tests {
         let plain = encode_chunk(stamp, &[entry(0, 3)]);
         assert_eq!(&plain[..4], MAGIC);
         assert_eq!(plain.len(), HEADER_SIZE + ENTRY_SIZE);
+    }
+
+    #[test]
+    fn chunks_pointing_into_fast_tier_segments_carry_the_flag() {
+        let mut fast = entry(3, 1);
+        fast.segment.claim = 5;
+        fast.segment.generation = 2;
+        fast.segment.fast = true;
+        let mut cleaned = entry(7, 1);
+        cleaned.segment.claim = 5;
+        cleaned.segment.generation = 3;
+        let entries = vec![entry(0, 3), fast, cleaned];
+        let stamp = ChunkStamp {
+            claim: 5,
+            stream: 1,
+        };
+        let bytes = encode_chunk(stamp, &entries);
+        assert_eq!(&bytes[..4], MAGIC_V3);
+        assert_eq!(bytes.len(), HEADER_SIZE + 3 * ENTRY_SIZE_V3);
+        assert_eq!(decode_chunk(&bytes).unwrap(), (stamp, entries.clone()));
+        // Once the segment moved to the bulk tier, its chunk goes back to the older format.
+        let moved: Vec<IndexEntry> = entries[1..]
+            .iter()
+            .map(|e| IndexEntry {
+                segment: SegmentRef {
+                    fast: false,
+                    ..e.segment
+                },
+                ..*e
+            })
+            .collect();
+        assert_eq!(&encode_chunk(stamp, &moved)[..4], MAGIC_V2);
     }
 
     #[test]

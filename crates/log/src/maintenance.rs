@@ -220,7 +220,25 @@ async fn compact_pass(
         .buffered(COMPACTION_READS)
         .try_collect()
         .await?;
-    let segment = SegmentRef::compacted(entries[0].base_offset, shared.stream);
+    // A topic whose `local.retention.*` asks for a stay on the fast tier gets its segment
+    // there, named by our claim and a fresh generation like a cleaned segment (so no other
+    // writer's name collides, and the collector judges it by claim); the tiering pass moves it
+    // to the bulk tier later.
+    let fast = shared.config.tiered
+        && shared
+            .topic(&part.tp.topic)
+            .is_some_and(|t| t.config.fast_tier().is_some());
+    let segment = if fast {
+        SegmentRef {
+            base_offset: entries[0].base_offset,
+            stream: shared.stream,
+            claim: manifest.claim,
+            generation: shared.next_cleaner_generation(),
+            fast: true,
+        }
+    } else {
+        SegmentRef::compacted(entries[0].base_offset, shared.stream)
+    };
     let mut position = 0u32;
     let mut new_entries = Vec::with_capacity(entries.len());
     for (e, b) in entries.iter().zip(&parts) {
@@ -796,11 +814,40 @@ async fn collect_segments(shared: &Shared, part: &Arc<Partition>) -> LogResult<u
     };
     let prefix = strata_layout::partition::segment_prefix(part.topic_id, part.tp.partition);
     let listed = shared.store.list(&prefix).await?;
-    let mut cleaned = Vec::new();
+    // Segments named by claim: cleaned ones, and those a topic keeps on the fast tier.
+    let mut cleaned: Vec<(String, SegmentRef)> = Vec::new();
+    if shared.config.tiered {
+        let fast_prefix =
+            strata_layout::partition::fast_segment_prefix(part.topic_id, part.tp.partition);
+        for meta in shared.store.list(&fast_prefix).await? {
+            let key = meta.key.as_str();
+            if let Some((base_offset, stream, claim, generation)) =
+                strata_layout::partition::parse_fast_segment_key(key)
+            {
+                let r = SegmentRef {
+                    base_offset,
+                    stream,
+                    claim,
+                    generation,
+                    fast: true,
+                };
+                cleaned.push((key.to_string(), r));
+            }
+        }
+    }
     for meta in &listed {
         let key = meta.key.as_str();
-        if let Some(parsed) = strata_layout::partition::parse_cleaned_segment_key(key) {
-            cleaned.push((key.to_string(), parsed));
+        if let Some((base_offset, stream, claim, generation)) =
+            strata_layout::partition::parse_cleaned_segment_key(key)
+        {
+            let r = SegmentRef {
+                base_offset,
+                stream,
+                claim,
+                generation,
+                fast: false,
+            };
+            cleaned.push((key.to_string(), r));
             continue;
         }
         let Some((base, stream)) = parse_segment_key(key) else {
@@ -879,5 +926,13 @@ impl LogManager {
     pub(crate) async fn compact_now(&self, tp: &TopicPartition) -> LogResult<()> {
         let part = self.partition(tp)?;
         crate::maintenance::compact_now(&self.shared, &part).await
+    }
+
+    /// Runs one tiering pass over `tp` now, as the tiering task would; returns the segments
+    /// moved to the bulk tier.
+    #[cfg(test)]
+    pub(crate) async fn tier_down_now(&self, tp: &TopicPartition) -> LogResult<usize> {
+        let part = self.partition(tp)?;
+        crate::tiering::tier_down_once(&self.shared, &part).await
     }
 }

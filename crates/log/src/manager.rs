@@ -102,6 +102,7 @@ impl LogManager {
             cleaner_inflight: Mutex::new(Default::default()),
             cleaner_generation: std::sync::atomic::AtomicU32::new(1),
             cleaner_stats: Default::default(),
+            tiering_stats: Default::default(),
             read_ahead,
             read_stats: Default::default(),
             txn_stats: Default::default(),
@@ -165,6 +166,12 @@ impl LogManager {
             shared.clone(),
             stop_rx.clone(),
         ))];
+        if shared.config.tiered {
+            tasks.push(tokio::spawn(crate::tiering::run(
+                shared.clone(),
+                stop_rx.clone(),
+            )));
+        }
         for _ in 0..shared.config.cleaner_threads {
             tasks.push(tokio::spawn(crate::cleaner::run(
                 shared.clone(),
@@ -184,6 +191,11 @@ impl LogManager {
     /// The log cleaner's counters since start (`/metrics`).
     pub fn cleaner_stats(&self) -> crate::cleaner::CleanerSnapshot {
         self.shared.cleaner_stats.snapshot()
+    }
+
+    /// Segments moved from the fast tier to the bulk tier, and what the fast tier holds now.
+    pub fn tiering_stats(&self) -> crate::tiering::TieringSnapshot {
+        self.shared.tiering_snapshot()
     }
 
     /// Reads served so far, by where their batches came from.

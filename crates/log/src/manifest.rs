@@ -86,7 +86,16 @@ pub struct SegmentMeta {
 pub use strata_layout::partition::{chunk_key, manifest_key, topic_prefix};
 
 pub fn segment_key(topic: TopicId, partition: i32, segment: SegmentRef) -> String {
-    if segment.generation == 0 {
+    if segment.fast {
+        strata_layout::partition::fast_segment_key(
+            topic,
+            partition,
+            segment.base_offset,
+            segment.stream,
+            segment.claim,
+            segment.generation,
+        )
+    } else if segment.generation == 0 {
         strata_layout::partition::segment_key(topic, partition, segment.base_offset, segment.stream)
     } else {
         strata_layout::partition::cleaned_segment_key(

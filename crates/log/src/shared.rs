@@ -58,6 +58,7 @@ pub(crate) struct Shared {
     /// Names cleaned segments uniquely within this process (with the claim and stream).
     pub cleaner_generation: std::sync::atomic::AtomicU32,
     pub cleaner_stats: crate::cleaner::CleanerStats,
+    pub tiering_stats: crate::tiering::TieringStats,
     /// Catch-up reads of segments: kept windows, read-ahead and their IO budget.
     pub read_ahead: Arc<crate::read_ahead::ReadAhead>,
     /// Where reads were served from (`strata_log_reads_total{source}`).

@@ -942,7 +942,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let log = LogManager::open_with(
         Arc::clone(&storage.store),
         Arc::clone(&clock),
-        settings.log.to_log_config(&wal_scheme, &bulk_scheme)?,
+        strata_log::LogConfig {
+            tiered: settings.wal_storage.is_some(),
+            ..settings.log.to_log_config(&wal_scheme, &bulk_scheme)?
+        },
         node_id,
         log_mode,
     )

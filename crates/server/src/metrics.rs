@@ -204,6 +204,7 @@ fn log_snapshot(log: &LogManager) -> LogSnapshot {
         partitions_served,
         high_watermarks,
         cleaner: log.cleaner_stats(),
+        tiering: log.tiering_stats(),
         reads: log.read_stats(),
         read_ahead: log.read_ahead_stats(),
         dirty_ratios,
@@ -273,6 +274,8 @@ pub struct LogSnapshot {
     pub high_watermarks: Vec<(TopicPartition, i64)>,
     /// The log cleaner's counters (key compaction).
     pub cleaner: strata_log::CleanerSnapshot,
+    /// Segments moved from the fast tier to the bulk tier (`local.retention.*`).
+    pub tiering: strata_log::TieringSnapshot,
     /// Partition reads by where they were served from.
     pub reads: strata_log::read::ReadSnapshot,
     pub read_ahead: strata_log::ReadAheadSnapshot,
@@ -653,6 +656,7 @@ pub fn render(snapshot: &Snapshot) -> String {
             log.partitions_served.saturating_sub(MAX_WATERMARK_SERIES) as u64,
         );
         render_cleaner(&mut out, log);
+        render_tiering(&mut out, log);
         out.family(
             "strata_log_reads_total",
             "counter",
@@ -1036,6 +1040,39 @@ fn render_read_ahead(out: &mut Exposition, r: &strata_log::ReadAheadSnapshot) {
     out.sample("strata_log_read_ahead_bytes", &[], r.kept_bytes);
 }
 
+fn render_tiering(out: &mut Exposition, log: &LogSnapshot) {
+    let t = &log.tiering;
+    for (name, kind, help, value) in [
+        (
+            "strata_log_tiered_segments_total",
+            "counter",
+            "Compacted segments moved from the fast (write-ahead) tier to the bulk tier once their topic's local.retention.* passed.",
+            t.segments_moved,
+        ),
+        (
+            "strata_log_tiered_bytes_total",
+            "counter",
+            "Bytes of those segments.",
+            t.bytes_moved,
+        ),
+        (
+            "strata_log_fast_tier_segments",
+            "gauge",
+            "Compacted segments of partitions served here held on the fast tier by local.retention.*.",
+            t.fast_segments,
+        ),
+        (
+            "strata_log_fast_tier_segment_bytes",
+            "gauge",
+            "Bytes of those segments.",
+            t.fast_bytes,
+        ),
+    ] {
+        out.family(name, kind, help);
+        out.sample(name, &[], value);
+    }
+}
+
 fn render_cleaner(out: &mut Exposition, log: &LogSnapshot) {
     let c = &log.cleaner;
     for (name, help, value) in [
@@ -1374,6 +1411,12 @@ mod tests {
             ],
             reads: Default::default(),
             read_ahead: Default::default(),
+            tiering: strata_log::TieringSnapshot {
+                segments_moved: 4,
+                bytes_moved: 4096,
+                fast_segments: 2,
+                fast_bytes: 2048,
+            },
             cleaner: strata_log::CleanerSnapshot {
                 bytes_read: 10,
                 bytes_written: 5,
@@ -1435,6 +1478,11 @@ mod tests {
             "5"
         );
         assert_eq!(value_of(&text, "strata_transactions_open"), "3");
+        assert_eq!(value_of(&text, "strata_log_tiered_segments_total"), "4");
+        assert_eq!(
+            value_of(&text, "strata_log_fast_tier_segment_bytes"),
+            "2048"
+        );
         assert!(text.ends_with('\n'));
         assert!(
             text.contains("strata_share_records_total{outcome=\"accepted\"} 12\n"),

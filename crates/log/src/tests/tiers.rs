@@ -334,3 +334,308 @@ async fn a_bulk_outage_fills_the_bounded_tail_then_refuses_produce_until_compact
         LogError::CompactionBehind { batches: 1, .. }
     ));
 }
+
+// ---- local.retention.*: compacted segments held on the fast tier, then moved ----
+
+use strata_core::clock::{Clock, ManualClock};
+
+fn is_fast_segment(key: &str) -> bool {
+    key.starts_with("log/") && key.contains("/hot/")
+}
+
+/// A tiered log on a manual clock: nothing runs on a timer unless the test advances it.
+fn tiered_config() -> LogConfig {
+    LogConfig {
+        tiered: true,
+        // Every append is written at once: the writer's timer never fires on a manual clock.
+        flush_bytes: 1,
+        cleaner_threads: 0,
+        segment_bytes: 300,
+        ..config()
+    }
+}
+
+async fn open_tiered(
+    store: &Arc<dyn ObjectStore>,
+    clock: Arc<ManualClock>,
+) -> Arc<crate::LogManager> {
+    crate::LogManager::open(
+        store.clone(),
+        clock as Arc<dyn Clock>,
+        tiered_config(),
+        strata_core::BrokerId(0),
+    )
+    .await
+    .unwrap()
+}
+
+fn topic_configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Two tiers, a tiered log on a manual clock, and topic "hot" (one partition) created with
+/// the one config `held`.
+async fn with_held_topic(held: (&str, &str)) -> (Tiers, Arc<ManualClock>, Arc<crate::LogManager>) {
+    let t = tiers();
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let log = open_tiered(&t.store, clock.clone()).await;
+    log.create_topic("hot", Some(1), topic_configs(&[held]), false)
+        .await
+        .unwrap();
+    (t, clock, log)
+}
+
+/// `count` batches of two records to `topic`'s partition 0, timestamped at the clock's start.
+async fn append_batches(log: &crate::LogManager, topic: &str, count: i64) {
+    for i in 0..count {
+        log.append(
+            &tp(topic, 0),
+            batch(&["a", "b"], 1_000_000 + i, None),
+            DURABLE,
+        )
+        .await
+        .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn local_retention_ms_keeps_segments_on_the_fast_tier_then_moves_them_to_the_bulk_tier() {
+    let (t, clock, log) = with_held_topic(("local.retention.ms", "60000")).await;
+    // A topic that asks for nothing goes straight to the bulk tier, as before.
+    log.create_topic("cold", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    for i in 0..12 {
+        for topic in ["hot", "cold"] {
+            log.append(
+                &tp(topic, 0),
+                batch(&["a", "b"], 1_000_000 + i, None),
+                DURABLE,
+            )
+            .await
+            .unwrap();
+        }
+    }
+    log.compact_now(&tp("hot", 0)).await.unwrap();
+    log.compact_now(&tp("cold", 0)).await.unwrap();
+    let hot_id = log.topic("hot").unwrap().id.to_string();
+    let cold_id = log.topic("cold").unwrap().id.to_string();
+    let wal = keys(t.wal.as_ref()).await;
+    let bulk = keys(t.bulk.as_ref()).await;
+    let fast: Vec<&String> = wal.iter().filter(|k| is_fast_segment(k)).collect();
+    assert!(
+        fast.len() >= 3,
+        "several segments on the fast tier: {wal:?}"
+    );
+    assert!(fast.iter().all(|k| k.contains(&hot_id)), "{fast:?}");
+    assert!(
+        !bulk
+            .iter()
+            .any(|k| k.contains(&hot_id) && k.contains("/seg/")),
+        "no segment of the held topic on the bulk tier yet: {bulk:?}"
+    );
+    assert!(bulk
+        .iter()
+        .any(|k| k.contains(&cold_id) && k.contains("/seg/")));
+    // Index chunks stay on the bulk tier whichever tier their segments are on.
+    assert!(bulk
+        .iter()
+        .any(|k| k.contains(&hot_id) && k.contains("/index/")));
+    let offsets: Vec<i64> = (0..12).map(|i| i * 2).collect();
+    assert_eq!(base_offsets(&log, &tp("hot", 0), 0).await, offsets);
+    let stats = log.tiering_stats();
+    assert_eq!(stats.fast_segments, fast.len() as u64);
+    assert!(stats.fast_bytes > 0);
+
+    // Not yet due: nothing moves.
+    assert_eq!(log.tier_down_now(&tp("hot", 0)).await.unwrap(), 0);
+    clock.advance(std::time::Duration::from_secs(61));
+    let moved = log.tier_down_now(&tp("hot", 0)).await.unwrap();
+    assert_eq!(moved, fast.len());
+    let wal = keys(t.wal.as_ref()).await;
+    let bulk = keys(t.bulk.as_ref()).await;
+    assert!(!wal.iter().any(|k| is_fast_segment(k)), "{wal:?}");
+    assert_eq!(
+        bulk.iter()
+            .filter(|k| k.contains(&hot_id) && k.contains("/seg/"))
+            .count(),
+        fast.len()
+    );
+    assert_eq!(base_offsets(&log, &tp("hot", 0), 0).await, offsets);
+    let stats = log.tiering_stats();
+    assert_eq!(
+        (stats.segments_moved, stats.fast_segments),
+        (moved as u64, 0)
+    );
+    // The collector finds nothing left over on either tier, and a restart reads the moved
+    // segments through the rewritten index.
+    log.collect_garbage().await.unwrap();
+    assert_eq!(
+        keys(t.bulk.as_ref())
+            .await
+            .iter()
+            .filter(|k| k.contains(&hot_id) && k.contains("/seg/"))
+            .count(),
+        fast.len()
+    );
+    log.abort_for_test();
+    let log = open_tiered(&t.store, clock.clone()).await;
+    assert_eq!(base_offsets(&log, &tp("hot", 0), 0).await, offsets);
+}
+
+#[tokio::test]
+async fn local_retention_bytes_moves_the_oldest_segments_beyond_the_bound() {
+    let t = tiers();
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let log = open_tiered(&t.store, clock.clone()).await;
+    log.create_topic(
+        "hot",
+        Some(1),
+        topic_configs(&[("local.retention.bytes", "700")]),
+        false,
+    )
+    .await
+    .unwrap();
+    for i in 0..30 {
+        log.append(
+            &tp("hot", 0),
+            batch(&["a", "b"], 1_000_000 + i, None),
+            DURABLE,
+        )
+        .await
+        .unwrap();
+    }
+    log.compact_now(&tp("hot", 0)).await.unwrap();
+    let before = log.tiering_stats();
+    assert!(before.fast_bytes > 700, "{before:?}");
+    let moved = log.tier_down_now(&tp("hot", 0)).await.unwrap();
+    assert!(moved > 0);
+    let after = log.tiering_stats();
+    assert!(
+        after.fast_bytes <= 700 && after.fast_segments > 0,
+        "{after:?}"
+    );
+    // The oldest went: every segment left on the fast tier starts after every moved one.
+    let manifest = log
+        .partition(&tp("hot", 0))
+        .unwrap()
+        .lock()
+        .manifest
+        .clone();
+    let last_bulk = manifest
+        .segments
+        .iter()
+        .filter(|s| !s.segment.fast)
+        .map(|s| s.last_offset)
+        .max()
+        .unwrap();
+    assert!(manifest
+        .segments
+        .iter()
+        .filter(|s| s.segment.fast)
+        .all(|s| s.segment.base_offset > last_bulk));
+    assert_eq!(
+        base_offsets(&log, &tp("hot", 0), 0).await,
+        (0..30).map(|i| i * 2).collect::<Vec<_>>()
+    );
+    // Lifting the stay (back to the default) moves the rest.
+    log.set_topic_configs("hot", BTreeMap::new(), false)
+        .await
+        .unwrap();
+    log.tier_down_now(&tp("hot", 0)).await.unwrap();
+    assert_eq!(log.tiering_stats().fast_segments, 0);
+    assert!(!keys(t.wal.as_ref())
+        .await
+        .iter()
+        .any(|k| is_fast_segment(k)));
+}
+
+#[tokio::test]
+async fn a_deposed_owner_cannot_move_segments_and_its_copies_are_collected_by_the_successor() {
+    let t = tiers();
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let open_as = |broker: i32| {
+        let store = t.store.clone();
+        let clock = clock.clone();
+        async move {
+            crate::LogManager::open_with(
+                store,
+                clock as Arc<dyn Clock>,
+                tiered_config(),
+                strata_core::BrokerId(broker),
+                crate::Ownership::Managed,
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let a = open_as(1).await;
+    a.create_topic(
+        "hot",
+        Some(1),
+        topic_configs(&[("local.retention.ms", "1000")]),
+        false,
+    )
+    .await
+    .unwrap();
+    for (_, r) in a.acquire(vec![("hot".into(), 0, 1)]).await.unwrap() {
+        r.unwrap();
+    }
+    for i in 0..10 {
+        a.append(
+            &tp("hot", 0),
+            batch(&["a", "b"], 1_000_000 + i, None),
+            DURABLE,
+        )
+        .await
+        .unwrap();
+    }
+    a.compact_now(&tp("hot", 0)).await.unwrap();
+    let fast_before: Vec<String> = keys(t.wal.as_ref())
+        .await
+        .into_iter()
+        .filter(|k| is_fast_segment(k))
+        .collect();
+    assert!(!fast_before.is_empty());
+    // B takes over while A is paused; then A, unaware, tries to move its segments.
+    let b = open_as(2).await;
+    for (_, r) in b.acquire(vec![("hot".into(), 0, 2)]).await.unwrap() {
+        r.unwrap();
+    }
+    clock.advance(std::time::Duration::from_secs(2));
+    let late = a.tier_down_now(&tp("hot", 0)).await;
+    assert!(!matches!(late, Ok(n) if n > 0), "{late:?}");
+    // A's copies are orphans on the bulk tier; B's index and manifest still name the
+    // fast-tier originals, which are all still there.
+    let wal_now: Vec<String> = keys(t.wal.as_ref())
+        .await
+        .into_iter()
+        .filter(|k| is_fast_segment(k))
+        .collect();
+    assert_eq!(wal_now, fast_before);
+    assert_eq!(
+        base_offsets(&b, &tp("hot", 0), 0).await,
+        (0..10).map(|i| i * 2).collect::<Vec<_>>()
+    );
+    // B moves them itself, and its collector deletes A's orphan copies (an older claim).
+    let moved = b.tier_down_now(&tp("hot", 0)).await.unwrap();
+    assert_eq!(moved, fast_before.len());
+    b.collect_garbage().await.unwrap();
+    let bulk_segments = keys(t.bulk.as_ref())
+        .await
+        .into_iter()
+        .filter(|k| k.contains("/seg/"))
+        .count();
+    assert_eq!(bulk_segments, fast_before.len(), "A's copies collected");
+    assert!(!keys(t.wal.as_ref())
+        .await
+        .iter()
+        .any(|k| is_fast_segment(k)));
+    assert_eq!(
+        base_offsets(&b, &tp("hot", 0), 0).await,
+        (0..10).map(|i| i * 2).collect::<Vec<_>>()
+    );
+}
