@@ -408,17 +408,8 @@ async fn local_retention_ms_keeps_segments_on_the_fast_tier_then_moves_them_to_t
     log.create_topic("cold", Some(1), BTreeMap::new(), false)
         .await
         .unwrap();
-    for i in 0..12 {
-        for topic in ["hot", "cold"] {
-            log.append(
-                &tp(topic, 0),
-                batch(&["a", "b"], 1_000_000 + i, None),
-                DURABLE,
-            )
-            .await
-            .unwrap();
-        }
-    }
+    append_batches(&log, "hot", 12).await;
+    append_batches(&log, "cold", 12).await;
     log.compact_now(&tp("hot", 0)).await.unwrap();
     log.compact_now(&tp("cold", 0)).await.unwrap();
     let hot_id = log.topic("hot").unwrap().id.to_string();
@@ -488,26 +479,8 @@ async fn local_retention_ms_keeps_segments_on_the_fast_tier_then_moves_them_to_t
 
 #[tokio::test]
 async fn local_retention_bytes_moves_the_oldest_segments_beyond_the_bound() {
-    let t = tiers();
-    let clock = Arc::new(ManualClock::new(1_000_000));
-    let log = open_tiered(&t.store, clock.clone()).await;
-    log.create_topic(
-        "hot",
-        Some(1),
-        topic_configs(&[("local.retention.bytes", "700")]),
-        false,
-    )
-    .await
-    .unwrap();
-    for i in 0..30 {
-        log.append(
-            &tp("hot", 0),
-            batch(&["a", "b"], 1_000_000 + i, None),
-            DURABLE,
-        )
-        .await
-        .unwrap();
-    }
+    let (t, _clock, log) = with_held_topic(("local.retention.bytes", "700")).await;
+    append_batches(&log, "hot", 30).await;
     log.compact_now(&tp("hot", 0)).await.unwrap();
     let before = log.tiering_stats();
     assert!(before.fast_bytes > 700, "{before:?}");
@@ -584,15 +557,7 @@ async fn a_deposed_owner_cannot_move_segments_and_its_copies_are_collected_by_th
     for (_, r) in a.acquire(vec![("hot".into(), 0, 1)]).await.unwrap() {
         r.unwrap();
     }
-    for i in 0..10 {
-        a.append(
-            &tp("hot", 0),
-            batch(&["a", "b"], 1_000_000 + i, None),
-            DURABLE,
-        )
-        .await
-        .unwrap();
-    }
+    append_batches(&a, "hot", 10).await;
     a.compact_now(&tp("hot", 0)).await.unwrap();
     let fast_before: Vec<String> = keys(t.wal.as_ref())
         .await
