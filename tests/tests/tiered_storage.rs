@@ -486,13 +486,10 @@ async fn local_retention_holds_compacted_segments_on_the_write_ahead_tier_until_
             (metric(&text, "strata_log_fast_tier_segment_bytes") >= produced).then_some(text)
         },
     );
-    let text = metrics_text(&broker);
-    assert_eq!(metric(&text, "strata_log_tiered_segments_total"), 0);
-    // Only index chunks reached the bulk tier, far less than the data.
-    assert!(
-        bulk_bytes_in_metrics(&text) < produced / 4,
-        "bulk tier wrote {} bytes",
-        bulk_bytes_in_metrics(&text)
+    // Held, not moved: the gauge counts only segments the manifests place on the fast tier.
+    assert_eq!(
+        metric(&metrics_text(&broker), "strata_log_tiered_segments_total"),
+        0
     );
     read_back_all(&broker.bootstrap(), topic, &by_partition(&sent, &acked)).await;
     if let Some((wal_dir, bulk_dir)) = tiers.local() {
