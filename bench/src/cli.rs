@@ -144,6 +144,18 @@ pub struct WorkloadArgs {
     /// Give up on a phase that has not finished after this many seconds.
     #[arg(long, default_value_t = 300)]
     pub timeout_secs: u64,
+
+    /// A config of the created topic, `NAME=VALUE` (repeatable), e.g.
+    /// `local.retention.ms=-1` to keep its compacted segments on the write-ahead tier.
+    #[arg(long = "topic-config", value_name = "NAME=VALUE", value_parser = parse_topic_config)]
+    pub topic_configs: Vec<(String, String)>,
+}
+
+fn parse_topic_config(s: &str) -> Result<(String, String), String> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not NAME=VALUE"))?;
+    Ok((name.trim().to_string(), value.trim().to_string()))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]

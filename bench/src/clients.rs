@@ -195,11 +195,15 @@ pub fn create_topic(
     target: &TargetArgs,
     topic: &str,
     partitions: i32,
+    configs: &[(String, String)],
 ) -> Result<()> {
     let admin: AdminClient<BenchContext> = base_config(bootstrap, target)
         .create_with_context(BenchContext)
         .context("create the admin client")?;
-    let new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let new_topic = configs.iter().fold(
+        NewTopic::new(topic, partitions, TopicReplication::Fixed(1)),
+        |t, (name, value)| t.set(name, value),
+    );
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     // The admin client has its own polling thread, so a plain executor can wait on its future.
     let results = futures::executor::block_on(admin.create_topics([&new_topic], &options))

@@ -73,7 +73,13 @@ pub fn run(
         .topic
         .clone()
         .unwrap_or_else(clients::default_topic_name);
-    clients::create_topic(bootstrap, target, &topic, workload.partitions)?;
+    clients::create_topic(
+        bootstrap,
+        target,
+        &topic,
+        workload.partitions,
+        &workload.topic_configs,
+    )?;
 
     let origin = clock::now();
     let producers = (0..args.producers)

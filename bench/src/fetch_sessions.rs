@@ -49,7 +49,7 @@ pub fn run(
     args: &FetchSessionsArgs,
 ) -> Result<()> {
     let topic = clients::default_topic_name();
-    clients::create_topic(bootstrap, target, &topic, args.partitions)?;
+    clients::create_topic(bootstrap, target, &topic, args.partitions, &[])?;
     let address = bootstrap.split(',').next().unwrap_or(bootstrap);
     let mut connection = Connection::open(address)?;
     let partitions = usize::try_from(args.partitions).context("--partitions")?;

@@ -251,7 +251,7 @@ pub fn run(target: &TargetArgs, args: &MigrationArgs) -> Result<()> {
     let mut peer_connections = Vec::new();
     for &bytes in &args.partition_bytes {
         let topic = format!("migration-{}-{bytes}", std::process::id());
-        create_topic(&cluster.bootstrap(), target, &topic, 1)?;
+        create_topic(&cluster.bootstrap(), target, &topic, 1, &[])?;
         let resource = runtime
             .block_on(admin::partition_resource(store.as_ref(), &topic, 0))
             .context("resolve the partition's resource name")?;

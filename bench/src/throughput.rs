@@ -36,7 +36,13 @@ pub fn run(
         .topic
         .clone()
         .unwrap_or_else(clients::default_topic_name);
-    clients::create_topic(bootstrap, target, &topic, workload.partitions)?;
+    clients::create_topic(
+        bootstrap,
+        target,
+        &topic,
+        workload.partitions,
+        &workload.topic_configs,
+    )?;
 
     let (produce, delivered) = produce(bootstrap, target, broker_pid, args, &topic)?;
     let mut phases = vec![produce];
