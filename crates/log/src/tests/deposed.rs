@@ -260,6 +260,9 @@ async fn a_simulation_replays_exactly_from_its_seed() {
 struct SimTrace {
     acked: Vec<(i64, String)>,
     injected_faults: u64,
+    /// Segments on the bulk tier that a tiering pass wrote (tiered runs; a plain topic has no
+    /// other segments named by claim).
+    bulk_copies: usize,
     /// Virtual time the run took, on the log's clock.
     elapsed: std::time::Duration,
 }
@@ -286,7 +289,7 @@ where
 }
 
 async fn simulate(seed: u64, faults: bool) -> SimTrace {
-    simulate_with(seed, faults, false).await
+    simulate_with(seed, faults, false, false).await
 }
 
 /// The simulation on a compacted topic: owners and deposed owners also run cleaning passes,
@@ -294,11 +297,27 @@ async fn simulate(seed: u64, faults: bool) -> SimTrace {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn simulated_takeovers_with_deposed_cleaners_keep_every_keys_latest_value() {
     for seed in sim_seeds(1..=12) {
-        simulate_with(seed, false, true).await;
+        simulate_with(seed, false, true, false).await;
     }
 }
 
-async fn simulate_with(seed: u64, faults: bool, compacted: bool) -> SimTrace {
+/// The simulation on two tiers with a topic that holds segments on the fast tier
+/// (`local.retention.bytes`): owners and deposed owners also run tiering passes, which copy
+/// segments to the bulk tier and swap them in; every acknowledged record must still be read at
+/// its offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simulated_takeovers_with_deposed_tiering_passes_lose_nothing() {
+    let mut moved = 0;
+    for seed in sim_seeds(1..=12) {
+        moved += simulate_with(seed, false, false, true).await.bulk_copies;
+    }
+    assert!(
+        moved > 0,
+        "no run moved a segment: the scenario tests nothing"
+    );
+}
+
+async fn simulate_with(seed: u64, faults: bool, compacted: bool, tiered: bool) -> SimTrace {
     use strata_storage::{
         FaultConfig, FaultInjectingStore, InjectedError, OpFaults, RetryPolicy, StackConfig,
         StorageStack,
@@ -307,7 +326,15 @@ async fn simulate_with(seed: u64, faults: bool, compacted: bool) -> SimTrace {
     let clock = strata_core::SystemClock::shared();
     let started = clock.monotonic();
     let mut fault_store: Option<Arc<FaultInjectingStore>> = None;
-    let backend: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let backend: Arc<dyn ObjectStore> = if tiered {
+        Arc::new(strata_storage::TieredStore::new(
+            Arc::new(MemoryStore::new()),
+            Arc::new(MemoryStore::new()),
+            strata_layout::tier::ROUTING,
+        ))
+    } else {
+        Arc::new(MemoryStore::new())
+    };
     let store: Arc<dyn ObjectStore> = if faults {
         let injected = FaultConfig::uniform(OpFaults {
             error_probability: 0.05,
@@ -339,6 +366,7 @@ async fn simulate_with(seed: u64, faults: bool, compacted: bool) -> SimTrace {
     let mut cfg = config();
     // Segments of a few batches: many compaction passes, chunks shared between segments.
     cfg.segment_bytes = 300;
+    cfg.tiered = tiered;
     let open = |id: i32, store: Arc<dyn ObjectStore>| {
         let cfg = cfg.clone();
         async move {
@@ -380,6 +408,9 @@ async fn simulate_with(seed: u64, faults: bool, compacted: bool) -> SimTrace {
     let mut owner = open(next_id, store.clone()).await;
     let overrides = if compacted {
         BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())])
+    } else if tiered {
+        // A couple of segments held, the older ones due: every pass has something to move.
+        BTreeMap::from([("local.retention.bytes".to_string(), "600".to_string())])
     } else {
         BTreeMap::new()
     };
@@ -420,6 +451,12 @@ async fn simulate_with(seed: u64, faults: bool, compacted: bool) -> SimTrace {
                     Err(e) => panic!("seed {seed} step {step}: the owner's cleaning failed: {e}"),
                 }
             }
+            4 | 5 if tiered && rng.random_bool(0.5) => {
+                match owner.tier_down_now(&tp("t", 0)).await {
+                    Ok(_) => {}
+                    Err(e) => panic!("seed {seed} step {step}: the owner's tiering failed: {e}"),
+                }
+            }
             4 | 5 => match owner.compact_now(&tp("t", 0)).await {
                 Ok(()) => {}
                 Err(e) if faults && !matches!(e, LogError::Fenced) => {}
@@ -430,6 +467,9 @@ async fn simulate_with(seed: u64, faults: bool, compacted: bool) -> SimTrace {
                 let _ = old.compact_now(&tp("t", 0)).await;
                 if compacted {
                     let _ = old.clean_now(&tp("t", 0)).await;
+                }
+                if tiered {
+                    let _ = old.tier_down_now(&tp("t", 0)).await;
                 }
                 assert!(
                     old.append(&tp("t", 0), batch(&["late"], 0, None), DURABLE)
@@ -509,6 +549,7 @@ async fn simulate_with(seed: u64, faults: bool, compacted: bool) -> SimTrace {
         return SimTrace {
             acked,
             injected_faults: 0,
+            bulk_copies: 0,
             elapsed: clock.monotonic().saturating_sub(started),
         };
     }
@@ -537,9 +578,17 @@ async fn simulate_with(seed: u64, faults: bool, compacted: bool) -> SimTrace {
     check(records(&observer, "t").await, "");
     observer.collect_garbage().await.unwrap();
     check(records(&observer, "t").await, "after GC");
+    let bulk_copies = backend
+        .list("log/")
+        .await
+        .unwrap()
+        .iter()
+        .filter(|m| strata_layout::partition::parse_cleaned_segment_key(m.key.as_str()).is_some())
+        .count();
     SimTrace {
         acked,
         injected_faults: fault_store.map_or(0, |f| f.injected_count()),
+        bulk_copies,
         elapsed: clock.monotonic().saturating_sub(started),
     }
 }
