@@ -593,7 +593,9 @@ def moving(args):
                     # The holder keeps its first records, unacknowledged, across the first
                     # move: the new owner must offer them again, and accepting them at the old
                     # owner must not be confirmed.
-                    held.extend(m.offset() for m in got)
+                    with progress:
+                        held.extend(m.offset() for m in got)
+                        progress.notify_all()
                     moved.wait(60)
                 consume(c, got)
             c.close()
@@ -617,11 +619,19 @@ def moving(args):
         return time.monotonic() - started
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
-    for t in threads:
-        t.start()
+    # The holder starts alone and the others only once it holds records: started together,
+    # the other two could accept half the first chunk before the holder's first fetch, and
+    # the first move would come with nothing held (seen once in CI on S3).
+    threads[0].start()
     took = []
     for k in range(moves + 1):
         produce(args.bootstrap, args.topic, [f"r{n}" for n in range(k * chunk, (k + 1) * chunk)])
+        if k == 0:
+            with progress:
+                if not progress.wait_for(lambda: held or errors, 60):
+                    fail("the holder got nothing before the first move")
+            for t in threads[1:]:
+                t.start()
         if k == moves:
             break
         # Move once the group is half-way through this chunk: records are acquired, some
