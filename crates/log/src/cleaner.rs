@@ -882,7 +882,7 @@ async fn write_and_swap(
     let recorded = record_and_finish(
         shared,
         part,
-        planned,
+        planned.claim,
         &originals,
         |current| CleaningIntent {
             replaced,
@@ -911,7 +911,7 @@ async fn write_and_swap(
 
 /// Records a rewrite of segments in the manifest and finishes it (the cleaner's swap, step 3;
 /// the tiering pass uses it too): under the partition's maintenance lock, checks that the
-/// partition is still ours, under the claim `planned` was read with, with no other pass
+/// partition is still ours, under the claim `planned_claim` the pass read, with no other pass
 /// recorded and every one of `originals` still listed; records the intent `intent` builds
 /// from the current manifest (compare-and-swap: a deposed owner stops here); then repoints the
 /// index chunks and swaps the segment lists ([`finish_pending`]). False: dropped, nothing
@@ -919,7 +919,7 @@ async fn write_and_swap(
 pub(crate) async fn record_and_finish(
     shared: &Shared,
     part: &Arc<Partition>,
-    planned: &Manifest,
+    planned_claim: u64,
     originals: &[SegmentRef],
     intent: impl FnOnce(&Manifest) -> CleaningIntent,
     fresh_entries: Vec<IndexEntry>,
@@ -942,7 +942,7 @@ pub(crate) async fn record_and_finish(
     let still_listed = originals
         .iter()
         .all(|original| current.segments.iter().any(|s| s.segment == *original));
-    if current.claim != planned.claim || current.cleaning.is_some() || !still_listed {
+    if current.claim != planned_claim || current.cleaning.is_some() || !still_listed {
         tracing::info!(partition = %part.tp, "{what} pass dropped: the manifest changed under it");
         return Ok(false);
     }

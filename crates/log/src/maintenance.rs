@@ -815,39 +815,35 @@ async fn collect_segments(shared: &Shared, part: &Arc<Partition>) -> LogResult<u
     let prefix = strata_layout::partition::segment_prefix(part.topic_id, part.tp.partition);
     let listed = shared.store.list(&prefix).await?;
     // Segments named by claim: cleaned ones, and those a topic keeps on the fast tier.
-    let mut cleaned: Vec<(String, SegmentRef)> = Vec::new();
-    if shared.config.tiered {
-        let fast_prefix =
-            strata_layout::partition::fast_segment_prefix(part.topic_id, part.tp.partition);
-        for meta in shared.store.list(&fast_prefix).await? {
-            let key = meta.key.as_str();
-            if let Some((base_offset, stream, claim, generation)) =
-                strata_layout::partition::parse_fast_segment_key(key)
-            {
-                let r = SegmentRef {
-                    base_offset,
-                    stream,
-                    claim,
-                    generation,
-                    fast: true,
-                };
-                cleaned.push((key.to_string(), r));
-            }
-        }
-    }
-    for meta in &listed {
-        let key = meta.key.as_str();
-        if let Some((base_offset, stream, claim, generation)) =
-            strata_layout::partition::parse_cleaned_segment_key(key)
-        {
+    let claimed = |key: &str, fast: bool| {
+        let parse = if fast {
+            strata_layout::partition::parse_fast_segment_key
+        } else {
+            strata_layout::partition::parse_cleaned_segment_key
+        };
+        parse(key).map(|(base_offset, stream, claim, generation)| {
             let r = SegmentRef {
                 base_offset,
                 stream,
                 claim,
                 generation,
-                fast: false,
+                fast,
             };
-            cleaned.push((key.to_string(), r));
+            (key.to_string(), r)
+        })
+    };
+    let mut cleaned: Vec<(String, SegmentRef)> = Vec::new();
+    if shared.config.tiered {
+        let fast_prefix =
+            strata_layout::partition::fast_segment_prefix(part.topic_id, part.tp.partition);
+        for meta in shared.store.list(&fast_prefix).await? {
+            cleaned.extend(claimed(meta.key.as_str(), true));
+        }
+    }
+    for meta in &listed {
+        let key = meta.key.as_str();
+        if let Some(named) = claimed(key, false) {
+            cleaned.push(named);
             continue;
         }
         let Some((base, stream)) = parse_segment_key(key) else {

@@ -151,16 +151,24 @@ pub(crate) async fn tier_down_once(shared: &Shared, part: &Arc<Partition>) -> Lo
         let _serial = part.maintenance.lock().await;
         finish_pending(shared, part, None).await?;
     }
-    let manifest = part.lock().manifest.clone();
+    // Judged under the lock on the manifest in memory, without a copy: this runs for every
+    // served partition every tick, and most have nothing due.
     let now = shared.clock.wall_millis();
-    let plan: Vec<(SegmentMeta, SegmentRef)> = due(&manifest, topic.config.fast_tier(), now)
+    let (due_now, claim) = {
+        let st = part.lock();
+        (
+            due(&st.manifest, topic.config.fast_tier(), now),
+            st.manifest.claim,
+        )
+    };
+    let plan: Vec<(SegmentMeta, SegmentRef)> = due_now
         .into_iter()
         .take(MAX_SEGMENTS_PER_PASS)
         .map(|s| {
             let copy = SegmentRef {
                 base_offset: s.segment.base_offset,
                 stream: shared.stream,
-                claim: manifest.claim,
+                claim,
                 generation: shared.next_cleaner_generation(),
                 fast: false,
             };
@@ -177,7 +185,7 @@ pub(crate) async fn tier_down_once(shared: &Shared, part: &Arc<Partition>) -> Lo
         .map(|(_, copy)| manifest::segment_key(part.topic_id, part.tp.partition, *copy))
         .collect();
     lock_mutex(&shared.cleaner_inflight).extend(keys.iter().cloned());
-    let result = copy_and_swap(shared, part, &manifest, &plan, &keys).await;
+    let result = copy_and_swap(shared, part, claim, &plan, &keys).await;
     {
         let mut inflight = lock_mutex(&shared.cleaner_inflight);
         for k in &keys {
@@ -190,7 +198,7 @@ pub(crate) async fn tier_down_once(shared: &Shared, part: &Arc<Partition>) -> Lo
 async fn copy_and_swap(
     shared: &Shared,
     part: &Arc<Partition>,
-    manifest: &Manifest,
+    claim: u64,
     plan: &[(SegmentMeta, SegmentRef)],
     keys: &[String],
 ) -> LogResult<usize> {
@@ -221,7 +229,7 @@ async fn copy_and_swap(
     let recorded = record_and_finish(
         shared,
         part,
-        manifest,
+        claim,
         &replaced,
         |current| CleaningIntent {
             replaced: replaced.clone(),
