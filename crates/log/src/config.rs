@@ -84,7 +84,8 @@ pub struct LogConfig {
     /// other fetches and read one ahead (`read_ahead`); 0 (the default) reads exactly what a
     /// fetch needs.
     pub read_ahead_bytes: usize,
-    /// Memory for kept windows, broker-wide (oldest dropped first).
+    /// Memory for kept windows, broker-wide (windows their readers passed are dropped first;
+    /// read-ahead only into memory no reader still needs).
     pub read_ahead_memory_bytes: usize,
     /// Segment reads of readers behind the tail in flight at once, broker-wide.
     pub catchup_max_concurrent_reads: usize,

@@ -356,7 +356,7 @@ async fn read_indexed_once(
                     .iter()
                     .map(|e| {
                         let from = (e.position - first.position) as usize;
-                        run.slice(from..from + e.length as usize)
+                        run.slice(from, e.length as usize)
                     })
                     .collect(),
             ));

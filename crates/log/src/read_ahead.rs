@@ -8,18 +8,25 @@
 //!
 //! - **Windows (opt-in, off by default).** Segments are read in aligned windows of
 //!   `read_ahead_bytes` and the windows
-//!   are kept, broker-wide, up to `read_ahead_memory_bytes` (oldest out first). A sequential
-//!   reader makes one request per window instead of one per fetch, and several readers of the
-//!   same old data (a replay by many consumer groups) share them. Segments never change under
-//!   their key (a cleaned segment gets a new one), so a kept window is never stale; a window of
-//!   a segment deleted since is what a reader just before the delete would have read. Off by
-//!   default: measured slower on a local directory (the page cache reads ahead; a fetch across
-//!   two windows is copied) and on S3 when the memory holds fewer than two windows per replaying
-//!   partition (windows dropped before use, reads multiplied) — docs/ARCHITECTURE.md.
-//! - **Read-ahead.** A read that used window w starts reading window w+1 in the background if
-//!   nobody holds it, so the next fetch finds it in memory and storage latency overlaps the
-//!   client's processing. Only when an IO slot is free: read-ahead never queues before a
-//!   reader that is waiting.
+//!   are kept, broker-wide, up to `read_ahead_memory_bytes`. A sequential reader makes one
+//!   request per window instead of one per fetch, and several readers of the same old data (a
+//!   replay by many consumer groups) share them. Segments never change under their key (a
+//!   cleaned segment gets a new one), so a kept window is never stale; a window of a segment
+//!   deleted since is what a reader just before the delete would have read. A fetch's batches
+//!   are slices of the windows; only a batch that straddles two windows is copied. Off by
+//!   default: measured slower than the page cache's own read-ahead on a local directory
+//!   (docs/BENCHMARKS.md, "Readers behind the tail").
+//! - **Passed windows go first.** A read of window w marks window w-1 of the same segment as
+//!   passed: its reader has moved on, and only a slower reader of the same data could still
+//!   want it. When memory is needed, passed windows are dropped (oldest first) before any
+//!   window a reader has yet to reach, and only then the oldest of those.
+//! - **Read-ahead only into free memory.** A read that used window w starts reading window w+1
+//!   in the background if nobody holds it, an IO slot is free now (read-ahead never queues
+//!   before a waiting reader), and the window fits in memory not held by windows readers have
+//!   yet to reach. Without that rule eight partitions replayed at once with room for eight
+//!   windows thrashed: each read-ahead dropped a window another reader was about to use, and
+//!   every fetch re-read a whole window (measured on S3 at a quarter of the speed of no
+//!   windows). Now a budget too small for read-ahead degrades to one request per window.
 //! - **IO budget.** Every segment read (a reader's or a read-ahead) takes one of
 //!   `catchup_max_concurrent_reads` slots and is paced, broker-wide, to
 //!   `catchup_io_max_bytes_per_second`. Producers' write-ahead writes and reads of the
@@ -55,12 +62,27 @@ pub(crate) struct ReadAheadConfig {
     pub max_bytes_per_second: u64,
 }
 
+/// A kept window.
+#[derive(Debug)]
+struct Kept {
+    bytes: Bytes,
+    /// A reader has moved on to the next window: dropped before windows not yet passed.
+    passed: bool,
+    /// A reader has used it; a window read ahead and not yet used is dropped before one a
+    /// reader is in (losing it costs one read of it, losing a reader's costs one per fetch).
+    used: bool,
+}
+
 #[derive(Debug, Default)]
 struct Windows {
-    kept: HashMap<WindowId, Bytes>,
+    kept: HashMap<WindowId, Kept>,
     /// Insertion order, for eviction; an id may appear once.
     order: VecDeque<WindowId>,
     used: usize,
+    /// Bytes of kept windows marked passed (part of `used`).
+    passed: usize,
+    /// Bytes of read-aheads in flight, counted against memory before they arrive.
+    reserved: usize,
     /// Windows a read-ahead is fetching now; the value turns true (or its sender goes) when
     /// the fetch ends, for readers that need the window meanwhile.
     fetching: HashMap<WindowId, watch::Receiver<bool>>,
@@ -79,6 +101,10 @@ pub struct ReadAheadStats {
     pub bytes_read: AtomicU64,
     /// Time readers waited for an IO slot or for the pace, in microseconds.
     pub throttled_micros: AtomicU64,
+    /// Read-aheads not started because memory was held by windows readers have yet to reach.
+    pub skipped: AtomicU64,
+    /// Windows dropped for room before their reader passed them (thrashing, if it grows).
+    pub dropped_unpassed: AtomicU64,
 }
 
 /// A reading of [`ReadAheadStats`].
@@ -89,6 +115,8 @@ pub struct ReadAheadSnapshot {
     pub prefetches: u64,
     pub bytes_read: u64,
     pub throttled_micros: u64,
+    pub skipped: u64,
+    pub dropped_unpassed: u64,
     /// Bytes of windows kept now.
     pub kept_bytes: u64,
 }
@@ -127,6 +155,8 @@ impl ReadAhead {
             prefetches: self.stats.prefetches.load(Ordering::Relaxed),
             bytes_read: self.stats.bytes_read.load(Ordering::Relaxed),
             throttled_micros: self.stats.throttled_micros.load(Ordering::Relaxed),
+            skipped: self.stats.skipped.load(Ordering::Relaxed),
+            dropped_unpassed: self.stats.dropped_unpassed.load(Ordering::Relaxed),
             kept_bytes,
         }
     }
@@ -142,20 +172,25 @@ impl ReadAhead {
         size: Option<u64>,
         start: u32,
         end: u32,
-    ) -> LogResult<Bytes> {
+    ) -> LogResult<Run> {
         if end <= start {
-            return Ok(Bytes::new());
+            return Ok(Run::whole(Bytes::new()));
         }
         let window = self.config.window;
         let size = match size {
             Some(size) if window > 0 && u64::from(end) <= size => size,
             _ => {
                 self.stats.misses.fetch_add(1, Ordering::Relaxed);
-                return self.fetch(store, clock, key, start, end - start).await;
+                return Ok(Run::whole(
+                    self.fetch(store, clock, key, start, end - start).await?,
+                ));
             }
         };
         let (first, last) = (start / window, (end - 1) / window);
         let key: Arc<str> = Arc::from(key);
+        // The window before this read's is behind its reader now: if memory is needed for
+        // the windows read below, that one goes first.
+        self.mark_passed(&key, first.saturating_sub(1)..first);
         let mut kept = self.kept(&key, first, last);
         if let Err(pending) = &mut kept {
             // Windows being read ahead are waited for rather than read twice (once).
@@ -186,17 +221,38 @@ impl ReadAhead {
                     })
                     .collect();
                 for (n, part) in (first..).zip(&parts) {
-                    self.keep((Arc::clone(&key), n), part.clone());
+                    self.keep((Arc::clone(&key), n), part.clone(), true);
                 }
                 parts
             }
         };
+        // A read spanning several windows has passed all but its last.
+        self.mark_passed(&key, first..last);
         self.read_ahead(store, clock, &key, last + 1, size);
-        Ok(assemble(
-            &parts,
-            start - first * window,
-            (end - start) as usize,
-        ))
+        Ok(Run {
+            parts,
+            offset: (start - first * window) as usize,
+            len: (end - start) as usize,
+        })
+    }
+
+    /// Marks the kept windows `range` of `key` as passed by their reader.
+    fn mark_passed(&self, key: &Arc<str>, range: std::ops::Range<u32>) {
+        if range.is_empty() {
+            return;
+        }
+        let mut w = lock_mutex(&self.windows);
+        for n in range {
+            let id = (Arc::clone(key), n);
+            let newly = match w.kept.get_mut(&id) {
+                Some(kept) if !kept.passed => {
+                    kept.passed = true;
+                    kept.bytes.len()
+                }
+                _ => 0,
+            };
+            w.passed += newly;
+        }
     }
 
     /// Windows `first..=last` of `key` if all are kept; else the read-aheads to wait for
@@ -207,13 +263,14 @@ impl ReadAhead {
         first: u32,
         last: u32,
     ) -> Result<Vec<Bytes>, Vec<watch::Receiver<bool>>> {
-        let w = lock_mutex(&self.windows);
+        let mut w = lock_mutex(&self.windows);
         let mut parts = Vec::new();
         let mut pending = Vec::new();
         for n in first..=last {
             let id = (Arc::clone(key), n);
-            if let Some(bytes) = w.kept.get(&id) {
-                parts.push(bytes.clone());
+            if let Some(kept) = w.kept.get_mut(&id) {
+                kept.used = true;
+                parts.push(kept.bytes.clone());
             } else if let Some(rx) = w.fetching.get(&id) {
                 pending.push(rx.clone());
             } else {
@@ -270,7 +327,7 @@ impl ReadAhead {
     }
 
     /// Starts reading window `n` of `key` in the background if it exists, is not kept or being
-    /// read, and an IO slot is free now.
+    /// read, an IO slot is free now, and it fits in memory no reader still needs.
     fn read_ahead(
         self: &Arc<Self>,
         store: &Arc<dyn ObjectStore>,
@@ -284,6 +341,8 @@ impl ReadAhead {
             return;
         }
         let id = (Arc::clone(key), n);
+        let from = n * window;
+        let length = window_end(n, window, size) - from;
         let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() else {
             return;
         };
@@ -292,14 +351,20 @@ impl ReadAhead {
             if w.kept.contains_key(&id) || w.fetching.contains_key(&id) {
                 return;
             }
+            // Free memory: what windows not yet passed and read-aheads in flight leave. Taking
+            // more would drop a window some reader is about to use, for one it may not.
+            let wanted = w.used - w.passed + w.reserved + length as usize;
+            if wanted > self.config.memory {
+                self.stats.skipped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            w.reserved += length as usize;
             let (done, rx) = watch::channel(false);
             w.fetching.insert(id.clone(), rx);
             done
         };
         let (this, store, clock) = (Arc::clone(self), Arc::clone(store), Arc::clone(clock));
         tokio::spawn(async move {
-            let from = n * window;
-            let length = window_end(n, window, size) - from;
             this.pace(clock.as_ref(), length).await;
             let result = read_range(store.as_ref(), &id.0, from, length).await;
             drop(slot);
@@ -309,39 +374,99 @@ impl ReadAhead {
                     this.stats
                         .bytes_read
                         .fetch_add(u64::from(length), Ordering::Relaxed);
-                    this.keep(id.clone(), bytes);
+                    this.keep(id.clone(), bytes, false);
                 }
                 // A reader that needs the window reads it itself and sees the error.
                 Err(e) => tracing::debug!(key = %id.0, window = n, error = %e, "read-ahead failed"),
             }
             // Kept first, then no longer fetching: a waiting reader finds it.
-            lock_mutex(&this.windows).fetching.remove(&id);
+            {
+                let mut w = lock_mutex(&this.windows);
+                w.fetching.remove(&id);
+                w.reserved -= length as usize;
+            }
             let _ = done.send(true);
         });
     }
 
-    /// Keeps a window, dropping the oldest while over the memory budget.
-    fn keep(&self, id: WindowId, bytes: Bytes) {
+    /// Keeps a window (not passed; `used` when a reader read it itself), dropping windows while
+    /// over the memory budget: the oldest passed one first, then the oldest read ahead and not
+    /// yet used, then the oldest.
+    fn keep(&self, id: WindowId, bytes: Bytes, used: bool) {
         let len = bytes.len();
         if len > self.config.memory {
             return;
         }
         let mut w = lock_mutex(&self.windows);
-        if let Some(old) = w.kept.insert(id.clone(), bytes) {
+        let kept = Kept {
+            bytes,
+            passed: false,
+            used,
+        };
+        if let Some(old) = w.kept.insert(id.clone(), kept) {
             // Same bytes again (two readers raced to read it): keep its place in the order.
-            w.used -= old.len();
+            w.used -= old.bytes.len();
+            if old.passed {
+                w.passed -= old.bytes.len();
+            }
         } else {
             w.order.push_back(id);
         }
         w.used += len;
         while w.used > self.config.memory {
-            let Some(oldest) = w.order.pop_front() else {
+            // Windows are few (memory / window), so a scan is cheap.
+            let rank = |id: &WindowId| match w.kept.get(id) {
+                Some(k) if k.passed => 0,
+                Some(k) if !k.used => 1,
+                _ => 2,
+            };
+            let victim = (0..3)
+                .find_map(|r| w.order.iter().position(|id| rank(id) == r))
+                .unwrap_or(0);
+            let Some(gone) = w.order.remove(victim) else {
                 break;
             };
-            if let Some(gone) = w.kept.remove(&oldest) {
-                w.used -= gone.len();
+            if let Some(gone) = w.kept.remove(&gone) {
+                w.used -= gone.bytes.len();
+                if gone.passed {
+                    w.passed -= gone.bytes.len();
+                } else {
+                    self.stats.dropped_unpassed.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
+    }
+}
+
+/// The bytes of one read, as the windows hold them: a batch within one window is a slice of
+/// it; only a batch that straddles two windows is copied.
+#[derive(Debug)]
+pub(crate) struct Run {
+    parts: Vec<Bytes>,
+    /// Where the read starts in `parts[0]`.
+    offset: usize,
+    len: usize,
+}
+
+impl Run {
+    fn whole(bytes: Bytes) -> Self {
+        let len = bytes.len();
+        Self {
+            parts: vec![bytes],
+            offset: 0,
+            len,
+        }
+    }
+
+    /// `len` bytes from `from` within the read (the caller's index entries keep it in range).
+    pub fn slice(&self, from: usize, len: usize) -> Bytes {
+        debug_assert!(from + len <= self.len);
+        assemble(&self.parts, self.offset + from, len)
+    }
+
+    #[cfg(test)]
+    fn bytes(&self) -> Bytes {
+        self.slice(0, self.len)
     }
 }
 
@@ -354,12 +479,16 @@ fn window_end(n: u32, window: u32, size: u64) -> u32 {
 
 /// `length` bytes from `offset` into the concatenation of `parts`: a slice when one part holds
 /// them all (the usual case), else a copy of the pieces.
-fn assemble(parts: &[Bytes], offset: u32, length: usize) -> Bytes {
-    let offset = offset as usize;
-    if let Some(first) = parts.first() {
-        if offset + length <= first.len() {
-            return first.slice(offset..offset + length);
+fn assemble(parts: &[Bytes], offset: usize, length: usize) -> Bytes {
+    let mut start = offset;
+    for part in parts {
+        if start < part.len() {
+            if start + length <= part.len() {
+                return part.slice(start..start + length);
+            }
+            break;
         }
+        start -= part.len();
     }
     let mut out = BytesMut::with_capacity(length);
     let mut skip = offset;
@@ -434,7 +563,7 @@ mod tests {
                 .read(&store, &clock, KEY, Some(10_000), position, end)
                 .await
                 .unwrap();
-            assert_eq!(&got[..], &body[position as usize..end as usize]);
+            assert_eq!(&got.bytes()[..], &body[position as usize..end as usize]);
             position = end;
         }
         let s = ra.snapshot();
@@ -458,7 +587,7 @@ mod tests {
             .read(&store, &clock, KEY, Some(5_000), 900, 3_100)
             .await
             .unwrap();
-        assert_eq!(&got[..], &body[900..3_100]);
+        assert_eq!(&got.bytes()[..], &body[900..3_100]);
         assert_eq!(ra.snapshot().misses, 1);
         // The windows it spanned (0..4000) are kept: a read inside them needs no request.
         settle(&ra, |s| s.prefetches == 1).await;
@@ -467,7 +596,7 @@ mod tests {
             .read(&store, &clock, KEY, Some(5_000), 0, 4_000)
             .await
             .unwrap();
-        assert_eq!(&got[..], &body[..4_000]);
+        assert_eq!(&got.bytes()[..], &body[..4_000]);
         assert_eq!(ra.snapshot().hits, 1);
         assert_eq!(ra.snapshot().bytes_read, before);
     }
@@ -482,7 +611,10 @@ mod tests {
                 .read(&store, &clock, KEY, Some(20_000), start, start + 1_000)
                 .await
                 .unwrap();
-            assert_eq!(&got[..], &body[start as usize..start as usize + 1_000]);
+            assert_eq!(
+                &got.bytes()[..],
+                &body[start as usize..start as usize + 1_000]
+            );
             assert!(ra.snapshot().kept_bytes <= 3_000, "{:?}", ra.snapshot());
         }
     }
@@ -496,10 +628,10 @@ mod tests {
             .read(&store, &clock, KEY, Some(5_000), 10, 20)
             .await
             .unwrap();
-        assert_eq!(&got[..], &body[10..20]);
+        assert_eq!(&got.bytes()[..], &body[10..20]);
         let on = read_ahead(1_000, 100_000, u64::MAX);
         let got = on.read(&store, &clock, KEY, None, 10, 20).await.unwrap();
-        assert_eq!(&got[..], &body[10..20]);
+        assert_eq!(&got.bytes()[..], &body[10..20]);
         for ra in [off, on] {
             let s = ra.snapshot();
             assert_eq!(
@@ -531,6 +663,69 @@ mod tests {
         second.await.unwrap().unwrap();
         assert_eq!(ra.snapshot().bytes_read, 1_000);
         assert_eq!(ra.snapshot().throttled_micros, 500_000);
+    }
+
+    /// Four readers replaying four segments side by side, `fetch` bytes per fetch, each read
+    /// followed by its read-ahead settling; returns the counters.
+    async fn four_readers_side_by_side(memory: usize, fetch: u32) -> ReadAheadSnapshot {
+        const LEN: u32 = 8_000;
+        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let body: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
+        let keys: Vec<String> = (0..4).map(|r| format!("log/t/{r}/seg/0-1")).collect();
+        for key in &keys {
+            store
+                .put(
+                    &ObjectKey::new(key).unwrap(),
+                    Bytes::from(body.clone()),
+                    PutMode::Create,
+                )
+                .await
+                .unwrap();
+        }
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+        let ra = read_ahead(1_000, memory, u64::MAX);
+        let mut position = 0u32;
+        while position < LEN {
+            let end = (position + fetch).min(LEN);
+            for key in &keys {
+                let got = ra
+                    .read(&store, &clock, key, Some(u64::from(LEN)), position, end)
+                    .await
+                    .unwrap();
+                assert_eq!(&got.bytes()[..], &body[position as usize..end as usize]);
+                for _ in 0..10_000 {
+                    if lock_mutex(&ra.windows).fetching.is_empty() {
+                        break;
+                    }
+                    tokio::task::yield_now().await;
+                }
+                assert!(ra.snapshot().kept_bytes <= memory as u64);
+            }
+            position = end;
+        }
+        ra.snapshot()
+    }
+
+    #[tokio::test]
+    async fn readers_side_by_side_with_two_windows_each_read_every_byte_once() {
+        // Room for a window and its read-ahead per reader. Dropping the oldest window first
+        // dropped a window its reader was still in whenever another reader's read-ahead
+        // arrived; passed windows go first now.
+        let s = four_readers_side_by_side(8_000, 250).await;
+        assert_eq!(s.bytes_read, 4 * 8_000, "{s:?}");
+        assert_eq!(s.dropped_unpassed, 0, "{s:?}");
+        assert_eq!(s.misses, 4, "only each reader's first fetch waited: {s:?}");
+    }
+
+    #[tokio::test]
+    async fn with_room_for_one_window_per_reader_read_ahead_stops_instead_of_thrashing() {
+        // Room for one window per reader: read-ahead would have to drop a window another
+        // reader is in. It is skipped, so each window is read once by its reader (the two
+        // read-aheads started before memory filled are dropped unused, read once more).
+        let s = four_readers_side_by_side(4_000, 250).await;
+        assert!(s.bytes_read <= 4 * 8_000 + 2 * 1_000, "{s:?}");
+        assert!(s.skipped > 0, "{s:?}");
+        assert_eq!(s.misses, 4 * 8, "one request per window: {s:?}");
     }
 
     #[test]

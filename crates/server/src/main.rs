@@ -150,8 +150,8 @@ enum Command {
     ///   max_uncompacted_batches: the same bound in batches, 64 bytes of memory each
     ///     [default: 1000000];
     ///   read_ahead_bytes: consumers behind the tail read segments in aligned windows of
-    ///     this size, kept for other fetches and read one ahead; windows need
-    ///     read_ahead_memory_bytes for two per replaying partition [default: 0: off];
+    ///     this size, kept for other fetches and read one ahead into free window
+    ///     memory [default: 0: off];
     ///   read_ahead_memory_bytes: memory for those windows, broker-wide [default: 64MiB];
     ///   catchup_max_concurrent_reads: their segment reads at once [default: 8];
     ///   catchup_io_max_bytes_per_second: segment bytes they read a second, broker-wide;

@@ -1018,6 +1018,16 @@ fn render_read_ahead(out: &mut Exposition, r: &strata_log::ReadAheadSnapshot) {
             "Segment bytes read from storage for consumers behind the tail (theirs and read-ahead).",
             r.bytes_read,
         ),
+        (
+            "strata_log_read_ahead_skipped_total",
+            "Read-aheads not started because log.read_ahead_memory_bytes was held by windows readers have yet to reach.",
+            r.skipped,
+        ),
+        (
+            "strata_log_read_ahead_dropped_unpassed_total",
+            "Read-ahead windows dropped for room before a reader had passed them; growth means the memory is too small for the replays.",
+            r.dropped_unpassed,
+        ),
     ] {
         out.family(name, "counter", help);
         out.sample(name, &[], value);

@@ -458,11 +458,10 @@ pub struct LogSettings {
     /// …and this many batches (64 bytes of memory each).
     pub max_uncompacted_batches: usize,
     /// Consumers behind the tail read segments in aligned windows of this size, kept for
-    /// other fetches and read one ahead; unset or 0 reads exactly what each fetch needs (the
-    /// default: with more readers than `read_ahead_memory_bytes` holds two windows each,
-    /// windows are dropped before use and reads multiply; docs/BENCHMARKS.md).
+    /// other fetches and read one ahead (only into memory no reader still needs); unset or 0
+    /// reads exactly what each fetch needs (the default; docs/BENCHMARKS.md).
     pub read_ahead_bytes: Option<ByteSize>,
-    /// Memory for those windows, broker-wide (oldest dropped first).
+    /// Memory for those windows, broker-wide (windows their readers passed are dropped first).
     pub read_ahead_memory_bytes: ByteSize,
     /// Segment reads of consumers behind the tail in flight at once, broker-wide.
     pub catchup_max_concurrent_reads: usize,
