@@ -297,18 +297,36 @@ async fn read_indexed_once(
     let span = shared.config.index_chunk_span;
     let mut k = index::chunk_of(offset, span);
     let checkpoint = part.lock().checkpoint();
-    // The batch holding `offset` may have started in the previous chunk.
-    if k > 0 {
+    let last_chunk = index::chunk_of(checkpoint.max(1) - 1, span);
+    // The batch holding `offset` may have started in the previous chunk, but only if no batch
+    // of this chunk starts at or before it (batches never overlap). Checking that first keeps
+    // a cold lookup to one chunk read; the previous chunk is read only for offsets before the
+    // first batch that starts in this one (about one in span / batch size).
+    let mut next = if k <= last_chunk {
+        Some(load_chunk(shared, part, k).await?)
+    } else {
+        None
+    };
+    let covered = next
+        .as_ref()
+        .and_then(|c| c.entries.first())
+        .is_some_and(|e| e.base_offset <= offset);
+    if k > 0 && !covered {
         let prev = load_chunk(shared, part, k - 1).await?;
-        if let Some(last) = prev.entries.last() {
-            if last.last_offset() >= offset {
-                k -= 1;
-            }
+        if prev
+            .entries
+            .last()
+            .is_some_and(|l| l.last_offset() >= offset)
+        {
+            k -= 1;
+            next = Some(prev);
         }
     }
-    let last_chunk = index::chunk_of(checkpoint.max(1) - 1, span);
     while k <= last_chunk {
-        let chunk = load_chunk(shared, part, k).await?;
+        let chunk = match next.take() {
+            Some(chunk) => chunk,
+            None => load_chunk(shared, part, k).await?,
+        };
         // Entries at or past the checkpoint are not the manifest's: a compaction whose
         // manifest update never landed, or a deposed owner, wrote them. Never read those.
         let found = index::find_at_or_after(&chunk.entries, offset)
