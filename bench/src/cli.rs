@@ -103,6 +103,28 @@ pub enum BenchCommand {
     /// Broker CPU per Fetch of many partitions: sessionless full fetches against incremental
     /// fetch-session fetches (KIP-227), with no new data and with a little.
     FetchSessions(FetchSessionsArgs),
+    /// One connection reading one partition with Fetch requests that honour the size limits,
+    /// doing nothing with the records: how fast the broker answers one fetcher.
+    FetchRate(FetchRateArgs),
+}
+
+#[derive(Debug, Args, Serialize)]
+pub struct FetchRateArgs {
+    /// Records produced, then read back.
+    #[arg(long, default_value_t = 3_000_000)]
+    pub records: u64,
+    /// Payload bytes per record.
+    #[arg(long, default_value_t = 100)]
+    pub record_size: usize,
+    /// Records per produced batch.
+    #[arg(long, default_value_t = 9_000)]
+    pub records_per_batch: usize,
+    /// The Fetch's `partition_max_bytes` (librdkafka's `max.partition.fetch.bytes`).
+    #[arg(long, default_value_t = 1 << 20)]
+    pub partition_max_bytes: usize,
+    /// The Fetch's `max_bytes` (librdkafka's `fetch.max.bytes`).
+    #[arg(long, default_value_t = 52_428_800)]
+    pub max_bytes: usize,
 }
 
 #[derive(Debug, Args, Serialize)]
@@ -319,6 +341,23 @@ pub struct DiskArgs {
     /// Writers at once (the broker keeps up to `max_inflight_flushes`, default 4, in flight).
     #[arg(long, default_value_t = 1)]
     pub parallel: u64,
+
+    /// How each write is made durable.
+    #[arg(long, value_enum, default_value_t = DiskMode::Publish)]
+    pub mode: DiskMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DiskMode {
+    /// As the local-directory backend publishes an object: temp file, fsync, link, unlink the
+    /// temp name, fsync the directory (two fsyncs).
+    Publish,
+    /// The same without the directory fsync: what the second fsync costs (not crash-safe).
+    PublishNoDirSync,
+    /// Overwrite a slot of one preallocated, already-written file and `fdatasync` it: one
+    /// flush, no metadata — the cheapest durable write a journal file could make.
+    Overwrite,
 }
 
 #[derive(Debug, Args, Serialize)]
@@ -326,6 +365,9 @@ pub struct LookupArgs {
     /// Partition sizes, each in a fresh log (e.g. `10MB,1GB`; KB, MB, GB are powers of 1000).
     #[arg(long, value_delimiter = ',', value_parser = parse_bytes, default_value = "10MB,1GB")]
     pub partition_bytes: Vec<u64>,
+    /// Partition sizes in records instead (e.g. `10000,1000000,100000000`).
+    #[arg(long, value_delimiter = ',')]
+    pub records: Vec<u64>,
     /// Reads to time per size.
     #[arg(long, default_value_t = 2000)]
     pub reads: usize,
@@ -339,6 +381,11 @@ pub struct LookupArgs {
     /// Where the logs are written (a subdirectory per size, removed afterwards).
     #[arg(long, default_value = "/tmp")]
     pub dir: PathBuf,
+    /// Any storage URL instead of `--dir` (e.g. `rados://POOL?conf=...&user=admin`, with the
+    /// `rados` feature): each size gets a fresh path segment under it (a RADOS namespace, an
+    /// S3 prefix), emptied afterwards.
+    #[arg(long)]
+    pub storage: Option<String>,
 }
 
 fn parse_key_value(text: &str) -> Result<(String, String), String> {

@@ -6,13 +6,14 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use hdrhistogram::Histogram;
 
-use crate::cli::DiskArgs;
+use crate::cli::{DiskArgs, DiskMode};
 use crate::clock;
 use crate::report::{new_histogram, LatencySummary, Phase};
 use crate::system::CpuMeter;
@@ -45,7 +46,7 @@ pub fn run(args: &DiskArgs) -> Result<Outcome> {
                 let dir = &dir;
                 let first = worker * per_thread;
                 let count = per_thread.min(args.writes.saturating_sub(first));
-                scope.spawn(move || write_many(dir, first, count, args.size))
+                scope.spawn(move || write_many(dir, worker, first, count, args))
             })
             .collect();
         workers
@@ -68,9 +69,21 @@ pub fn run(args: &DiskArgs) -> Result<Outcome> {
     let mut phase = Phase::new("durable write", args.writes, args.size, elapsed, cpu);
     phase.latency = LatencySummary::from_histogram(&latency);
     phase.notes.push(
-        "latency = temp file write + fsync + link + unlink temp + directory fsync, as the \
-         local-directory backend publishes a write-ahead object"
-            .to_string(),
+        match args.mode {
+            DiskMode::Publish => {
+                "latency = temp file write + fsync + link + unlink temp + directory fsync, as \
+                 the local-directory backend publishes a write-ahead object"
+            }
+            DiskMode::PublishNoDirSync => {
+                "latency = temp file write + fsync + link + unlink temp, no directory fsync \
+                 (not crash-safe: what the second fsync costs)"
+            }
+            DiskMode::Overwrite => {
+                "latency = pwrite into a preallocated, already-written file + fdatasync (one \
+                 flush, no metadata)"
+            }
+        }
+        .to_string(),
     );
     Ok(Outcome {
         topic: None,
@@ -79,18 +92,62 @@ pub fn run(args: &DiskArgs) -> Result<Outcome> {
     })
 }
 
-fn write_many(dir: &Path, first: u64, count: u64, size: usize) -> Result<Histogram<u64>> {
+/// Slots of the preallocated file in `overwrite` mode (written round-robin).
+const SLOTS: u64 = 64;
+
+fn write_many(
+    dir: &Path,
+    worker: u64,
+    first: u64,
+    count: u64,
+    args: &DiskArgs,
+) -> Result<Histogram<u64>> {
     let mut latency = new_histogram()?;
-    let data = vec![0x5a_u8; size];
+    let data = vec![0x5a_u8; args.size];
+    let ring = match args.mode {
+        DiskMode::Overwrite => Some(preallocated(dir, worker, &data)?),
+        DiskMode::Publish | DiskMode::PublishNoDirSync => None,
+    };
     for n in first..first + count {
         let start = clock::now();
-        durable_create(dir, &format!("{n:020}"), &data)?;
+        match &ring {
+            Some(file) => {
+                file.write_all_at(&data, (n % SLOTS) * data.len() as u64)
+                    .and_then(|()| file.sync_data())
+                    .context("overwrite and fdatasync")?;
+            }
+            None => durable_create(
+                dir,
+                &format!("{n:020}"),
+                &data,
+                args.mode == DiskMode::Publish,
+            )?,
+        }
         latency.saturating_record(micros(clock::now().saturating_duration_since(start)));
     }
     Ok(latency)
 }
 
-fn durable_create(dir: &Path, name: &str, data: &[u8]) -> Result<()> {
+/// A file of `SLOTS` writes, every block written and flushed once, so that overwriting a slot
+/// allocates nothing and `fdatasync` has no metadata to write.
+fn preallocated(dir: &Path, worker: u64, data: &[u8]) -> Result<File> {
+    let path = dir.join(format!("ring-{worker}"));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .with_context(|| format!("create {}", path.display()))?;
+    for slot in 0..SLOTS {
+        file.write_all_at(data, slot * data.len() as u64)
+            .with_context(|| format!("fill {}", path.display()))?;
+    }
+    file.sync_all()
+        .with_context(|| format!("fsync {}", path.display()))?;
+    Ok(file)
+}
+
+fn durable_create(dir: &Path, name: &str, data: &[u8], sync_dir: bool) -> Result<()> {
     let temp: PathBuf = dir.join(format!("{name}.tmp"));
     let object = dir.join(name);
     let mut file = OpenOptions::new()
@@ -104,6 +161,9 @@ fn durable_create(dir: &Path, name: &str, data: &[u8]) -> Result<()> {
     drop(file);
     fs::hard_link(&temp, &object).with_context(|| format!("link {}", object.display()))?;
     fs::remove_file(&temp).with_context(|| format!("remove {}", temp.display()))?;
+    if !sync_dir {
+        return Ok(());
+    }
     File::open(dir)
         .and_then(|d| d.sync_all())
         .with_context(|| format!("fsync {}", dir.display()))

@@ -220,13 +220,13 @@ fn request(
     request
 }
 
-struct Connection {
+pub(crate) struct Connection {
     stream: TcpStream,
     correlation: i32,
 }
 
 impl Connection {
-    fn open(address: &str) -> Result<Self> {
+    pub(crate) fn open(address: &str) -> Result<Self> {
         let stream = TcpStream::connect(address).with_context(|| format!("connect {address}"))?;
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(Duration::from_secs(30)))?;
@@ -277,7 +277,10 @@ impl Connection {
         Ok((decoded, frame.len(), size + 4))
     }
 
-    fn fetch(&mut self, request: &FetchRequest) -> Result<(FetchResponse, usize, usize)> {
+    pub(crate) fn fetch(
+        &mut self,
+        request: &FetchRequest,
+    ) -> Result<(FetchResponse, usize, usize)> {
         self.call(ApiKey::Fetch, FETCH_VERSION, request)
     }
 
@@ -289,6 +292,17 @@ impl Connection {
             value: Some(Bytes::from_static(b"fetch-sessions")),
         };
         let batch = build_batch(std::slice::from_ref(&record), now_ms);
+        self.produce_batch(topic, partitions, batch, 1)
+    }
+
+    /// Appends `batch` to each of `partitions` in one Produce with `acks`.
+    pub(crate) fn produce_batch(
+        &mut self,
+        topic: &str,
+        partitions: &[usize],
+        batch: Bytes,
+        acks: i16,
+    ) -> Result<()> {
         let mut t = TopicProduceData::default();
         t.name = TopicName(StrBytes::from_string(topic.to_string()));
         t.partition_data = partitions
@@ -301,7 +315,7 @@ impl Connection {
             })
             .collect();
         let mut request = ProduceRequest::default();
-        request.acks = 1;
+        request.acks = acks;
         request.timeout_ms = 30_000;
         request.topic_data = vec![t];
         let (response, _, _): (ProduceResponse, _, _) =

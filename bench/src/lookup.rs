@@ -1,7 +1,8 @@
 //! `lookup`: a read at an arbitrary old offset costs the same whatever the partition's size.
 //!
-//! No broker and no client: this measures the partition log itself (`strata-log` on the
-//! local-directory backend), which is where the promise lives — fixed-size index entries in
+//! No broker and no client: this measures the partition log itself (`strata-log`, on the
+//! local-directory backend by default or on any storage URL with `--storage`, e.g. a RADOS
+//! pool when built with the `rados` feature), which is where the promise lives — fixed-size index entries in
 //! chunk objects that cover fixed offset ranges, so finding an offset is one computed chunk
 //! read plus one ranged segment read, never a scan or a search over the partition.
 //!
@@ -39,8 +40,17 @@ pub fn run(args: &LookupArgs) -> Result<()> {
         .context("build a tokio runtime")?;
     let load_before = system::load_average();
     let mut rows = Vec::new();
-    for &bytes in &args.partition_bytes {
-        rows.push(runtime.block_on(measure(args, bytes))?);
+    // `--records` names the sizes in records; otherwise `--partition-bytes` in bytes.
+    let sizes: Vec<Size> = if args.records.is_empty() {
+        args.partition_bytes
+            .iter()
+            .map(|&b| Size::Bytes(b))
+            .collect()
+    } else {
+        args.records.iter().map(|&r| Size::Records(r)).collect()
+    };
+    for size in sizes {
+        rows.push(runtime.block_on(measure(args, size))?);
     }
     println!(
         "lookup: {} reads per size at random offsets, log reopened every {} reads (cold log \
@@ -57,14 +67,62 @@ pub fn run(args: &LookupArgs) -> Result<()> {
     Ok(())
 }
 
-async fn measure(args: &LookupArgs, bytes: u64) -> Result<String> {
-    let dir = args
-        .dir
-        .join(format!("strata-lookup-{}-{bytes}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-    let url = format!("file://{}", dir.display());
-    let store: Arc<dyn ObjectStore> = StoreRegistry::with_builtins()
-        .open(&url)
+/// The storage for one size: a fresh directory under `--dir`, or `--storage` with a fresh
+/// path segment appended (a subdirectory, a RADOS namespace, an S3 prefix).
+fn storage_for(args: &LookupArgs, bytes: u64) -> Result<(String, Option<std::path::PathBuf>)> {
+    let name = format!("strata-lookup-{}-{bytes}", std::process::id());
+    match &args.storage {
+        None => {
+            let dir = args.dir.join(&name);
+            std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+            Ok((format!("file://{}", dir.display()), Some(dir)))
+        }
+        Some(url) => {
+            let (base, query) = match url.split_once('?') {
+                Some((base, query)) => (base, format!("?{query}")),
+                None => (url.as_str(), String::new()),
+            };
+            Ok((
+                format!("{}/{name}{query}", base.trim_end_matches('/')),
+                None,
+            ))
+        }
+    }
+}
+
+fn registry() -> StoreRegistry {
+    #[allow(unused_mut)]
+    let mut registry = StoreRegistry::with_builtins();
+    #[cfg(feature = "rados")]
+    registry.register("rados", strata_storage_rados::open);
+    registry
+}
+
+/// Deletes every object of a store opened for one size (a namespace or prefix of its own).
+async fn delete_all(store: &Arc<dyn ObjectStore>) -> Result<()> {
+    for meta in store.list("").await.context("list for cleanup")? {
+        store
+            .delete(&meta.key)
+            .await
+            .context("delete for cleanup")?;
+    }
+    Ok(())
+}
+
+/// A partition's size, in stored bytes or in records.
+#[derive(Debug, Clone, Copy)]
+enum Size {
+    Bytes(u64),
+    Records(u64),
+}
+
+async fn measure(args: &LookupArgs, size: Size) -> Result<String> {
+    let (Size::Bytes(bytes) | Size::Records(bytes)) = size;
+    let (url, dir) = storage_for(args, bytes)?;
+    let opened = url.clone();
+    let store: Arc<dyn ObjectStore> = tokio::task::spawn_blocking(move || registry().open(&opened))
+        .await
+        .context("open the store")?
         .with_context(|| format!("open {url}"))?;
     let tp = TopicPartition::new("lookup", 0);
 
@@ -82,7 +140,10 @@ async fn measure(args: &LookupArgs, bytes: u64) -> Result<String> {
     // Stamped now: records from 1970 would be expired by time-based retention mid-fill.
     let now_ms = (clock::unix_seconds() * 1000.0) as i64;
     let batch = build_batch(&records, now_ms);
-    let batches = bytes.div_ceil(batch.len() as u64);
+    let batches = match size {
+        Size::Bytes(bytes) => bytes.div_ceil(batch.len() as u64),
+        Size::Records(records) => records.div_ceil(args.records_per_batch.max(1) as u64),
+    };
     let acks = Acks::Durable {
         timeout: Duration::from_secs(60),
     };
@@ -126,11 +187,16 @@ async fn measure(args: &LookupArgs, bytes: u64) -> Result<String> {
         }
         log.shutdown().await?;
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    match dir {
+        Some(dir) => {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        None => delete_all(&store).await?,
+    }
     Ok(format!(
         "{} MB ({high} records, filled in {:.1} s): read at a random offset p50 {:.3} ms, \
          p99 {:.3} ms, max {:.3} ms",
-        bytes / 1_000_000,
+        batches * batch.len() as u64 / 1_000_000,
         fill.as_secs_f64(),
         histogram.value_at_quantile(0.5) as f64 / 1e3,
         histogram.value_at_quantile(0.99) as f64 / 1e3,

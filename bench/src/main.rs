@@ -31,6 +31,7 @@ mod clients;
 mod clock;
 mod disk;
 mod e2e;
+mod fetch_rate;
 mod fetch_sessions;
 mod lookup;
 mod migration;
@@ -103,6 +104,9 @@ fn main() -> Result<()> {
     if let BenchCommand::FetchSessions(args) = &cli.command {
         return fetch_sessions::run(&bootstrap, target, broker_pid, args);
     }
+    if let BenchCommand::FetchRate(args) = &cli.command {
+        return fetch_rate::run(&bootstrap, target, broker_pid, args);
+    }
 
     let (benchmark, outcome) = match &cli.command {
         BenchCommand::Throughput(args) => (
@@ -111,7 +115,10 @@ fn main() -> Result<()> {
         ),
         BenchCommand::E2e(args) => ("e2e", e2e::run(&bootstrap, target, broker_pid, args)?),
         BenchCommand::Disk(args) => ("disk", disk::run(args)?),
-        BenchCommand::Migration(_) | BenchCommand::Lookup(_) | BenchCommand::FetchSessions(_) => {
+        BenchCommand::Migration(_)
+        | BenchCommand::Lookup(_)
+        | BenchCommand::FetchSessions(_)
+        | BenchCommand::FetchRate(_) => {
             unreachable!("handled above")
         }
     };
