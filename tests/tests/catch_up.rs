@@ -7,6 +7,9 @@
 //! tests in `crates/log/src/read_ahead.rs`; this test checks the whole path with real storage
 //! (the directory here, S3 and RADOS in CI's later phases).
 
+// Tests: a failed unwrap is a failed test, with the value in the message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeMap;
 
 use strata_tests::clients::{consume_exactly, create_topic, produce_all, producer, Acked};
