@@ -336,62 +336,27 @@ async fn compacted_data_is_read_through_the_index_after_restart() {
     assert_eq!(base_offsets(&log, &tp("t", 0), 84).await, vec![84, 87, 90]);
 }
 
-/// A store that counts whole-object reads of index chunks.
-#[derive(Debug)]
-struct ChunkGets {
-    inner: Arc<dyn ObjectStore>,
-    gets: std::sync::atomic::AtomicU64,
-}
-
-#[async_trait::async_trait]
-impl ObjectStore for ChunkGets {
-    async fn put(
-        &self,
-        key: &strata_storage::ObjectKey,
-        data: Bytes,
-        mode: strata_storage::PutMode,
-    ) -> strata_storage::StorageResult<strata_storage::Version> {
-        self.inner.put(key, data, mode).await
-    }
-    async fn get(
-        &self,
-        key: &strata_storage::ObjectKey,
-    ) -> strata_storage::StorageResult<(Bytes, strata_storage::Version)> {
-        if key.as_str().contains("/index/") {
-            self.gets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        self.inner.get(key).await
-    }
-    async fn get_range(
-        &self,
-        key: &strata_storage::ObjectKey,
-        range: std::ops::Range<u64>,
-    ) -> strata_storage::StorageResult<Bytes> {
-        self.inner.get_range(key, range).await
-    }
-    async fn list(
-        &self,
-        prefix: &str,
-    ) -> strata_storage::StorageResult<Vec<strata_storage::ObjectMeta>> {
-        self.inner.list(prefix).await
-    }
-    async fn delete(&self, key: &strata_storage::ObjectKey) -> strata_storage::StorageResult<()> {
-        self.inner.delete(key).await
-    }
-    fn backend_name(&self) -> &'static str {
-        "memory"
-    }
-}
-
 /// A cold read by offset costs one index chunk read, whatever the offset: the previous chunk
 /// is read only when the offset lies in a batch that started there.
 #[tokio::test]
 async fn a_cold_lookup_reads_one_index_chunk_unless_its_batch_started_in_the_previous_one() {
-    let counting = Arc::new(ChunkGets {
-        inner: Arc::new(MemoryStore::new()),
-        gets: std::sync::atomic::AtomicU64::new(0),
+    // The storage metrics layer counts requests by key area; index chunks are one area.
+    let metrics = Arc::new(strata_storage::StorageMetrics::new());
+    metrics.set_key_areas(|key| {
+        if key.contains("/index/") {
+            "index"
+        } else {
+            "other"
+        }
     });
-    let store: Arc<dyn ObjectStore> = counting.clone();
+    let clock = SystemClock::shared();
+    let store: Arc<dyn ObjectStore> = Arc::new(strata_storage::MetricsStore::with_shared(
+        Arc::new(MemoryStore::new()),
+        Arc::clone(&metrics),
+        Arc::new(strata_storage::StorageHealth::new(Arc::clone(&clock))),
+        clock,
+    ));
+    let index_requests = || metrics.snapshot().area_requests("index");
     let log = open(&store, config()).await;
     log.create_topic("t", Some(1), BTreeMap::new(), false)
         .await
@@ -413,12 +378,12 @@ async fn a_cold_lookup_reads_one_index_chunk_unless_its_batch_started_in_the_pre
         (0, 0, 1),
     ] {
         let log = open(&store, config()).await;
-        let before = counting.gets.load(std::sync::atomic::Ordering::Relaxed);
+        let before = index_requests();
         let out = log
             .read(&tp("t", 0), Offset(offset), 1, true)
             .await
             .unwrap();
-        let after = counting.gets.load(std::sync::atomic::Ordering::Relaxed);
+        let after = index_requests();
         assert_eq!(
             i64::from_be_bytes(out.batches[0][..8].try_into().unwrap()),
             base,
