@@ -17,6 +17,12 @@ pub struct LogConfig {
     pub flush_bytes: usize,
     /// …or when the oldest queued batch has waited this long.
     pub flush_interval: Duration,
+    /// …or at once when no group-commit write is in flight and no produce request is still
+    /// queueing its batches ([`crate::LogManager::hold_writes`]). Waiting for more data only
+    /// pays while a write is busy; an idle writer that waits `flush_interval` adds it to every
+    /// append's latency for nothing. Off on S3, where a write costs a billed request and
+    /// fewer, larger objects are the point of the interval.
+    pub flush_when_idle: bool,
     /// How many group-commit writes may be in flight at once. Offsets stay dense because a
     /// write's partitions are only published once every earlier write has landed.
     pub max_inflight_flushes: usize,
@@ -102,6 +108,7 @@ impl Default for LogConfig {
         Self {
             flush_bytes: 1 << 20,
             flush_interval: Duration::from_millis(1),
+            flush_when_idle: true,
             max_inflight_flushes: 4,
             max_pending_bytes: 256 << 20,
             segment_bytes: 16 << 20,

@@ -52,3 +52,4 @@ pub use shared::Ownership;
 pub use tiering::TieringSnapshot;
 pub use topics::NewTopic;
 pub use txn::{Isolation, TxnSnapshot};
+pub use writer::WriteHold;

@@ -152,6 +152,7 @@ impl LogManager {
             stream,
             flush_bytes: shared.config.flush_bytes,
             flush_interval: shared.config.flush_interval,
+            flush_when_idle: shared.config.flush_when_idle,
             max_inflight: shared.config.max_inflight_flushes,
             on_durable: Arc::new(move |seq, object, items| {
                 publish(&publish_shared, seq, object, items)
@@ -255,6 +256,14 @@ impl LogManager {
     /// Bytes currently held by the tail cache.
     pub fn cache_used(&self) -> usize {
         self.shared.cache.used()
+    }
+
+    /// Keeps the group-commit writer, if idle, from starting a write until the guard is
+    /// dropped: a produce request takes one while it queues its partitions' batches, so that
+    /// they leave in one write instead of the first alone and the rest after it. Only the
+    /// start-when-idle rule waits for it; the interval and size triggers do not.
+    pub fn hold_writes(&self) -> crate::writer::WriteHold {
+        self.shared.queue.hold()
     }
 
     /// This incarnation's write-ahead stream id.

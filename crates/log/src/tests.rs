@@ -1312,3 +1312,83 @@ async fn partition_size_and_producer_state_survive_compaction_and_restart() {
         Err(LogError::UnknownTopicOrPartition)
     ));
 }
+
+/// Write-ahead objects in `store` (group commits; no seal is written in these tests).
+async fn wal_objects(store: &Arc<dyn ObjectStore>) -> usize {
+    store.list("wal/").await.unwrap().len()
+}
+
+/// A log with topic `t` of two partitions, and how many write-ahead objects it starts with.
+async fn log_of_two_partitions(cfg: LogConfig) -> (Arc<dyn ObjectStore>, Arc<LogManager>, usize) {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let log = open(&store, cfg).await;
+    log.create_topic("t", Some(2), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    let before = wal_objects(&store).await;
+    (store, log, before)
+}
+
+/// An idle writer writes an append at once instead of waiting for the interval, but not while
+/// a produce request holds it: the request's partitions then leave together in one write.
+#[tokio::test(start_paused = true)]
+async fn an_idle_writer_writes_at_once_but_waits_for_a_request_that_holds_it() {
+    let interval = Duration::from_secs(60);
+    let cfg = LogConfig {
+        flush_interval: interval,
+        ..config()
+    };
+    assert!(cfg.flush_when_idle, "the default");
+    let (store, log, before) = log_of_two_partitions(cfg).await;
+    let start = tokio::time::Instant::now();
+    log.append(&tp("t", 0), batch(&["a"], 0, None), DURABLE)
+        .await
+        .unwrap();
+    assert!(start.elapsed() < interval, "waited for the interval");
+    assert_eq!(wal_objects(&store).await, before + 1);
+
+    let hold = log.hold_writes();
+    let first = log
+        .enqueue(&tp("t", 0), batch(&["b"], 0, None), DURABLE)
+        .await
+        .unwrap();
+    let second = log
+        .enqueue(&tp("t", 1), batch(&["c"], 0, None), DURABLE)
+        .await
+        .unwrap();
+    // Virtual time: the sleep ends only once every task, the writer's too, is waiting.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(wal_objects(&store).await, before + 1, "written while held");
+    drop(hold);
+    first.wait().await.unwrap();
+    second.wait().await.unwrap();
+    assert_eq!(wal_objects(&store).await, before + 2, "not one write");
+    assert!(start.elapsed() < interval, "waited for the interval");
+}
+
+/// With `flush_when_idle` off (the S3 default) a lone append waits for the interval, so that
+/// appends arriving meanwhile share its write.
+#[tokio::test(start_paused = true)]
+async fn without_flush_when_idle_a_lone_append_waits_for_the_interval() {
+    let interval = Duration::from_millis(100);
+    let cfg = LogConfig {
+        flush_interval: interval,
+        flush_when_idle: false,
+        ..config()
+    };
+    let (store, log, before) = log_of_two_partitions(cfg).await;
+    let start = tokio::time::Instant::now();
+    let first = log
+        .enqueue(&tp("t", 0), batch(&["a"], 0, None), DURABLE)
+        .await
+        .unwrap();
+    tokio::time::sleep(interval / 2).await;
+    let second = log
+        .enqueue(&tp("t", 1), batch(&["b"], 0, None), DURABLE)
+        .await
+        .unwrap();
+    first.wait().await.unwrap();
+    second.wait().await.unwrap();
+    assert!(start.elapsed() >= interval, "written before the interval");
+    assert_eq!(wal_objects(&store).await, before + 1, "not one write");
+}

@@ -56,6 +56,9 @@ struct QueueInner {
     stalled_groups: usize,
     /// The last error of a stalled write, answered to appends while `stalled_groups > 0`.
     stall: Option<Stall>,
+    /// Produce requests still queueing their batches ([`WriteHold`]): an idle writer waits
+    /// for them so that one request's partitions go in one write.
+    holds: usize,
 }
 
 /// Why the writer is stalled, kept as text: a [`StorageError`] is not `Clone`.
@@ -164,6 +167,15 @@ impl WriterQueue {
         self.notify.notify_one();
     }
 
+    /// Holds back the start of a write on an idle writer until the returned guard is dropped
+    /// (the interval and size triggers still fire).
+    pub fn hold(self: &Arc<Self>) -> WriteHold {
+        self.lock().holds += 1;
+        WriteHold {
+            queue: Arc::clone(self),
+        }
+    }
+
     pub fn close(&self) {
         self.lock().closed = true;
         self.notify.notify_one();
@@ -178,13 +190,15 @@ impl WriterQueue {
     }
 
     /// Waits for the next group: returns when `flush_bytes` are queued, or the oldest item has
-    /// waited `interval`, or the queue is closed. None when closed and empty. A group holds at
-    /// most `flush_bytes` (or one batch, if larger): a backlog that built up while every write
-    /// slot was busy leaves in several groups, so no single write needs more space than usual.
+    /// waited `interval`, or at once when `idle` (no write in flight) and nobody holds the
+    /// queue, or when the queue is closed. None when closed and empty. A group holds at most
+    /// `flush_bytes` (or one batch, if larger): a backlog that built up while every write slot
+    /// was busy leaves in several groups, so no single write needs more space than usual.
     async fn next_group(
         &self,
         flush_bytes: usize,
         interval: Duration,
+        idle: bool,
         clock: &dyn strata_core::Clock,
     ) -> Option<Vec<PendingAppend>> {
         loop {
@@ -201,7 +215,7 @@ impl WriterQueue {
                 } else {
                     let now = clock.monotonic();
                     let due = q.first_at.map_or(now, |t| t + interval);
-                    if q.bytes >= flush_bytes || now >= due || q.closed {
+                    if q.bytes >= flush_bytes || now >= due || q.closed || (idle && q.holds == 0) {
                         return Some(take_group(&mut q, flush_bytes));
                     }
                     Some(due - now)
@@ -214,6 +228,27 @@ impl WriterQueue {
                     let _ = strata_core::timeout(clock, d, notified).await;
                 }
             }
+        }
+    }
+}
+
+/// Keeps an idle writer from starting a write while a produce request queues its partitions'
+/// batches one after another; see [`WriterQueue::hold`].
+#[derive(Debug)]
+pub struct WriteHold {
+    queue: Arc<WriterQueue>,
+}
+
+impl Drop for WriteHold {
+    fn drop(&mut self) {
+        let mut q = self.queue.lock();
+        q.holds = q.holds.saturating_sub(1);
+        // Only the last hold going, with batches waiting, can let an idle writer start; any
+        // other wake-up (every produce on S3, where the rule is off) would be for nothing.
+        let wake = q.holds == 0 && !q.items.is_empty();
+        drop(q);
+        if wake {
+            self.queue.notify.notify_one();
         }
     }
 }
@@ -252,6 +287,8 @@ pub struct WriterContext {
     pub stream: u32,
     pub flush_bytes: usize,
     pub flush_interval: Duration,
+    /// Start a write at once when none is in flight (see `LogConfig::flush_when_idle`).
+    pub flush_when_idle: bool,
     pub max_inflight: usize,
     /// Called for each durable group with its sequence and entries (positions filled in).
     pub on_durable: Arc<OnDurable>,
@@ -276,6 +313,7 @@ pub async fn run(ctx: WriterContext) {
     let mut draining = false;
     loop {
         let can_start = !draining && inflight.len() < ctx.max_inflight.max(1);
+        let idle = ctx.flush_when_idle && inflight.is_empty();
         tokio::select! {
             biased;
             Some((seq_done, object, items, entries, result)) = inflight.next(), if !inflight.is_empty() => {
@@ -299,7 +337,7 @@ pub async fn run(ctx: WriterContext) {
                     }
                 }
             }
-            group = ctx.queue.next_group(ctx.flush_bytes, ctx.flush_interval, ctx.clock.as_ref()), if can_start => {
+            group = ctx.queue.next_group(ctx.flush_bytes, ctx.flush_interval, idle, ctx.clock.as_ref()), if can_start => {
                 match group {
                     Some(items) => {
                         seq += 1;

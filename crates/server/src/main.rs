@@ -119,6 +119,8 @@ enum Command {
     ///     [default: 1ms; 100ms on S3];
     ///   flush_bytes: ...or when this much is queued; also the most one write holds
     ///     [default: 1MiB; 8MiB on S3];
+    ///   flush_when_idle: ...or at once when no write is in flight [default: true; false on
+    ///     S3];
     ///   max_pending_bytes: produce data accepted but not yet durable, broker-wide; at the
     ///     limit producers wait [default: 256MiB];
     ///   segment_bytes: a partition's write-ahead tail is compacted into a segment at this

@@ -404,6 +404,9 @@ pub struct LogSettings {
     /// refused writes, leaves in writes of this size, so storage that recovers needs only this
     /// much free space for appends to resume.
     pub flush_bytes: Option<ByteSize>,
+    /// …or at once when no write is in flight: waiting only pays while a write is busy.
+    /// Default by backend: true; false for S3, where fewer, larger objects cost less.
+    pub flush_when_idle: Option<bool>,
     /// Produce data accepted but not yet durable, broker-wide; at the limit producers wait.
     pub max_pending_bytes: ByteSize,
     /// A partition's write-ahead tail is compacted into a segment at this size… Default by
@@ -591,6 +594,7 @@ impl Default for LogSettings {
         Self {
             flush_interval: None,
             flush_bytes: None,
+            flush_when_idle: None,
             max_pending_bytes: ByteSize(log.max_pending_bytes as u64),
             segment_bytes: None,
             segment_interval: None,
@@ -659,6 +663,7 @@ impl LogSettings {
                 self.flush_bytes.unwrap_or(ByteSize(profile.flush_bytes)),
             )?,
             flush_interval: self.flush_interval.unwrap_or(profile.flush_interval),
+            flush_when_idle: self.flush_when_idle.unwrap_or(profile.flush_when_idle),
             max_inflight_flushes: self.max_inflight_flushes,
             max_pending_bytes: size("max_pending_bytes", self.max_pending_bytes)?,
             segment_bytes,
@@ -708,6 +713,7 @@ impl LogSettings {
 pub struct BackendProfile {
     pub flush_interval: Duration,
     pub flush_bytes: u64,
+    pub flush_when_idle: bool,
     pub segment_bytes: u64,
     pub segment_interval: Duration,
     /// Cluster polling: full ownership rounds, and the move marker between them.
@@ -721,6 +727,7 @@ impl BackendProfile {
             "s3" => Self {
                 flush_interval: Duration::from_millis(100),
                 flush_bytes: 8 << 20,
+                flush_when_idle: false,
                 segment_bytes: 64 << 20,
                 segment_interval: Duration::from_secs(60),
                 // A round is one LIST and one GET (the placement-changes marker); at the local
@@ -736,6 +743,7 @@ impl BackendProfile {
                 Self {
                     flush_interval: log.flush_interval,
                     flush_bytes: log.flush_bytes as u64,
+                    flush_when_idle: log.flush_when_idle,
                     segment_bytes: log.segment_bytes as u64,
                     segment_interval: log.segment_interval,
                     ownership_interval: cluster.ownership_interval,
@@ -1265,6 +1273,11 @@ const ENV_OVERRIDES: &[(&str, &[&str], Kind)] = &[
         "STRATA_LOG_FLUSH_BYTES",
         &["log", "flush_bytes"],
         Kind::Text,
+    ),
+    (
+        "STRATA_LOG_FLUSH_WHEN_IDLE",
+        &["log", "flush_when_idle"],
+        Kind::Boolean,
     ),
     (
         "STRATA_LOG_MAX_PENDING_BYTES",
@@ -3036,6 +3049,7 @@ mod tests {
                 ("STRATA_CLUSTER_ID", "from-env"),
                 ("STRATA_STORAGE", "/tmp/b"),
                 ("STRATA_LOG_FLUSH_BYTES", "2MiB"),
+                ("STRATA_LOG_FLUSH_WHEN_IDLE", "false"),
                 ("HOME", "/root"),
             ]),
             &flags,
@@ -3047,6 +3061,7 @@ mod tests {
         assert_eq!(s.log.flush_interval, Some(Duration::from_millis(5)));
         assert_eq!(s.log.cache_bytes, ByteSize(1 << 30));
         assert_eq!(s.log.flush_bytes, Some(ByteSize(2 << 20)));
+        assert_eq!(s.log.flush_when_idle, Some(false));
     }
 
     #[test]
@@ -3094,6 +3109,7 @@ mod tests {
         let rados = BackendProfile::for_scheme("rados");
         let s3 = BackendProfile::for_scheme("s3");
         assert_eq!(config.flush_interval, rados.flush_interval);
+        assert!(config.flush_when_idle && !s3.flush_when_idle);
         assert_eq!(config.segment_bytes as u64, s3.segment_bytes);
         let (s, _) = load(
             None,

@@ -141,6 +141,9 @@ pub(crate) async fn handle(
     if let Some(t) = &turn {
         t.wait().await;
     }
+    // Every partition of the request in one group commit, even when the writer is idle and
+    // would otherwise write the first batch alone at once.
+    let hold = broker.log.hold_writes();
     // Kafka creates topics on Metadata, which producers send first; creating here too (when
     // enabled) serves clients that skip it. All of the request's topics at once.
     let names: Vec<String> = if v >= 13 {
@@ -195,6 +198,7 @@ pub(crate) async fn handle(
         };
         staged.push(produce_topic(broker, topic, info, acks, refusal.clone(), &verified, v).await);
     }
+    drop(hold);
     if let Some(t) = turn.as_mut() {
         t.pass();
     }
