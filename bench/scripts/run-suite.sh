@@ -60,5 +60,9 @@ done
 run "disk-256k" disk --dir "$DATA_PARENT" --size 262144
 run "disk-4k" disk --dir "$DATA_PARENT" --size 4096
 run "disk-256k-parallel4" disk --dir "$DATA_PARENT" --size 262144 --parallel 4
+# How the local backend publishes now (a reused file overwritten in place), and the floor a
+# write-ahead journal would have (docs/BENCHMARKS.md, "Reused files").
+run "disk-4k-publish-reused" disk --dir "$DATA_PARENT" --size 4096 --mode publish-reused
+run "disk-4k-overwrite" disk --dir "$DATA_PARENT" --size 4096 --mode overwrite
 rm -rf "$DATA_PARENT/strata-bench-data"
 echo "reports in $OUT" >&2

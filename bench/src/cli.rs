@@ -358,6 +358,10 @@ pub enum DiskMode {
     /// Overwrite a slot of one preallocated, already-written file and `fdatasync` it: one
     /// flush, no metadata — the cheapest durable write a journal file could make.
     Overwrite,
+    /// Publish a reused file without emptying it first: rename an already-written file to the
+    /// temp name, overwrite it in place, `fdatasync`, link, unlink the temp name, fsync the
+    /// directory. The file keeps its blocks, so the flush has no allocation to write.
+    PublishReused,
 }
 
 #[derive(Debug, Args, Serialize)]
