@@ -34,6 +34,11 @@
 //!   holds two). Every process on a directory must use the same scheme: a Strata from before
 //!   it locked a file next to each key instead.
 //!
+//! - Deletes queue and go out in batches on one blocking thread (see [`Deletes`]): each key
+//!   still under its lock, then one fsync per directory for the batch before any of its callers
+//!   hears back. Payloads larger than [`WRITEBACK_SLICE`] are written in slices whose writeback
+//!   is started as they go, so a segment never floods the disk queue ahead of a group commit.
+//!
 //! Every filesystem call runs on tokio's blocking pool; none runs on an async worker thread.
 //!
 //! # Reused files
@@ -113,6 +118,15 @@ const MAX_RECYCLED_BYTES: u64 = 64 << 20;
 /// The largest file the pool keeps with its blocks: a default group commit and its header.
 const MAX_KEPT_FILE_BYTES: u64 = (1 << 20) + 4096;
 
+/// Payloads above this size (segments, not group commits) are written in slices of it, each
+/// slice's writeback started once it is in the page cache and waited for one slice later. A
+/// segment written whole and flushed at the end puts megabytes in the disk's queue at once, and
+/// every group commit's `fdatasync` behind them waits for all of it (and ext4's journal commit
+/// for a directory fsync waits for the segment's newly allocated blocks): the end-to-end tail
+/// every compaction pass. Sliced, at most two slices are ever queued ahead of a commit, and the
+/// final `fdatasync` finds little left to do. The same reason as RocksDB's `bytes_per_sync`.
+const WRITEBACK_SLICE: usize = 1 << 20;
+
 /// An [`ObjectStore`] over a directory. Cheap to clone; clones share the root path and the pool
 /// of reusable files, and any number of stores (in any number of processes) may share one
 /// directory.
@@ -121,6 +135,7 @@ pub struct LocalStore {
     root: Arc<Path>,
     pool: Arc<Pool>,
     syncs: Arc<DirSyncs>,
+    deletes: Arc<Deletes>,
 }
 
 /// Directory fsyncs shared by concurrent callers: every put and delete must make its change
@@ -481,6 +496,7 @@ impl LocalStore {
             root: Arc::from(root),
             pool: Arc::new(pool),
             syncs: Arc::default(),
+            deletes: Arc::default(),
         })
     }
 
@@ -796,7 +812,7 @@ fn write_temp(
             .write_all_at(&header.encode(len), 0)
             .and_then(|()| {
                 crash_point("put: wrote the header");
-                file.write_all_at(data, Head::LEN as u64)
+                write_payload(&file, data, Head::LEN as u64)
             })
             .and_then(|()| {
                 crash_point("put: wrote the payload");
@@ -816,6 +832,75 @@ fn write_temp(
             }
         };
     }
+}
+
+/// Writes `data` at `at`, in writeback slices when it is larger than one (see
+/// [`WRITEBACK_SLICE`]). Durability still comes from the caller's `fdatasync`: the slices only
+/// pace what reaches the disk before it.
+fn write_payload(file: &File, data: &[u8], at: u64) -> io::Result<()> {
+    if data.len() <= WRITEBACK_SLICE {
+        return file.write_all_at(data, at);
+    }
+    let mut paced = true;
+    let mut previous: Option<(u64, usize)> = None;
+    let mut offset = at;
+    for slice in data.chunks(WRITEBACK_SLICE) {
+        file.write_all_at(slice, offset)?;
+        if paced {
+            let waited =
+                writeback(file, offset, slice.len(), false).and_then(|()| match previous {
+                    Some((start, len)) => writeback(file, start, len, true),
+                    None => Ok(()),
+                });
+            match waited {
+                Ok(()) => {}
+                // Not offered here (another OS, or a filesystem without it): plain writes,
+                // with the final flush doing all of it as before.
+                Err(e) if unsupported(&e) => paced = false,
+                Err(e) => return Err(e),
+            }
+        }
+        previous = Some((offset, slice.len()));
+        offset += slice.len() as u64;
+    }
+    Ok(())
+}
+
+/// Starts writeback of a written range, or (`wait`) waits until all of it has reached the disk.
+#[cfg(target_os = "linux")]
+fn writeback(file: &File, offset: u64, len: usize, wait: bool) -> io::Result<()> {
+    let flags = if wait {
+        libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER
+    } else {
+        libc::SYNC_FILE_RANGE_WRITE
+    };
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    // SAFETY: sync_file_range reads no memory of ours; the descriptor is open for as long as
+    // `file` is borrowed.
+    let rc = unsafe { libc::sync_file_range(file.as_raw_fd(), offset, len, flags) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn writeback(_file: &File, _offset: u64, _len: usize, _wait: bool) -> io::Result<()> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
+/// Whether `sync_file_range` failed only because it is not offered for this file.
+fn unsupported(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::Unsupported
+        || matches!(
+            e.raw_os_error(),
+            Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP | libc::ESPIPE)
+        )
 }
 
 fn remove_temp(temp: &Path) {
@@ -1006,20 +1091,141 @@ fn to_usize(len: u64, location: &Location) -> StorageResult<usize> {
     })
 }
 
+/// Deletes one object (the batch path with a batch of one; the crash tests drive it).
+#[cfg(test)]
 fn delete(root: &Path, pool: &Pool, syncs: &DirSyncs, location: &Location) -> StorageResult<()> {
-    {
-        let _lock = KeyLock::acquire(location)?;
-        let existed = pool
-            .recycle(&location.object)
-            .map_err(|e| io_error("delete", &location.object, e))?;
-        if existed {
-            syncs
-                .sync(&location.dir)
-                .map_err(|e| io_error("fsync", &location.dir, e))?;
+    delete_batch(root, pool, syncs, std::slice::from_ref(location))
+        .pop()
+        .unwrap_or(Ok(()))
+}
+
+/// Deletes a batch of objects: each under its key's lock as before, then one fsync per
+/// directory for the whole batch, then one attempt per directory to prune it. Returns one
+/// result per location, in order; an object whose directory could not be fsynced gets that
+/// error (it is gone from the namespace but perhaps not durably, so it is not reported done).
+///
+/// A key's lock is released before the directory fsync, not held through it: the lock orders
+/// writers of one key, and a put that follows the delete into that key (or any change to the
+/// directory) is made durable by a later fsync of the same directory, which covers the
+/// delete's rename too. Holding a batch's worth of stripes through an fsync would make group
+/// commits whose keys share a stripe wait for it.
+fn delete_batch(
+    root: &Path,
+    pool: &Pool,
+    syncs: &DirSyncs,
+    locations: &[Location],
+) -> Vec<StorageResult<()>> {
+    let mut results: Vec<StorageResult<bool>> = locations
+        .iter()
+        .map(|location| {
+            let _lock = KeyLock::acquire(location)?;
+            pool.recycle(&location.object)
+                .map_err(|e| io_error("delete", &location.object, e))
+        })
+        .collect();
+    let mut dirs: Vec<&Path> = locations.iter().map(|l| l.dir.as_path()).collect();
+    dirs.sort_unstable();
+    dirs.dedup();
+    for dir in dirs {
+        let changed = locations
+            .iter()
+            .zip(&results)
+            .any(|(l, r)| l.dir == dir && matches!(r, Ok(true)));
+        if !changed {
+            continue;
+        }
+        if let Err(e) = syncs.sync(dir) {
+            // Each caller gets its own copy, keeping the errno that tells "full" from others.
+            let copy = || {
+                e.raw_os_error().map_or_else(
+                    || io::Error::new(e.kind(), e.to_string()),
+                    io::Error::from_raw_os_error,
+                )
+            };
+            for (l, r) in locations.iter().zip(results.iter_mut()) {
+                if l.dir == dir && matches!(r, Ok(true)) {
+                    *r = Err(io_error("fsync", dir, copy()));
+                }
+            }
         }
     }
-    prune_empty_dirs(root, &location.dir);
-    Ok(())
+    let mut pruned: Vec<&Path> = Vec::new();
+    for location in locations {
+        if !pruned.contains(&location.dir.as_path()) {
+            pruned.push(&location.dir);
+            prune_empty_dirs(root, &location.dir);
+        }
+    }
+    results.into_iter().map(|r| r.map(|_| ())).collect()
+}
+
+/// Deletes queued by concurrent callers, carried out together on one blocking thread: the
+/// group commit of deletes. Compaction frees a write-ahead object per group commit it folded
+/// into segments, thousands at a time; one at a time each cost a blocking-pool hand-off, a
+/// directory fsync (shared only with the few running at that moment) and a failed `rmdir`, and
+/// sixteen in flight took both cores for a second or more every segment interval — the local
+/// backend's end-to-end tail (docs/BENCHMARKS.md, "Deletes in groups"). Queued, they share one
+/// fsync per directory per batch and never use more than one thread.
+#[derive(Debug, Default)]
+struct Deletes {
+    state: std::sync::Mutex<DeleteQueue>,
+}
+
+type DeleteReply = tokio::sync::oneshot::Sender<StorageResult<()>>;
+
+#[derive(Debug, Default)]
+struct DeleteQueue {
+    queued: Vec<(Location, DeleteReply)>,
+    /// A blocking task is draining the queue: new deletes join it rather than start another.
+    draining: bool,
+}
+
+/// The most deletes one batch carries, so that its callers hear back while more keep coming.
+const MAX_DELETE_BATCH: usize = 256;
+
+impl Deletes {
+    fn queue(&self) -> std::sync::MutexGuard<'_, DeleteQueue> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Queues a delete; true when the caller must start the draining task.
+    fn push(&self, location: Location, reply: DeleteReply) -> bool {
+        let mut queue = self.queue();
+        queue.queued.push((location, reply));
+        !std::mem::replace(&mut queue.draining, true)
+    }
+
+    /// Carries out queued deletes until none is left.
+    fn drain(&self, root: &Path, pool: &Pool, syncs: &DirSyncs) {
+        // Whatever ends this loop (a panic included), a later delete must be able to start a
+        // new drain, or it would wait for ever.
+        struct Done<'a>(&'a Deletes);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.queue().draining = false;
+            }
+        }
+        let _done = Done(self);
+        loop {
+            let batch: Vec<(Location, DeleteReply)> = {
+                let mut queue = self.queue();
+                if queue.queued.is_empty() {
+                    queue.draining = false;
+                    return;
+                }
+                let take = queue.queued.len().min(MAX_DELETE_BATCH);
+                queue.queued.drain(..take).collect()
+            };
+            let (locations, replies): (Vec<Location>, Vec<DeleteReply>) = batch.into_iter().unzip();
+            let results = delete_batch(root, pool, syncs, &locations);
+            for (reply, result) in replies.into_iter().zip(results) {
+                // A caller that stopped waiting only misses its answer.
+                let _ = reply.send(result);
+            }
+        }
+    }
 }
 
 /// Removes now-empty directories from `dir` up to (not including) `root`, so that deleted WAL
@@ -1189,11 +1395,21 @@ impl ObjectStore for LocalStore {
     }
 
     async fn delete(&self, key: &ObjectKey) -> StorageResult<()> {
-        let location = self.location(key);
-        let root = Arc::clone(&self.root);
-        let pool = Arc::clone(&self.pool);
-        let syncs = Arc::clone(&self.syncs);
-        blocking(move || delete(&root, &pool, &syncs, &location)).await
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        if self.deletes.push(self.location(key), reply) {
+            let root = Arc::clone(&self.root);
+            let pool = Arc::clone(&self.pool);
+            let syncs = Arc::clone(&self.syncs);
+            let deletes = Arc::clone(&self.deletes);
+            // Detached: the batch finishes for the other callers in it even if this one is
+            // dropped while it waits.
+            drop(tokio::task::spawn_blocking(move || {
+                deletes.drain(&root, &pool, &syncs);
+            }));
+        }
+        answer
+            .await
+            .map_err(|_| StorageError::Other("the local delete task ended early".into()))?
     }
 
     fn backend_name(&self) -> &'static str {
@@ -1236,6 +1452,26 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = LocalStore::open(dir.path()).unwrap();
         crate::conformance::run_all(Arc::new(store), "conformance").await;
+    }
+
+    /// Segments are written in writeback slices: every byte of a payload spanning several
+    /// slices, the last one short, reads back in place, whole and by range.
+    #[tokio::test]
+    async fn a_payload_of_several_writeback_slices_reads_back_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::open(dir.path()).unwrap();
+        let len = 2 * WRITEBACK_SLICE + WRITEBACK_SLICE / 3 + 7;
+        let data: Bytes = (0..len)
+            .map(|i| (i % 251) as u8 ^ (i / 4096) as u8)
+            .collect::<Vec<u8>>()
+            .into();
+        let k = key("seg/big");
+        store.put(&k, data.clone(), PutMode::Create).await.unwrap();
+        let (read, _) = store.get(&k).await.unwrap();
+        assert!(read == data, "the payload read back differs");
+        let from = (WRITEBACK_SLICE - 3) as u64;
+        let range = store.get_range(&k, from..from + 10).await.unwrap();
+        assert_eq!(&range[..], &data[from as usize..from as usize + 10]);
     }
 
     #[tokio::test]
@@ -2080,6 +2316,108 @@ mod tests {
 
     /// Callers that changed a directory while its fsync was running share the next one, and
     /// none returns before an fsync that started after its call; alone, each runs its own.
+    /// Deletes that queue while a batch runs go out together: one fsync per directory for the
+    /// lot, every caller answered, every object gone, and a key that was never there is fine.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn queued_deletes_go_out_in_one_batch_with_one_fsync_per_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::open(dir.path()).unwrap();
+        let keys: Vec<ObjectKey> = (0..32)
+            .map(|i| key(&format!("wal/{}/{i:04}", i % 2)))
+            .collect();
+        for k in &keys {
+            store
+                .put(k, Bytes::from_static(b"batch"), PutMode::Create)
+                .await
+                .unwrap();
+        }
+        let mut asked = keys.clone();
+        asked.push(key("wal/0/never-there"));
+        // As if a drain were running: the deletes queue behind it.
+        store.deletes.queue().draining = true;
+        let callers: Vec<_> = asked
+            .iter()
+            .map(|k| {
+                let (store, k) = (store.clone(), k.clone());
+                tokio::spawn(async move { store.delete(&k).await })
+            })
+            .collect();
+        while store.deletes.queue().queued.len() < asked.len() {
+            tokio::task::yield_now().await;
+        }
+        let runs_before = store.syncs.runs.load(Ordering::Relaxed);
+        let drainer = store.clone();
+        tokio::task::spawn_blocking(move || {
+            drainer
+                .deletes
+                .drain(&drainer.root, &drainer.pool, &drainer.syncs)
+        })
+        .await
+        .unwrap();
+        for caller in callers {
+            caller.await.unwrap().unwrap();
+        }
+        assert_eq!(
+            store.syncs.runs.load(Ordering::Relaxed) - runs_before,
+            2,
+            "one fsync for each of the two directories"
+        );
+        for k in &keys {
+            assert!(matches!(store.get(k).await, Err(StorageError::NotFound(_))));
+        }
+        assert!(!store.deletes.queue().draining);
+        // And the next delete starts a drain of its own.
+        store
+            .put(&keys[0], Bytes::from_static(b"again"), PutMode::Create)
+            .await
+            .unwrap();
+        store.delete(&keys[0]).await.unwrap();
+        assert!(matches!(
+            store.get(&keys[0]).await,
+            Err(StorageError::NotFound(_))
+        ));
+    }
+
+    /// A caller that stops waiting for its delete does not stop the batch it joined.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_delete_still_lets_its_batch_finish() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::open(dir.path()).unwrap();
+        let (a, b) = (key("wal/a"), key("wal/b"));
+        for k in [&a, &b] {
+            store
+                .put(k, Bytes::from_static(b"x"), PutMode::Create)
+                .await
+                .unwrap();
+        }
+        store.deletes.queue().draining = true;
+        let dropped = {
+            let (store, a) = (store.clone(), a.clone());
+            tokio::spawn(async move { store.delete(&a).await })
+        };
+        let kept = {
+            let (store, b) = (store.clone(), b.clone());
+            tokio::spawn(async move { store.delete(&b).await })
+        };
+        while store.deletes.queue().queued.len() < 2 {
+            tokio::task::yield_now().await;
+        }
+        dropped.abort();
+        assert!(dropped.await.unwrap_err().is_cancelled());
+        let drainer = store.clone();
+        tokio::task::spawn_blocking(move || {
+            drainer
+                .deletes
+                .drain(&drainer.root, &drainer.pool, &drainer.syncs)
+        })
+        .await
+        .unwrap();
+        kept.await.unwrap().unwrap();
+        for k in [&a, &b] {
+            assert!(matches!(store.get(k).await, Err(StorageError::NotFound(_))));
+        }
+    }
+
     #[test]
     fn concurrent_directory_fsyncs_are_shared() {
         let dir = tempfile::tempdir().unwrap();
