@@ -258,6 +258,12 @@ pub struct E2eArgs {
     /// consumers at the tail (issue 19, item 4). Its read rate is reported as its own phase.
     #[arg(long)]
     pub catch_up_topic: Option<String>,
+
+    /// Print, per second of send time (UTC, to line up with the broker's log), the records
+    /// received, how many took over 5 ms end to end, and the slowest: which moments make the
+    /// tail.
+    #[arg(long)]
+    pub timeline: bool,
 }
 
 #[derive(Debug, Args, Serialize)]

@@ -14,7 +14,7 @@
 //! so that shows.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context, Result};
 use hdrhistogram::Histogram;
@@ -41,6 +41,83 @@ struct Received {
     last_ns: u64,
     latency_us: Histogram<u64>,
     errors: u64,
+    /// Per second of send time: what `--timeline` prints.
+    seconds: Vec<Second>,
+}
+
+/// The records sent in one second of the run, as the consumers saw them.
+#[derive(Debug, Clone, Copy, Default)]
+struct Second {
+    records: u64,
+    /// Records whose end-to-end latency exceeded [`TIMELINE_SLOW_US`].
+    slow: u64,
+    max_us: u64,
+}
+
+/// What `--timeline` counts as slow: the local backend's p99 aim (issue 19).
+const TIMELINE_SLOW_US: u64 = 5_000;
+
+impl Received {
+    fn new() -> Result<Self> {
+        Ok(Self {
+            records: 0,
+            last_ns: 0,
+            latency_us: new_histogram()?,
+            errors: 0,
+            seconds: Vec::new(),
+        })
+    }
+
+    fn record(&mut self, sent_ns: u64, latency_us: u64) {
+        self.latency_us.saturating_record(latency_us);
+        let at = (sent_ns / 1_000_000_000) as usize;
+        if self.seconds.len() <= at {
+            self.seconds.resize(at + 1, Second::default());
+        }
+        let second = &mut self.seconds[at];
+        second.records += 1;
+        second.slow += u64::from(latency_us > TIMELINE_SLOW_US);
+        second.max_us = second.max_us.max(latency_us);
+    }
+
+    fn merge(&mut self, other: Received) -> Result<()> {
+        self.records += other.records;
+        self.last_ns = self.last_ns.max(other.last_ns);
+        self.errors += other.errors;
+        self.latency_us
+            .add(&other.latency_us)
+            .context("merge latency histograms")?;
+        if self.seconds.len() < other.seconds.len() {
+            self.seconds.resize(other.seconds.len(), Second::default());
+        }
+        for (mine, theirs) in self.seconds.iter_mut().zip(other.seconds) {
+            mine.records += theirs.records;
+            mine.slow += theirs.slow;
+            mine.max_us = mine.max_us.max(theirs.max_us);
+        }
+        Ok(())
+    }
+}
+
+/// Prints one line per second of send time (UTC wall clock, to line up with the broker's log):
+/// the records, how many took over 5 ms, and the slowest.
+fn print_timeline(origin_wall: SystemTime, seconds: &[Second]) {
+    let base = origin_wall
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    eprintln!("second (UTC)  records  over 5 ms  max ms");
+    for (i, s) in seconds.iter().enumerate() {
+        let t = (base + i as u64) % 86_400;
+        eprintln!(
+            "{:02}:{:02}:{:02}  {:>9}  {:>9}  {:>6.1}",
+            t / 3600,
+            t / 60 % 60,
+            t % 60,
+            s.records,
+            s.slow,
+            s.max_us as f64 / 1e3
+        );
+    }
 }
 
 /// Shared between the producing threads and the consumer threads.
@@ -82,6 +159,7 @@ pub fn run(
     )?;
 
     let origin = clock::now();
+    let origin_wall = SystemTime::now();
     let producers = (0..args.producers)
         .map(|_| -> Result<_> {
             let producer = clients::producer(
@@ -230,20 +308,9 @@ pub fn run(
         for flushed in flushed_all {
             flushed.context("flush a producer")?;
         }
-        let mut received = Received {
-            records: 0,
-            last_ns: 0,
-            latency_us: new_histogram()?,
-            errors: 0,
-        };
+        let mut received = Received::new()?;
         for one in received_all {
-            received.records += one.records;
-            received.last_ns = received.last_ns.max(one.last_ns);
-            received.errors += one.errors;
-            received
-                .latency_us
-                .add(&one.latency_us)
-                .context("merge latency histograms")?;
+            received.merge(one)?;
         }
         let replayed = match replayer {
             Some(thread) => Some(
@@ -304,6 +371,9 @@ pub fn run(
     );
     end_to_end.failed = delivered.saturating_sub(received.records);
     end_to_end.latency = LatencySummary::from_histogram(&received.latency_us);
+    if args.timeline {
+        print_timeline(origin_wall, &received.seconds);
+    }
     end_to_end.notes.push(format!(
         "latency = consumer poll() return minus the send time stamped in the payload; {} \
          consumer(s){}",
@@ -494,12 +564,7 @@ fn receive(
     progress: &Progress,
     deadline: Instant,
 ) -> Result<Received> {
-    let mut received = Received {
-        records: 0,
-        last_ns: 0,
-        latency_us: new_histogram()?,
-        errors: 0,
-    };
+    let mut received = Received::new()?;
     let mut drain_deadline: Option<Instant> = None;
     loop {
         if progress.producing_done.load(Ordering::Acquire) {
@@ -524,9 +589,7 @@ fn receive(
                 received.last_ns = now_ns;
                 if let Some(sent_ns) = message.payload().and_then(clients::stamped_send_ns) {
                     if sent_ns >= timed_from_ns {
-                        received
-                            .latency_us
-                            .saturating_record(now_ns.saturating_sub(sent_ns) / 1000);
+                        received.record(sent_ns, now_ns.saturating_sub(sent_ns) / 1000);
                     }
                 }
             }
