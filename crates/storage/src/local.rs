@@ -1180,6 +1180,34 @@ struct DeleteQueue {
     draining: bool,
 }
 
+/// Held by the task draining [`Deletes`]. However that task ends — done, panicked, or never
+/// run because the runtime was shutting down — dropping this lets a later delete start a
+/// drain of its own, and answers anything still queued with an error rather than leaving its
+/// caller waiting for ever.
+struct Draining {
+    deletes: Arc<Deletes>,
+    /// The drain returned normally, having handed the queue back empty: nothing to undo (and
+    /// a later delete may already have started the next drain).
+    finished: bool,
+}
+
+impl Draining {
+    fn finish(&mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for Draining {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let mut queue = self.deletes.queue();
+        queue.draining = false;
+        queue.queued.clear();
+    }
+}
+
 /// The most deletes one batch carries, so that its callers hear back while more keep coming.
 const MAX_DELETE_BATCH: usize = 256;
 
@@ -1197,17 +1225,8 @@ impl Deletes {
         !std::mem::replace(&mut queue.draining, true)
     }
 
-    /// Carries out queued deletes until none is left.
+    /// Carries out queued deletes until none is left. Run with a [`Draining`] alive.
     fn drain(&self, root: &Path, pool: &Pool, syncs: &DirSyncs) {
-        // Whatever ends this loop (a panic included), a later delete must be able to start a
-        // new drain, or it would wait for ever.
-        struct Done<'a>(&'a Deletes);
-        impl Drop for Done<'_> {
-            fn drop(&mut self) {
-                self.0.queue().draining = false;
-            }
-        }
-        let _done = Done(self);
         loop {
             let batch: Vec<(Location, DeleteReply)> = {
                 let mut queue = self.queue();
@@ -1400,11 +1419,15 @@ impl ObjectStore for LocalStore {
             let root = Arc::clone(&self.root);
             let pool = Arc::clone(&self.pool);
             let syncs = Arc::clone(&self.syncs);
-            let deletes = Arc::clone(&self.deletes);
+            let mut draining = Draining {
+                deletes: Arc::clone(&self.deletes),
+                finished: false,
+            };
             // Detached: the batch finishes for the other callers in it even if this one is
             // dropped while it waits.
             drop(tokio::task::spawn_blocking(move || {
-                deletes.drain(&root, &pool, &syncs);
+                draining.deletes.drain(&root, &pool, &syncs);
+                draining.finish();
             }));
         }
         answer
@@ -2374,6 +2397,35 @@ mod tests {
         store.delete(&keys[0]).await.unwrap();
         assert!(matches!(
             store.get(&keys[0]).await,
+            Err(StorageError::NotFound(_))
+        ));
+    }
+
+    /// A drain that never ran (or died) answers what was queued with an error and lets the
+    /// next delete start a drain, rather than leaving callers waiting for ever.
+    #[tokio::test]
+    async fn a_drain_that_never_ran_answers_its_queue_and_hands_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::open(dir.path()).unwrap();
+        let k = key("wal/x");
+        store
+            .put(&k, Bytes::from_static(b"x"), PutMode::Create)
+            .await
+            .unwrap();
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        assert!(
+            store.deletes.push(store.location(&k), reply),
+            "first in leads"
+        );
+        drop(Draining {
+            deletes: Arc::clone(&store.deletes),
+            finished: false,
+        });
+        assert!(answer.await.is_err(), "the queued caller hears back");
+        assert!(!store.deletes.queue().draining);
+        store.delete(&k).await.unwrap();
+        assert!(matches!(
+            store.get(&k).await,
             Err(StorageError::NotFound(_))
         ));
     }
