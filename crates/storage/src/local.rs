@@ -1134,7 +1134,7 @@ fn delete_batch(
         if !changed {
             continue;
         }
-        if let Err(e) = syncs.sync(dir) {
+        if let Err(e) = sync_dir_or_ancestor(syncs, root, dir) {
             // Each caller gets its own copy, keeping the errno that tells "full" from others.
             let copy = || {
                 e.raw_os_error().map_or_else(
@@ -1157,6 +1157,26 @@ fn delete_batch(
         }
     }
     results.into_iter().map(|r| r.map(|_| ())).collect()
+}
+
+/// Makes a delete's rename out of `dir` durable. If `dir` is gone, another deleter emptied it
+/// meanwhile and pruned it (another store on the directory, or another process): the rename
+/// and the removal are both in the filesystem's journal, in that order, and an fsync of the
+/// nearest directory still there commits them. Before this a delete that lost that race
+/// reported an fsync error for an object it had deleted.
+fn sync_dir_or_ancestor(syncs: &DirSyncs, root: &Path, dir: &Path) -> io::Result<()> {
+    let mut current = dir;
+    loop {
+        match syncs.sync(current) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && current != root => {
+                match current.parent() {
+                    Some(parent) if parent.starts_with(root) => current = parent,
+                    _ => return Err(e),
+                }
+            }
+            result => return result,
+        }
+    }
 }
 
 /// Deletes queued by concurrent callers, carried out together on one blocking thread: the
@@ -2399,6 +2419,67 @@ mod tests {
             store.get(&keys[0]).await,
             Err(StorageError::NotFound(_))
         ));
+    }
+
+    /// A delete whose directory another deleter pruned before the fsync makes its rename
+    /// durable through the nearest directory still there, instead of failing.
+    #[test]
+    fn a_pruned_directory_is_synced_through_its_nearest_ancestor() {
+        let dir = tempfile::tempdir().unwrap();
+        let syncs = DirSyncs::default();
+        let gone = dir.path().join("wal/00000001");
+        sync_dir_or_ancestor(&syncs, dir.path(), &gone).unwrap();
+        assert_eq!(
+            syncs.runs.load(Ordering::Relaxed),
+            3,
+            "two missing, then the root"
+        );
+        fs::create_dir_all(&gone).unwrap();
+        sync_dir_or_ancestor(&syncs, dir.path(), &gone).unwrap();
+        assert_eq!(syncs.runs.load(Ordering::Relaxed), 4, "there: itself only");
+        let outside = tempfile::tempdir().unwrap();
+        let missing_root = outside.path().join("no-root");
+        assert!(sync_dir_or_ancestor(&syncs, &missing_root, &missing_root.join("a")).is_err());
+    }
+
+    /// Two stores on one directory deleting from the same directories: every delete of an
+    /// object that was there succeeds, even when the other store prunes the emptied directory
+    /// between this one's rename and its fsync.
+    #[test]
+    fn deletes_racing_a_prune_from_another_store_all_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let stores = [
+            LocalStore::open(dir.path()).unwrap(),
+            LocalStore::open(dir.path()).unwrap(),
+        ];
+        rt.block_on(async {
+            for round in 0..200 {
+                let keys: Vec<ObjectKey> =
+                    (0..4).map(|i| key(&format!("wal/{round}/{i}"))).collect();
+                for k in &keys {
+                    stores[0]
+                        .put(k, Bytes::from_static(b"x"), PutMode::Create)
+                        .await
+                        .unwrap();
+                }
+                let deletes: Vec<_> = keys
+                    .iter()
+                    .enumerate()
+                    .map(|(i, k)| {
+                        let (store, k) = (stores[i % 2].clone(), k.clone());
+                        tokio::spawn(async move { store.delete(&k).await })
+                    })
+                    .collect();
+                for d in deletes {
+                    d.await.unwrap().unwrap();
+                }
+            }
+        });
     }
 
     /// A drain that never ran (or died) answers what was queued with an error and lets the
