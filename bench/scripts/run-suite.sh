@@ -64,5 +64,8 @@ run "disk-256k-parallel4" disk --dir "$DATA_PARENT" --size 262144 --parallel 4
 # write-ahead journal would have (docs/BENCHMARKS.md, "Reused files").
 run "disk-4k-publish-reused" disk --dir "$DATA_PARENT" --size 4096 --mode publish-reused
 run "disk-4k-overwrite" disk --dir "$DATA_PARENT" --size 4096 --mode overwrite
+# What compaction's deletes of write-ahead objects cost the local backend (docs/BENCHMARKS.md,
+# "Deletes in groups").
+run "store-delete-1500" disk --dir "$DATA_PARENT" --writes 8000 --size 1500 --parallel 16 --mode store-delete
 rm -rf "$DATA_PARENT/strata-bench-data"
 echo "reports in $OUT" >&2

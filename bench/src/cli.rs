@@ -368,6 +368,11 @@ pub enum DiskMode {
     /// temp name, overwrite it in place, `fdatasync`, link, unlink the temp name, fsync the
     /// directory. The file keeps its blocks, so the flush has no allocation to write.
     PublishReused,
+    /// Not a raw-file probe: `--writes` objects of `--size` bytes put into one directory
+    /// through the local backend's own store (untimed), then deleted `--parallel` at a time
+    /// and timed, as compaction deletes the write-ahead objects it folded into segments. CPU
+    /// per delete is what matters here.
+    StoreDelete,
 }
 
 #[derive(Debug, Args, Serialize)]

@@ -37,6 +37,14 @@ pub fn run(args: &DiskArgs) -> Result<Outcome> {
         args.parallel
     );
 
+    if args.mode == DiskMode::StoreDelete {
+        let outcome = store_deletes(&dir, args);
+        let cleanup = fs::remove_dir_all(&dir);
+        let outcome = outcome?;
+        cleanup.with_context(|| format!("remove {}", dir.display()))?;
+        return Ok(outcome);
+    }
+
     let cpu = CpuMeter::start(None);
     let start = clock::now();
     let per_thread = args.writes.div_ceil(args.parallel);
@@ -82,6 +90,7 @@ pub fn run(args: &DiskArgs) -> Result<Outcome> {
                 "latency = pwrite into a preallocated, already-written file + fdatasync (one \
                  flush, no metadata)"
             }
+            DiskMode::StoreDelete => "",
             DiskMode::PublishReused => {
                 "latency = rename an already-written file to a temp name + overwrite it in \
                  place + fdatasync + link + unlink temp + directory fsync (its return to the \
@@ -90,6 +99,66 @@ pub fn run(args: &DiskArgs) -> Result<Outcome> {
         }
         .to_string(),
     );
+    Ok(Outcome {
+        topic: None,
+        settings: serde_json::to_value(args).context("serialise the settings")?,
+        phases: vec![phase],
+    })
+}
+
+/// `--mode store-delete`: puts `writes` objects into one key directory of a `LocalStore`,
+/// then deletes them `parallel` at a time through the store, timing each delete and the CPU of
+/// the whole delete phase (this process's, which includes the store's blocking threads).
+fn store_deletes(dir: &Path, args: &DiskArgs) -> Result<Outcome> {
+    use futures::StreamExt;
+    use strata_storage::{LocalStore, ObjectKey, ObjectStore, PutMode};
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("start a runtime")?;
+    let store = LocalStore::open(dir).context("open the local store")?;
+    let key = |i: u64| ObjectKey::new(format!("wal/00000001/{i:016x}"));
+    let body = bytes::Bytes::from(vec![0x5a; args.size]);
+    let (latency, elapsed, cpu) = runtime.block_on(async {
+        for i in 0..args.writes {
+            store
+                .put(&key(i)?, body.clone(), PutMode::Create)
+                .await
+                .context("put an object to delete")?;
+        }
+        let cpu = CpuMeter::start(None);
+        let start = clock::now();
+        let timings: Vec<Result<u64>> = futures::stream::iter(0..args.writes)
+            .map(|i| {
+                let store = store.clone();
+                async move {
+                    let k = key(i)?;
+                    let began = clock::now();
+                    store.delete(&k).await.context("delete")?;
+                    Ok(micros(clock::now().saturating_duration_since(began)))
+                }
+            })
+            .buffer_unordered(args.parallel as usize)
+            .collect()
+            .await;
+        let elapsed = clock::now().saturating_duration_since(start);
+        let cpu = cpu.finish(elapsed);
+        let mut latency = new_histogram()?;
+        for t in timings {
+            latency.saturating_record(t?);
+        }
+        anyhow::Ok((latency, elapsed, cpu))
+    })?;
+    let mut phase = Phase::new("delete", args.writes, args.size, elapsed, cpu);
+    phase.latency = LatencySummary::from_histogram(&latency);
+    phase.notes.push(format!(
+        "latency = one LocalStore::delete of a {}-byte object, {} in flight, all in one \
+         directory (as compaction deletes write-ahead objects); cpu = this process, the \
+         store's threads included",
+        args.size, args.parallel
+    ));
     Ok(Outcome {
         topic: None,
         settings: serde_json::to_value(args).context("serialise the settings")?,
@@ -111,7 +180,11 @@ fn write_many(
     let data = vec![0x5a_u8; args.size];
     let ring = match args.mode {
         DiskMode::Overwrite => Some(preallocated(dir, worker, &data)?),
-        DiskMode::Publish | DiskMode::PublishNoDirSync | DiskMode::PublishReused => None,
+        // `StoreDelete` never comes here (see `run`).
+        DiskMode::Publish
+        | DiskMode::PublishNoDirSync
+        | DiskMode::PublishReused
+        | DiskMode::StoreDelete => None,
     };
     let reused = match args.mode {
         DiskMode::PublishReused => written_pool(dir, worker, &data)?,
