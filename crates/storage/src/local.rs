@@ -2359,6 +2359,18 @@ mod tests {
 
     /// Callers that changed a directory while its fsync was running share the next one, and
     /// none returns before an fsync that started after its call; alone, each runs its own.
+    /// Runs the drain of `store`'s queued deletes, as the task a delete starts would.
+    async fn drain_now(store: &LocalStore) {
+        let drainer = store.clone();
+        tokio::task::spawn_blocking(move || {
+            drainer
+                .deletes
+                .drain(&drainer.root, &drainer.pool, &drainer.syncs)
+        })
+        .await
+        .unwrap();
+    }
+
     /// Deletes that queue while a batch runs go out together: one fsync per directory for the
     /// lot, every caller answered, every object gone, and a key that was never there is fine.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -2389,14 +2401,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         let runs_before = store.syncs.runs.load(Ordering::Relaxed);
-        let drainer = store.clone();
-        tokio::task::spawn_blocking(move || {
-            drainer
-                .deletes
-                .drain(&drainer.root, &drainer.pool, &drainer.syncs)
-        })
-        .await
-        .unwrap();
+        drain_now(&store).await;
         for caller in callers {
             caller.await.unwrap().unwrap();
         }
@@ -2537,14 +2542,7 @@ mod tests {
         }
         dropped.abort();
         assert!(dropped.await.unwrap_err().is_cancelled());
-        let drainer = store.clone();
-        tokio::task::spawn_blocking(move || {
-            drainer
-                .deletes
-                .drain(&drainer.root, &drainer.pool, &drainer.syncs)
-        })
-        .await
-        .unwrap();
+        drain_now(&store).await;
         kept.await.unwrap().unwrap();
         for k in [&a, &b] {
             assert!(matches!(store.get(k).await, Err(StorageError::NotFound(_))));
