@@ -1,6 +1,11 @@
 //! Write-ahead stream registrations: `meta/streams/<stream:08x>`, one per broker incarnation,
-//! created (create-only) by the log when it opens and read by fencing to find a dead broker's
-//! streams.
+//! created (create-only) by the log when it opens, before the stream writes anything.
+//!
+//! A registration lives until its stream is *retired*: sealed, with nothing below the seal but
+//! hole markers. The garbage collector then deletes it, unless it is the highest registration,
+//! which must stay because new ids are allocated above it. So the registrations listed are the
+//! streams that may still hold data, and a start-up or a collector pass costs what the live
+//! streams cost, not one request per broker start there ever was.
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -61,12 +66,44 @@ pub async fn register(
     }
 }
 
+/// The registered stream ids, ascending: every stream not yet retired, and the highest ever
+/// registered. One listing, no reads.
+pub async fn registered(store: &dyn ObjectStore) -> LayoutResult<Vec<u32>> {
+    let mut streams: Vec<u32> = store
+        .list(PREFIX)
+        .await?
+        .iter()
+        .filter_map(|meta| parse_key(meta.key.as_str()))
+        .collect();
+    streams.sort_unstable();
+    Ok(streams)
+}
+
+/// Deletes the registration of a retired `stream`, given the registered ids as listed
+/// (ascending). Refuses (returns false) for the highest listed: ids are allocated above the
+/// highest registration, so deleting it could hand its id out again. A higher one, once
+/// listed, is never deleted before a still higher one exists, so the highest always stays.
+/// Retiring twice (another broker's collector got there first) is not an error.
+pub async fn retire(
+    store: &dyn ObjectStore,
+    stream: u32,
+    registered: &[u32],
+) -> LayoutResult<bool> {
+    if registered.last().is_none_or(|&highest| stream >= highest) {
+        return Ok(false);
+    }
+    match store.delete(&ObjectKey::new(key(stream))?).await {
+        Ok(()) | Err(StorageError::NotFound(_)) => Ok(true),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Decodes a registration read from `key`.
 pub fn decode(key: &str, bytes: &[u8]) -> LayoutResult<StreamRegistration> {
     schema::decode(key, bytes)
 }
 
-/// The streams registered for `broker` (every incarnation's), sorted.
+/// The streams registered for `broker` (every incarnation's not yet retired), sorted.
 pub async fn streams_of_broker(
     store: &dyn ObjectStore,
     broker: BrokerId,
@@ -132,6 +169,37 @@ mod tests {
             .await
             .unwrap()
             .is_empty());
+    }
+
+    #[tokio::test]
+    async fn retiring_deletes_any_registration_but_the_highest() {
+        let store = MemoryStore::new();
+        for broker in [1, 2, 3] {
+            let registration = StreamRegistration {
+                broker: BrokerId(broker),
+                started_ms: 5,
+            };
+            register(&store, &registration).await.unwrap();
+        }
+        let listed = registered(&store).await.unwrap();
+        assert_eq!(listed, [1, 2, 3]);
+        assert!(!retire(&store, 3, &listed).await.unwrap());
+        assert!(retire(&store, 1, &listed).await.unwrap());
+        // Again, as a second collector would: already gone is fine.
+        assert!(retire(&store, 1, &listed).await.unwrap());
+        assert_eq!(registered(&store).await.unwrap(), [2, 3]);
+        // The next id is still above the highest, whatever was retired below it.
+        let id = register(
+            &store,
+            &StreamRegistration {
+                broker: BrokerId(4),
+                started_ms: 6,
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(id, 4);
+        assert!(!retire(&store, 9, &[]).await.unwrap());
     }
 
     /// The old code added one to the highest id: a panic in a debug build, and in a release

@@ -702,9 +702,42 @@ async fn truncate_front(
 }
 
 pub(crate) async fn delete_quietly(shared: &Shared, key: &str) {
-    let Ok(k) = ObjectKey::new(key) else { return };
-    if let Err(e) = shared.store.delete(&k).await {
-        tracing::warn!(%key, error = %e, "delete failed; the object stays as garbage");
+    delete_checked(shared, key).await;
+}
+
+/// Deletes `key`, logging a failure; whether the object is gone.
+async fn delete_checked(shared: &Shared, key: &str) -> bool {
+    let Ok(k) = ObjectKey::new(key) else {
+        return false;
+    };
+    match shared.store.delete(&k).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(%key, error = %e, "delete failed; the object stays as garbage");
+            false
+        }
+    }
+}
+
+/// Records that `stream` is retired: sealed, with only the `markers` (seal and holes) left.
+/// Its registration goes (unless it is the highest), so no later start-up seals it again and
+/// no later pass, here or on another broker, reads it again; what cannot go is remembered
+/// here for this process. Both are only savings: a stream judged again is judged the same.
+async fn retire_stream(shared: &Shared, stream: u32, markers: BTreeSet<u64>, registered: &[u32]) {
+    match strata_layout::streams::retire(shared.store.as_ref(), stream, registered).await {
+        Ok(true) => {
+            lock_mutex(&shared.retired_streams).remove(&stream);
+            tracing::info!(
+                stream = format_args!("{stream:08x}"),
+                "write-ahead stream retired: only its seal and hole markers are left"
+            );
+        }
+        Ok(false) => {
+            lock_mutex(&shared.retired_streams).insert(stream, markers);
+        }
+        Err(e) => {
+            tracing::warn!(stream = format_args!("{stream:08x}"), error = %e, "cannot delete a retired stream's registration; it is judged again next pass");
+        }
     }
 }
 
@@ -719,11 +752,14 @@ pub(crate) async fn delete_quietly(shared: &Shared, key: &str) {
 ///   below its checkpoint (left by a compaction whose manifest update never landed).
 pub(crate) async fn collect_garbage(shared: &Shared) -> LogResult<usize> {
     let mut deleted = 0usize;
+    let registered = strata_layout::streams::registered(shared.store.as_ref()).await?;
     let listed = shared.store.list(wal::PREFIX).await?;
     let mut streams: BTreeMap<u32, Vec<(u64, ObjectKey)>> = BTreeMap::new();
     for meta in listed {
         if let Some((stream, seq)) = wal::parse_key(meta.key.as_str()) {
-            if stream != shared.stream {
+            // An unregistered stream was retired: its seal and hole markers stay for ever
+            // (they fence the deposed writer's late writes) and nothing else is left.
+            if stream != shared.stream && registered.binary_search(&stream).is_ok() {
                 streams.entry(stream).or_default().push((seq, meta.key));
             }
         }
@@ -736,6 +772,12 @@ pub(crate) async fn collect_garbage(shared: &Shared) -> LogResult<usize> {
     let mut manifests: BTreeMap<(crate::catalog::TopicId, i32), Manifest> = BTreeMap::new();
     for (stream, mut objects) in streams {
         objects.sort();
+        let known_retired = lock_mutex(&shared.retired_streams)
+            .get(&stream)
+            .is_some_and(|markers| objects.iter().all(|(seq, _)| markers.contains(seq)));
+        if known_retired {
+            continue;
+        }
         let Some((last_seq, last_key)) = objects.last().cloned() else {
             continue;
         };
@@ -746,6 +788,9 @@ pub(crate) async fn collect_garbage(shared: &Shared) -> LogResult<usize> {
         if !sealed {
             continue;
         }
+        // Retired once nothing but markers is left below the seal.
+        let mut markers = BTreeSet::from([last_seq]);
+        let mut retired = true;
         for (seq, key) in objects {
             if seq >= last_seq {
                 break;
@@ -755,7 +800,14 @@ pub(crate) async fn collect_garbage(shared: &Shared) -> LogResult<usize> {
                 Err(StorageError::NotFound(_)) => continue,
                 Err(e) => return Err(e.into()),
             };
+            if wal::is_seal(&object) {
+                // A hole marker: it stays, so a late write of the deposed writer at this
+                // sequence number fails instead of landing unseen by every replay.
+                markers.insert(seq);
+                continue;
+            }
             let Ok(header) = wal::decode(&object) else {
+                retired = false;
                 continue;
             };
             let mut needed = false;
@@ -778,10 +830,16 @@ pub(crate) async fn collect_garbage(shared: &Shared) -> LogResult<usize> {
                     break;
                 }
             }
-            if !needed {
-                delete_quietly(shared, key.as_str()).await;
+            if needed {
+                retired = false;
+            } else if delete_checked(shared, key.as_str()).await {
                 deleted += 1;
+            } else {
+                retired = false;
             }
+        }
+        if retired {
+            retire_stream(shared, stream, markers, &registered).await;
         }
     }
     for part in shared.partitions_snapshot() {

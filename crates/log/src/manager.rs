@@ -95,6 +95,7 @@ impl LogManager {
             queue: Arc::new(WriterQueue::default()),
             wal_live: Mutex::new(BTreeMap::new()),
             wal_newest: Mutex::new((0, None)),
+            retired_streams: Mutex::new(HashMap::new()),
             producer_ids: tokio::sync::Mutex::new(ProducerIdBlock::default()),
             catalog_lock: tokio::sync::Mutex::new(()),
             cleaner_slots: Semaphore::new(config_cleaner_threads.max(1)),
@@ -111,11 +112,20 @@ impl LogManager {
         if mode == Ownership::All {
             // Alone on the storage: fence every earlier incarnation's stream (so the collector
             // may clean them up), then take every partition over, replaying whatever they left
-            // uncompacted.
+            // uncompacted. A stream whose registration is gone was retired by the collector
+            // (sealed, nothing but hole markers below the seal): sealing it again cost a
+            // listing and a read per broker start there ever was, and put back hole markers
+            // where the collector had deleted data. Skipping one is safe whatever the truth:
+            // taking a partition over seals every stream its manifest names for replay.
+            let registered: std::collections::BTreeSet<u32> =
+                strata_layout::streams::registered(shared.store.as_ref())
+                    .await?
+                    .into_iter()
+                    .collect();
             let mut others = std::collections::BTreeSet::new();
             for meta in shared.store.list(wal::PREFIX).await? {
                 if let Some((s, _)) = wal::parse_key(meta.key.as_str()) {
-                    if s != stream {
+                    if s != stream && registered.contains(&s) {
                         others.insert(s);
                     }
                 }

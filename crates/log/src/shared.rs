@@ -2,7 +2,7 @@
 //! background tasks): the storage, the catalog and partitions served, the tail cache, the
 //! writer queue and write-ahead bookkeeping; and the small helpers they all use.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::{Bytes, BytesMut};
@@ -45,6 +45,10 @@ pub(crate) struct Shared {
     /// whose deletion waits: a stream's newest object is never deleted, because a broker that
     /// seals the stream finds the writer's position by listing it.
     pub wal_newest: Mutex<(u64, Option<u64>)>,
+    /// Streams the collector found retired (sealed, nothing but markers below the seal) whose
+    /// registration it could not delete (the highest stays): stream -> the sequence numbers
+    /// of those markers. A pass that lists nothing else for the stream reads nothing of it.
+    pub retired_streams: Mutex<HashMap<u32, BTreeSet<u64>>>,
     pub producer_ids: tokio::sync::Mutex<ProducerIdBlock>,
     /// Serialises catalog changes made by this broker.
     pub catalog_lock: tokio::sync::Mutex<()>,

@@ -833,14 +833,15 @@ async fn the_collector_lists_only_partitions_whose_manifest_changed() {
             .unwrap();
         log.compact_now(&tp("t", p)).await.unwrap();
     }
-    // The first pass lists every partition's segments (and the write-ahead objects once).
+    // The first pass lists every partition's segments (and, once, the stream registrations
+    // and the write-ahead objects).
     let before = lists();
     log.collect_garbage().await.unwrap();
-    assert_eq!(lists() - before, 1 + 20);
-    // Nothing changed: only the write-ahead listing.
+    assert_eq!(lists() - before, 2 + 20);
+    // Nothing changed: only the two stream-wide listings.
     let before = lists();
     log.collect_garbage().await.unwrap();
-    assert_eq!(lists() - before, 1);
+    assert_eq!(lists() - before, 2);
     // One partition's manifest moves: that one is listed again, and its orphan collected.
     let orphan = strata_storage::ObjectKey::new(strata_layout::partition::segment_key(
         log.topic("t").unwrap().id,
@@ -863,7 +864,7 @@ async fn the_collector_lists_only_partitions_whose_manifest_changed() {
     log.compact_now(&tp("t", 3)).await.unwrap();
     let before = lists();
     assert_eq!(log.collect_garbage().await.unwrap(), 1);
-    assert_eq!(lists() - before, 2);
+    assert_eq!(lists() - before, 3);
     assert!(store.get(&orphan).await.is_err());
 }
 
@@ -1391,4 +1392,150 @@ async fn without_flush_when_idle_a_lone_append_waits_for_the_interval() {
     second.wait().await.unwrap();
     assert!(start.elapsed() >= interval, "written before the interval");
     assert_eq!(wal_objects(&store).await, before + 1, "not one write");
+}
+
+/// Restarts leave a bounded residue: each retired stream keeps only its seal, a start-up
+/// does not write to streams sealed and collected before, and neither a start nor a
+/// collector pass reads more objects the more incarnations came before.
+#[tokio::test]
+async fn restarts_leave_one_seal_each_and_cost_no_more_with_each_incarnation() {
+    let metrics;
+    let store: Arc<dyn ObjectStore> = {
+        let wrapped =
+            strata_storage::MetricsStore::new(Arc::new(MemoryStore::new()), SystemClock::shared());
+        metrics = Arc::clone(wrapped.metrics());
+        Arc::new(wrapped)
+    };
+    let ops = |kind| metrics.snapshot().op(kind).requests;
+    use strata_storage::OpKind::{Get, PutCreate as Put};
+    let mut costs = Vec::new();
+    for i in 0..8i64 {
+        let (gets, puts) = (ops(Get), ops(Put));
+        let log = open(&store, config()).await;
+        let open_cost = (ops(Get) - gets, ops(Put) - puts);
+        if i == 0 {
+            log.create_topic("t", Some(1), BTreeMap::new(), false)
+                .await
+                .unwrap();
+        }
+        log.append(&tp("t", 0), batch(&["a"], i, None), DURABLE)
+            .await
+            .unwrap();
+        log.collect_garbage().await.unwrap();
+        let gets = ops(Get);
+        log.collect_garbage().await.unwrap();
+        costs.push((open_cost, ops(Get) - gets));
+        log.shutdown().await.unwrap();
+    }
+    let log = open(&store, config()).await;
+    log.collect_garbage().await.unwrap();
+    let wal: Vec<String> = store
+        .list("wal/")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.key.as_str().to_string())
+        .collect();
+    eprintln!("{costs:?}\n{wal:?}");
+    // Eight retired streams, one seal each.
+    assert_eq!(wal.len(), 8, "{wal:?}");
+    assert_eq!(
+        base_offsets(&log, &tp("t", 0), 0).await,
+        (0..8).collect::<Vec<i64>>()
+    );
+    // From the third start on (two streams are retired by then), nothing grows.
+    let steady = &costs[2..];
+    assert!(
+        steady.iter().all(|c| *c == steady[0]),
+        "per-start (gets, puts) and per-pass gets grew: {costs:?}"
+    );
+}
+
+/// Hole markers below a retired stream's seal stay (they fence the deposed writer's late
+/// writes), and a start-up after the stream is retired does not seal it again (which put
+/// back markers where the collector had deleted data).
+#[tokio::test]
+async fn a_retired_stream_keeps_its_markers_and_is_not_sealed_again() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let log = open(&store, config()).await;
+    let first = log.stream();
+    log.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    log.append(&tp("t", 0), batch(&["a"], 0, None), DURABLE)
+        .await
+        .unwrap();
+    log.abort_for_test();
+    // A write past a gap: the sealer fills the gap at 2 with a hole marker.
+    let key = |seq| strata_storage::ObjectKey::new(crate::wal::key(first, seq)).unwrap();
+    let (object, _) = store.get(&key(1)).await.unwrap();
+    store
+        .put(&key(3), object, strata_storage::PutMode::Create)
+        .await
+        .unwrap();
+    let seqs = |store: Arc<dyn ObjectStore>| async move {
+        store
+            .list(&crate::wal::stream_prefix(first))
+            .await
+            .unwrap()
+            .iter()
+            .filter_map(|m| crate::wal::parse_key(m.key.as_str()).map(|(_, q)| q))
+            .collect::<Vec<u64>>()
+    };
+    let log = open(&store, config()).await;
+    assert_eq!(seqs(store.clone()).await, [1, 2, 3, 4]);
+    log.collect_garbage().await.unwrap();
+    // The data went; the hole and the seal stay; the registration went.
+    assert_eq!(seqs(store.clone()).await, [2, 4]);
+    let registered = strata_layout::streams::registered(store.as_ref())
+        .await
+        .unwrap();
+    assert!(!registered.contains(&first), "{registered:?}");
+    log.shutdown().await.unwrap();
+    // The next start does not seal it again: no marker comes back at 1 or 3.
+    let log = open(&store, config()).await;
+    log.collect_garbage().await.unwrap();
+    assert_eq!(seqs(store.clone()).await, [2, 4]);
+    assert_eq!(base_offsets(&log, &tp("t", 0), 0).await, vec![0]);
+}
+
+/// The highest registration is never deleted (new ids are allocated above it), so a retired
+/// stream that holds it is remembered instead: later passes read nothing of it.
+#[tokio::test]
+async fn a_retired_stream_with_the_highest_registration_is_read_once() {
+    let metrics;
+    let store: Arc<dyn ObjectStore> = {
+        let wrapped =
+            strata_storage::MetricsStore::new(Arc::new(MemoryStore::new()), SystemClock::shared());
+        metrics = Arc::clone(wrapped.metrics());
+        Arc::new(wrapped)
+    };
+    let gets = || metrics.snapshot().op(strata_storage::OpKind::Get).requests;
+    let b = open_managed(&store, 2).await;
+    let a = open_managed(&store, 1).await;
+    assert!(a.stream() > b.stream());
+    a.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    for (_, r) in a.acquire(vec![("t".into(), 0, 1)]).await.unwrap() {
+        r.unwrap();
+    }
+    a.append(&tp("t", 0), batch(&["a"], 0, None), DURABLE)
+        .await
+        .unwrap();
+    a.abort_for_test();
+    b.refresh_catalog().await.unwrap();
+    for (_, r) in b.acquire(vec![("t".into(), 0, 2)]).await.unwrap() {
+        r.unwrap();
+    }
+    b.compact_now(&tp("t", 0)).await.unwrap();
+    assert!(b.collect_garbage().await.unwrap() > 0);
+    let registered = strata_layout::streams::registered(store.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(registered, [b.stream(), a.stream()]);
+    let before = gets();
+    b.collect_garbage().await.unwrap();
+    assert_eq!(gets(), before, "a pass read the retired stream again");
+    assert_eq!(base_offsets(&b, &tp("t", 0), 0).await, vec![0]);
 }
