@@ -40,9 +40,12 @@ pub struct TargetArgs {
     pub spawn_broker: bool,
 
     /// Storage URL for the spawned broker: `memory://`, `file:///absolute/dir`, or any other
-    /// URL the broker accepts (`s3://…`, `rados://…`).
-    #[arg(long, global = true, default_value = "memory://")]
-    pub storage: String,
+    /// URL the broker accepts (`s3://…`, `rados://…`) [default: memory://]. No default in the
+    /// parser: the flag is global, so a default here also filled in the `--storage` of the
+    /// benchmarks that open storage themselves (`lookup`, `restarts`), which then ignored
+    /// their `--dir`.
+    #[arg(long, global = true)]
+    pub storage: Option<String>,
 
     /// The strata binary to spawn [default: `strata` next to this executable, i.e.
     /// target/release/strata].
@@ -84,6 +87,13 @@ pub struct TargetArgs {
     pub client_config: Vec<(String, String)>,
 }
 
+impl TargetArgs {
+    /// The spawned broker's storage URL: `--storage`, or memory.
+    pub fn broker_storage(&self) -> &str {
+        self.storage.as_deref().unwrap_or("memory://")
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
     /// Produce N records as fast as the client sends them, then consume them from the beginning.
@@ -100,6 +110,9 @@ pub enum BenchCommand {
     /// No broker: time reads at random old offsets in partitions of different sizes, straight
     /// on the partition log over a local directory (constant-time lookup by offset).
     Lookup(LookupArgs),
+    /// No broker: what a start of the partition log costs (time, storage requests) after
+    /// many starts before it on the same storage, and what the starts leave behind.
+    Restarts(RestartsArgs),
     /// Broker CPU per Fetch of many partitions: sessionless full fetches against incremental
     /// fetch-session fetches (KIP-227), with no new data and with a little.
     FetchSessions(FetchSessionsArgs),
@@ -403,6 +416,23 @@ pub struct LookupArgs {
     pub storage: Option<String>,
 }
 
+#[derive(Debug, Args)]
+pub struct RestartsArgs {
+    /// Starts of the log, one after another, on one store.
+    #[arg(long, default_value_t = 300)]
+    pub starts: usize,
+    /// The starts to report (the last is always reported).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3,10,50,100,200")]
+    pub report_at: Vec<usize>,
+    /// Where the log is written (a fresh subdirectory, removed afterwards).
+    #[arg(long, default_value = "/tmp")]
+    pub dir: PathBuf,
+    /// Any storage URL instead of `--dir` (e.g. a RADOS pool namespace of its own, with the
+    /// `rados` feature): emptied afterwards.
+    #[arg(long)]
+    pub storage: Option<String>,
+}
+
 fn parse_key_value(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
@@ -440,6 +470,27 @@ mod tests {
         };
         assert_eq!(e2e.rate, 500);
         assert_eq!(e2e.workload.record_size, 100);
+    }
+
+    /// `lookup` and `restarts` take their own `--storage`, not the spawned broker's (whose
+    /// default, `memory://`, used to stand in for theirs, so `--dir` was never used).
+    #[test]
+    fn log_benchmarks_default_to_a_directory() {
+        for command in ["lookup", "restarts"] {
+            let cli = Cli::try_parse_from(["strata-bench", command]).unwrap();
+            let storage = match cli.command {
+                BenchCommand::Lookup(args) => args.storage,
+                BenchCommand::Restarts(args) => args.storage,
+                _ => panic!("expected {command}"),
+            };
+            assert_eq!(storage, None, "{command}");
+        }
+        let cli =
+            Cli::try_parse_from(["strata-bench", "restarts", "--storage", "file:///x"]).unwrap();
+        let BenchCommand::Restarts(args) = cli.command else {
+            panic!("expected restarts");
+        };
+        assert_eq!(args.storage.as_deref(), Some("file:///x"));
     }
 
     #[test]

@@ -36,6 +36,7 @@ mod fetch_sessions;
 mod lookup;
 mod migration;
 mod report;
+mod restarts;
 mod system;
 mod throughput;
 
@@ -65,6 +66,9 @@ fn main() -> Result<()> {
     if let BenchCommand::Lookup(args) = &cli.command {
         return lookup::run(args);
     }
+    if let BenchCommand::Restarts(args) = &cli.command {
+        return restarts::run(args);
+    }
     let load_average_before = system::load_average();
     let started_unix_seconds = clock::unix_seconds();
 
@@ -77,7 +81,7 @@ fn main() -> Result<()> {
         };
         let broker = SpawnedBroker::start(
             &bin,
-            &target.storage,
+            target.broker_storage(),
             &target.broker_args,
             &target.broker_env,
             target.broker_log.as_deref(),
@@ -86,7 +90,7 @@ fn main() -> Result<()> {
             "started {} (pid {}) on {} listening at {}",
             bin.display(),
             broker.pid(),
-            target.storage,
+            target.broker_storage(),
             broker.bootstrap()
         );
         Some(broker)
@@ -117,6 +121,7 @@ fn main() -> Result<()> {
         BenchCommand::Disk(args) => ("disk", disk::run(args)?),
         BenchCommand::Migration(_)
         | BenchCommand::Lookup(_)
+        | BenchCommand::Restarts(_)
         | BenchCommand::FetchSessions(_)
         | BenchCommand::FetchRate(_) => {
             unreachable!("handled above")
@@ -124,7 +129,9 @@ fn main() -> Result<()> {
     };
     // Read while the spawned broker still runs: the load it adds is part of the run.
     let load_average_after = system::load_average();
-    let spawned_storage = broker.is_some().then(|| target.storage.clone());
+    let spawned_storage = broker
+        .is_some()
+        .then(|| target.broker_storage().to_string());
     drop(broker);
 
     let report = Report {
