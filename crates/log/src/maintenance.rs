@@ -752,15 +752,17 @@ async fn retire_stream(shared: &Shared, stream: u32, markers: BTreeSet<u64>, reg
 ///   below its checkpoint (left by a compaction whose manifest update never landed).
 pub(crate) async fn collect_garbage(shared: &Shared) -> LogResult<usize> {
     let mut deleted = 0usize;
+    // Only registered streams, each listed on its own: an unregistered stream was retired,
+    // its seal and hole markers stay for ever (they fence the deposed writer's late writes)
+    // and nothing else is left, so listing all of `wal/` grew with every broker start.
     let registered = strata_layout::streams::registered(shared.store.as_ref()).await?;
-    let listed = shared.store.list(wal::PREFIX).await?;
     let mut streams: BTreeMap<u32, Vec<(u64, ObjectKey)>> = BTreeMap::new();
-    for meta in listed {
-        if let Some((stream, seq)) = wal::parse_key(meta.key.as_str()) {
-            // An unregistered stream was retired: its seal and hole markers stay for ever
-            // (they fence the deposed writer's late writes) and nothing else is left.
-            if stream != shared.stream && registered.binary_search(&stream).is_ok() {
-                streams.entry(stream).or_default().push((seq, meta.key));
+    for &stream in registered.iter().filter(|s| **s != shared.stream) {
+        let listed = shared.store.list(&wal::stream_prefix(stream)).await?;
+        let objects = streams.entry(stream).or_default();
+        for meta in listed {
+            if let Some(seq) = strata_layout::wal::parse_seq(stream, meta.key.as_str()) {
+                objects.push((seq, meta.key));
             }
         }
     }

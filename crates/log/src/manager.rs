@@ -112,24 +112,18 @@ impl LogManager {
         if mode == Ownership::All {
             // Alone on the storage: fence every earlier incarnation's stream (so the collector
             // may clean them up), then take every partition over, replaying whatever they left
-            // uncompacted. A stream whose registration is gone was retired by the collector
-            // (sealed, nothing but hole markers below the seal): sealing it again cost a
-            // listing and a read per broker start there ever was, and put back hole markers
-            // where the collector had deleted data. Skipping one is safe whatever the truth:
-            // taking a partition over seals every stream its manifest names for replay.
-            let registered: std::collections::BTreeSet<u32> =
-                strata_layout::streams::registered(shared.store.as_ref())
-                    .await?
-                    .into_iter()
-                    .collect();
-            let mut others = std::collections::BTreeSet::new();
-            for meta in shared.store.list(wal::PREFIX).await? {
-                if let Some((s, _)) = wal::parse_key(meta.key.as_str()) {
-                    if s != stream && registered.contains(&s) {
-                        others.insert(s);
-                    }
-                }
-            }
+            // uncompacted. Only registered streams: one whose registration is gone was retired
+            // by the collector (sealed, nothing but hole markers below the seal). Sealing those
+            // again cost a listing and a read per broker start there ever was, and put hole
+            // markers back where the collector had deleted data. Skipping one is safe whatever
+            // the truth: taking a partition over seals every stream its manifest names. A
+            // registered stream that never wrote is sealed too (a seal at 1), which fences it
+            // and lets the collector retire it.
+            let others: Vec<u32> = strata_layout::streams::registered(shared.store.as_ref())
+                .await?
+                .into_iter()
+                .filter(|s| *s != stream)
+                .collect();
             for s in others {
                 wal::seal_stream(
                     shared.store.as_ref(),
@@ -338,9 +332,32 @@ impl LogManager {
             .buffer_unordered(crate::ownership::TAKEOVER_CONCURRENCY)
             .collect()
             .await;
+        self.seal_own_stream().await;
         outcomes
             .into_iter()
             .collect::<LogResult<Vec<()>>>()
             .map(|_| ())
+    }
+
+    /// Seals this incarnation's stream once its writer has stopped, so the collector (of the
+    /// next start, or of another broker) may retire it. Unsealed, it stayed for ever: a
+    /// cluster broker stopped cleanly hands its partitions over and nobody seals its stream,
+    /// so its registration and newest object were never collected, one more per restart.
+    /// The usual fencing procedure (seal above the highest object, holes below), so writes
+    /// that were still in flight when the writer gave up cannot land unseen by a replay. A
+    /// failure only leaves the stream as it was before this existed.
+    async fn seal_own_stream(&self) {
+        let shared = &self.shared;
+        if let Err(e) = wal::seal_stream(
+            shared.store.as_ref(),
+            shared.stream,
+            shared.broker,
+            shared.clock.wall_millis(),
+            shared.config.max_inflight_flushes,
+        )
+        .await
+        {
+            tracing::warn!(error = %e, "cannot seal this broker's write-ahead stream at shutdown; it stays until a start-up or a takeover seals it");
+        }
     }
 }

@@ -103,6 +103,30 @@ fn tp(topic: &str, p: i32) -> TopicPartition {
     TopicPartition::new(topic, p)
 }
 
+/// Write-ahead objects in `store` that hold data (not seals or hole markers).
+async fn wal_data_objects(store: &Arc<dyn ObjectStore>) -> usize {
+    let mut data = 0;
+    for meta in store.list("wal/").await.unwrap() {
+        let (bytes, _) = store.get(&meta.key).await.unwrap();
+        data += usize::from(!crate::wal::is_seal(&bytes));
+    }
+    data
+}
+
+/// Whether `stream`'s newest write-ahead object is its seal.
+async fn is_sealed(store: &Arc<dyn ObjectStore>, stream: u32) -> bool {
+    let listed = store
+        .list(&crate::wal::stream_prefix(stream))
+        .await
+        .unwrap();
+    let Some(newest) = listed.iter().max_by_key(|m| m.key.as_str().to_string()) else {
+        return false;
+    };
+    let (bytes, _) = store.get(&newest.key).await.unwrap();
+    strata_layout::wal::parse_seal(&bytes)
+        .is_some_and(|seal| seal.kind == strata_layout::wal::SealKind::Seal)
+}
+
 /// Sizes of the segment objects in `store`.
 async fn segment_sizes(store: &Arc<dyn ObjectStore>) -> Vec<u64> {
     store
@@ -309,10 +333,14 @@ async fn compacted_data_is_read_through_the_index_after_restart() {
     }
     log.shutdown().await.unwrap();
     assert_eq!(
-        store.list("wal/").await.unwrap().len(),
+        wal_data_objects(&store).await,
         1,
         "write-ahead objects are deleted once compacted, except the stream's newest (sealing \
          finds the writer's position by listing)"
+    );
+    assert!(
+        is_sealed(&store, log.stream()).await,
+        "shutdown seals its stream"
     );
     let log = open(&store, config()).await;
     assert_eq!(log.watermarks(&tp("t", 0)).unwrap().high, Offset(90));
@@ -647,7 +675,7 @@ async fn a_large_tail_compacts_into_bounded_segments() {
         "{segments:?}"
     );
     assert!(segments.iter().all(|s| *s as usize <= 400), "{segments:?}");
-    assert_eq!(store.list("wal/").await.unwrap().len(), 1);
+    assert_eq!(wal_data_objects(&store).await, 1);
     let log = open(&store, small).await;
     assert_eq!(
         base_offsets(&log, &tp("t", 0), 0).await,
@@ -833,15 +861,15 @@ async fn the_collector_lists_only_partitions_whose_manifest_changed() {
             .unwrap();
         log.compact_now(&tp("t", p)).await.unwrap();
     }
-    // The first pass lists every partition's segments (and, once, the stream registrations
-    // and the write-ahead objects).
+    // The first pass lists every partition's segments (and the stream registrations; no
+    // other stream is registered, so no write-ahead objects are listed).
     let before = lists();
     log.collect_garbage().await.unwrap();
-    assert_eq!(lists() - before, 2 + 20);
-    // Nothing changed: only the two stream-wide listings.
+    assert_eq!(lists() - before, 1 + 20);
+    // Nothing changed: only the registrations.
     let before = lists();
     log.collect_garbage().await.unwrap();
-    assert_eq!(lists() - before, 2);
+    assert_eq!(lists() - before, 1);
     // One partition's manifest moves: that one is listed again, and its orphan collected.
     let orphan = strata_storage::ObjectKey::new(strata_layout::partition::segment_key(
         log.topic("t").unwrap().id,
@@ -864,7 +892,7 @@ async fn the_collector_lists_only_partitions_whose_manifest_changed() {
     log.compact_now(&tp("t", 3)).await.unwrap();
     let before = lists();
     assert_eq!(log.collect_garbage().await.unwrap(), 1);
-    assert_eq!(lists() - before, 3);
+    assert_eq!(lists() - before, 2);
     assert!(store.get(&orphan).await.is_err());
 }
 
@@ -1538,4 +1566,50 @@ async fn a_retired_stream_with_the_highest_registration_is_read_once() {
     b.collect_garbage().await.unwrap();
     assert_eq!(gets(), before, "a pass read the retired stream again");
     assert_eq!(base_offsets(&b, &tp("t", 0), 0).await, vec![0]);
+}
+
+/// A cluster broker stopped cleanly hands its partitions over, and nobody else seals its
+/// stream: it seals it itself at shutdown, so another broker's collector retires it instead
+/// of keeping its registration and newest object for ever.
+#[tokio::test]
+async fn a_cleanly_stopped_brokers_stream_is_retired_by_another_broker() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let a = open_managed(&store, 1).await;
+    let b = open_managed(&store, 2).await;
+    a.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    for (_, r) in a.acquire(vec![("t".into(), 0, 1)]).await.unwrap() {
+        r.unwrap();
+    }
+    for i in 0..5 {
+        a.append(&tp("t", 0), batch(&["a"], i, None), DURABLE)
+            .await
+            .unwrap();
+    }
+    assert_eq!(a.release(&tp("t", 0)).await.unwrap(), Offset(5));
+    a.shutdown().await.unwrap();
+    assert!(is_sealed(&store, a.stream()).await);
+    b.refresh_catalog().await.unwrap();
+    for (_, r) in b.acquire(vec![("t".into(), 0, 2)]).await.unwrap() {
+        r.unwrap();
+    }
+    b.collect_garbage().await.unwrap();
+    let registered = strata_layout::streams::registered(store.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(registered, [b.stream()]);
+    let left = store
+        .list(&crate::wal::stream_prefix(a.stream()))
+        .await
+        .unwrap();
+    for meta in &left {
+        let (bytes, _) = store.get(&meta.key).await.unwrap();
+        assert!(
+            crate::wal::is_seal(&bytes),
+            "{} holds data",
+            meta.key.as_str()
+        );
+    }
+    assert_eq!(base_offsets(&b, &tp("t", 0), 0).await, vec![0, 1, 2, 3, 4]);
 }

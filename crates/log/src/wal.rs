@@ -44,7 +44,7 @@ impl WalEntry {
 }
 
 // The keys and the seal format are the layout's; the object's binary codec is ours.
-pub use strata_layout::wal::{is_seal, key, parse_key, stream_prefix, PREFIX};
+pub use strata_layout::wal::{is_seal, key, parse_key, stream_prefix};
 
 /// Header size for `n` entries; batch positions start right after it.
 pub fn header_len(n: usize) -> usize {
