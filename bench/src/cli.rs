@@ -427,8 +427,9 @@ pub struct RestartsArgs {
     /// Where the log is written (a fresh subdirectory, removed afterwards).
     #[arg(long, default_value = "/tmp")]
     pub dir: PathBuf,
-    /// Any storage URL instead of `--dir` (e.g. a RADOS pool namespace of its own, with the
-    /// `rados` feature): emptied afterwards.
+    /// Any storage URL instead of `--dir` (e.g. `rados://POOL?conf=...&user=admin`, with the
+    /// `rados` feature): the run gets a fresh path segment under it (a RADOS namespace, an S3
+    /// prefix), emptied afterwards.
     #[arg(long)]
     pub storage: Option<String>,
 }

@@ -33,12 +33,21 @@ pub fn run(args: &RestartsArgs) -> Result<()> {
         .build()
         .context("build a tokio runtime")?;
     let load_before = system::load_average();
+    let name = format!("strata-restarts-{}", std::process::id());
     let (url, dir) = match &args.storage {
-        Some(url) => (url.clone(), None),
+        // A path segment of its own (a RADOS namespace, an S3 prefix), emptied afterwards.
+        Some(url) => {
+            let (base, query) = match url.split_once('?') {
+                Some((base, query)) => (base, format!("?{query}")),
+                None => (url.as_str(), String::new()),
+            };
+            (
+                format!("{}/{name}{query}", base.trim_end_matches('/')),
+                None,
+            )
+        }
         None => {
-            let dir = args
-                .dir
-                .join(format!("strata-restarts-{}", std::process::id()));
+            let dir = args.dir.join(&name);
             std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
             (format!("file://{}", dir.display()), Some(dir))
         }
