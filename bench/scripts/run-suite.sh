@@ -67,5 +67,9 @@ run "disk-4k-overwrite" disk --dir "$DATA_PARENT" --size 4096 --mode overwrite
 # What compaction's deletes of write-ahead objects cost the local backend (docs/BENCHMARKS.md,
 # "Deletes in groups").
 run "store-delete-1500" disk --dir "$DATA_PARENT" --writes 8000 --size 1500 --parallel 16 --mode store-delete
+# What a start costs after 300 starts before it (docs/BENCHMARKS.md, "Starts after many
+# starts"): prints its own table.
+echo "== restarts (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+"$BENCH" restarts --starts 300 --dir "$DATA_PARENT" | tee "$OUT/restarts.txt"
 rm -rf "$DATA_PARENT/strata-bench-data"
 echo "reports in $OUT" >&2
