@@ -513,7 +513,8 @@ impl LogManager {
         let mut block = self.shared.producer_ids.lock().await;
         if block.next >= block.end {
             let store = self.shared.store.as_ref();
-            let mut candidate = match store.list(PRODUCER_ID_PREFIX).await?.last() {
+            let listed = store.list(PRODUCER_ID_PREFIX).await?;
+            let mut candidate = match listed.last() {
                 Some(meta) => producer_ids::parse_key(meta.key.as_str()).map_or(0, |n| n + 1),
                 None => 0,
             };
@@ -523,6 +524,18 @@ impl LogManager {
                     Ok(_) => break,
                     Err(StorageError::AlreadyExists(_)) => candidate += 1,
                     Err(e) => return Err(e.into()),
+                }
+            }
+            // Blocks are claimed above the highest marker, so only the highest must stay:
+            // the lower ones only made every later claim list more (one per broker start
+            // and per thousand producers, for ever). Ours is now above every one listed, and
+            // only a claim above ours deletes ours, so the highest claimed always stays.
+            // A failed delete leaves a marker for the next claim to delete.
+            for meta in &listed {
+                if producer_ids::parse_key(meta.key.as_str()).is_some_and(|n| n < candidate) {
+                    if let Err(e) = store.delete(&meta.key).await {
+                        tracing::debug!(key = %meta.key.as_str(), error = %e, "could not delete an old producer-id block marker");
+                    }
                 }
             }
             block.next = candidate as i64 * PRODUCER_ID_BLOCK;

@@ -1613,3 +1613,28 @@ async fn a_cleanly_stopped_brokers_stream_is_retired_by_another_broker() {
     }
     assert_eq!(base_offsets(&b, &tp("t", 0), 0).await, vec![0, 1, 2, 3, 4]);
 }
+
+/// Producer-id blocks are claimed above the highest marker, so only that one is kept: the
+/// markers no longer pile up one per start (every claim listed them all), and ids stay
+/// unique across restarts and between brokers claiming at once.
+#[tokio::test]
+async fn producer_id_blocks_keep_only_the_highest_marker_and_never_repeat() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..5 {
+        let a = open_managed(&store, 1).await;
+        let b = open_managed(&store, 2).await;
+        let (x, y) = tokio::join!(a.init_producer_id(), b.init_producer_id());
+        for (pid, _) in [x.unwrap(), y.unwrap()] {
+            assert!(seen.insert(pid), "producer id {pid} handed out twice");
+        }
+        a.shutdown().await.unwrap();
+        b.shutdown().await.unwrap();
+    }
+    let markers = store.list("meta/producer-ids/").await.unwrap();
+    assert!(markers.len() <= 2, "{markers:?}");
+    let highest = *seen.last().unwrap();
+    let log = open(&store, config()).await;
+    let (next, _) = log.init_producer_id().await.unwrap();
+    assert!(next > highest, "{next} is not above {highest}");
+}
