@@ -22,11 +22,12 @@ use bytes::Bytes;
 use hdrhistogram::Histogram;
 use strata_core::{BrokerId, Offset, SystemClock, TopicPartition};
 use strata_log::{Acks, LogConfig, LogManager};
-use strata_storage::{ObjectStore, StoreRegistry};
+use strata_storage::ObjectStore;
 use strata_wire::builder::{build_batch, SimpleRecord};
 
 use crate::cli::LookupArgs;
 use crate::clock;
+use crate::scratch;
 use crate::system;
 
 /// Appends waited for together: enough to keep the group commit busy.
@@ -67,48 +68,6 @@ pub fn run(args: &LookupArgs) -> Result<()> {
     Ok(())
 }
 
-/// The storage for one size: a fresh directory under `--dir`, or `--storage` with a fresh
-/// path segment appended (a subdirectory, a RADOS namespace, an S3 prefix).
-fn storage_for(args: &LookupArgs, bytes: u64) -> Result<(String, Option<std::path::PathBuf>)> {
-    let name = format!("strata-lookup-{}-{bytes}", std::process::id());
-    match &args.storage {
-        None => {
-            let dir = args.dir.join(&name);
-            std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-            Ok((format!("file://{}", dir.display()), Some(dir)))
-        }
-        Some(url) => {
-            let (base, query) = match url.split_once('?') {
-                Some((base, query)) => (base, format!("?{query}")),
-                None => (url.as_str(), String::new()),
-            };
-            Ok((
-                format!("{}/{name}{query}", base.trim_end_matches('/')),
-                None,
-            ))
-        }
-    }
-}
-
-fn registry() -> StoreRegistry {
-    #[allow(unused_mut)]
-    let mut registry = StoreRegistry::with_builtins();
-    #[cfg(feature = "rados")]
-    registry.register("rados", strata_storage_rados::open);
-    registry
-}
-
-/// Deletes every object of a store opened for one size (a namespace or prefix of its own).
-async fn delete_all(store: &Arc<dyn ObjectStore>) -> Result<()> {
-    for meta in store.list("").await.context("list for cleanup")? {
-        store
-            .delete(&meta.key)
-            .await
-            .context("delete for cleanup")?;
-    }
-    Ok(())
-}
-
 /// A partition's size, in stored bytes or in records.
 #[derive(Debug, Clone, Copy)]
 enum Size {
@@ -118,12 +77,12 @@ enum Size {
 
 async fn measure(args: &LookupArgs, size: Size) -> Result<String> {
     let (Size::Bytes(bytes) | Size::Records(bytes)) = size;
-    let (url, dir) = storage_for(args, bytes)?;
-    let opened = url.clone();
-    let store: Arc<dyn ObjectStore> = tokio::task::spawn_blocking(move || registry().open(&opened))
-        .await
-        .context("open the store")?
-        .with_context(|| format!("open {url}"))?;
+    let (url, dir) = scratch::fresh(
+        args.storage.as_deref(),
+        &args.dir,
+        &format!("strata-lookup-{}-{bytes}", std::process::id()),
+    )?;
+    let store = scratch::open(&url).await?;
     let tp = TopicPartition::new("lookup", 0);
 
     let filled_at = clock::now();
@@ -191,7 +150,7 @@ async fn measure(args: &LookupArgs, size: Size) -> Result<String> {
         Some(dir) => {
             let _ = std::fs::remove_dir_all(&dir);
         }
-        None => delete_all(&store).await?,
+        None => scratch::delete_all(&store).await?,
     }
     Ok(format!(
         "{} MB ({high} records, filled in {:.1} s): read at a random offset p50 {:.3} ms, \

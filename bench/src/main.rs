@@ -37,6 +37,7 @@ mod lookup;
 mod migration;
 mod report;
 mod restarts;
+mod scratch;
 mod system;
 mod throughput;
 

@@ -19,11 +19,12 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 use strata_core::{BrokerId, SystemClock, TopicPartition};
 use strata_log::{Acks, LogConfig, LogManager};
-use strata_storage::{MetricsStore, ObjectStore, OpKind, StorageMetrics, StoreRegistry};
+use strata_storage::{MetricsStore, ObjectStore, OpKind, StorageMetrics};
 use strata_wire::builder::{build_batch, SimpleRecord};
 
 use crate::cli::RestartsArgs;
 use crate::clock;
+use crate::scratch;
 use crate::system;
 
 pub fn run(args: &RestartsArgs) -> Result<()> {
@@ -33,25 +34,11 @@ pub fn run(args: &RestartsArgs) -> Result<()> {
         .build()
         .context("build a tokio runtime")?;
     let load_before = system::load_average();
-    let name = format!("strata-restarts-{}", std::process::id());
-    let (url, dir) = match &args.storage {
-        // A path segment of its own (a RADOS namespace, an S3 prefix), emptied afterwards.
-        Some(url) => {
-            let (base, query) = match url.split_once('?') {
-                Some((base, query)) => (base, format!("?{query}")),
-                None => (url.as_str(), String::new()),
-            };
-            (
-                format!("{}/{name}{query}", base.trim_end_matches('/')),
-                None,
-            )
-        }
-        None => {
-            let dir = args.dir.join(&name);
-            std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-            (format!("file://{}", dir.display()), Some(dir))
-        }
-    };
+    let (url, dir) = scratch::fresh(
+        args.storage.as_deref(),
+        &args.dir,
+        &format!("strata-restarts-{}", std::process::id()),
+    )?;
     let result = runtime.block_on(measure(args, &url));
     if let Some(dir) = dir {
         let _ = std::fs::remove_dir_all(dir);
@@ -130,12 +117,7 @@ struct Outcome {
 }
 
 async fn measure(args: &RestartsArgs, url: &str) -> Result<Outcome> {
-    let opened = url.to_string();
-    let inner: Arc<dyn ObjectStore> = tokio::task::spawn_blocking(move || registry().open(&opened))
-        .await
-        .context("open the store")?
-        .with_context(|| format!("open {url}"))?;
-    let wrapped = MetricsStore::new(inner, SystemClock::shared());
+    let wrapped = MetricsStore::new(scratch::open(url).await?, SystemClock::shared());
     let metrics = Arc::clone(wrapped.metrics());
     let store: Arc<dyn ObjectStore> = Arc::new(wrapped);
     let tp = TopicPartition::new("restarts", 0);
@@ -194,24 +176,11 @@ async fn measure(args: &RestartsArgs, url: &str) -> Result<Outcome> {
     let wal_objects = store.list("wal/").await?.len();
     let registrations = store.list("meta/streams/").await?.len();
     if args.storage.is_some() {
-        for meta in store.list("").await.context("list for cleanup")? {
-            store
-                .delete(&meta.key)
-                .await
-                .context("delete for cleanup")?;
-        }
+        scratch::delete_all(&store).await?;
     }
     Ok(Outcome {
         starts: rows,
         wal_objects,
         registrations,
     })
-}
-
-fn registry() -> StoreRegistry {
-    #[allow(unused_mut)]
-    let mut registry = StoreRegistry::with_builtins();
-    #[cfg(feature = "rados")]
-    registry.register("rados", strata_storage_rados::open);
-    registry
 }
