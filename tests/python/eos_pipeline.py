@@ -25,6 +25,7 @@ missing, 3 from `run` on a fatal client error.
 """
 
 import argparse
+import os
 import sys
 import time
 import uuid
@@ -90,6 +91,9 @@ def run(args):
         # the producer's broker list as soon as Metadata stops listing it, so a coordinator
         # lookup after a broker's death meets librdkafka's handling of a broker it destroyed.
         "topic.metadata.refresh.interval.ms": 1000,
+        # The test keeps stderr in a file and shows it only on failure.
+        **({"debug": os.environ["STRATA_EOS_PIPELINE_DEBUG"]}
+           if os.environ.get("STRATA_EOS_PIPELINE_DEBUG") else {}),
     })
     # Fences every earlier incarnation and aborts the transaction it left open.
     producer.init_transactions(TIMEOUT_SECONDS)

@@ -230,22 +230,33 @@ fn pipeline_script() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("python/eos_pipeline.py")
 }
 
-/// A running `eos_pipeline.py` process, its stdout read line by line.
+/// A running `eos_pipeline.py` process, its stdout read line by line. Its stderr (with
+/// librdkafka's transaction-state debug log) goes to a file, shown only when the test fails:
+/// a pipeline stalled past its own timeouts was seen twice in CI, with nothing client-side to
+/// say which request it waited for.
 struct Script {
     child: std::process::Child,
     lines: mpsc::Receiver<String>,
+    stderr: tempfile::NamedTempFile,
 }
+
+/// Lines of the pipeline's stderr shown in a failure.
+const STDERR_LINES_SHOWN: usize = 300;
 
 impl Script {
     fn spawn(mode: &str, bootstrap: &str) -> Self {
+        let stderr = tempfile::NamedTempFile::new().expect("a file for the pipeline's stderr");
         let mut child = Command::new("python3")
             .arg(pipeline_script())
             .arg(mode)
             .arg("--bootstrap")
             .arg(bootstrap)
+            .env("STRATA_EOS_PIPELINE_DEBUG", "eos")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::from(
+                stderr.reopen().expect("reopen the pipeline's stderr file"),
+            ))
             .spawn()
             .expect("run python3");
         let stdout = child.stdout.take().unwrap();
@@ -255,7 +266,18 @@ impl Script {
                 let _ = lines_tx.send(line);
             }
         });
-        Self { child, lines }
+        Self {
+            child,
+            lines,
+            stderr,
+        }
+    }
+
+    /// The last lines the pipeline wrote to stderr.
+    fn stderr_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.stderr.path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(STDERR_LINES_SHOWN)..].join("\n")
     }
 
     fn say(&mut self, line: &str) {
@@ -350,7 +372,9 @@ async fn pipeline_through(plan: &[(i64, Disruption)]) {
                     unplanned_restarts += 1;
                     assert!(
                         unplanned_restarts <= RESTARTS_ALLOWED,
-                        "the pipeline failed {unplanned_restarts} times: {output:?}"
+                        "the pipeline failed {unplanned_restarts} times: {output:?}\n\
+                         its stderr (last {STDERR_LINES_SHOWN} lines):\n{}",
+                        pipeline.stderr_tail()
                     );
                     output.push(format!("(pipeline exited with {status}; restarted)"));
                     pipeline = Script::spawn("run", &bootstrap);
@@ -358,7 +382,11 @@ async fn pipeline_through(plan: &[(i64, Disruption)]) {
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     let _ = pipeline.child.kill();
-                    panic!("the pipeline did not finish in time; its output: {output:?}");
+                    panic!(
+                        "the pipeline did not finish in time; its output: {output:?}\n\
+                         its stderr (last {STDERR_LINES_SHOWN} lines):\n{}",
+                        pipeline.stderr_tail()
+                    );
                 }
             };
             output.push(line.clone());
