@@ -1638,3 +1638,68 @@ async fn producer_id_blocks_keep_only_the_highest_marker_and_never_repeat() {
     let (next, _) = log.init_producer_id().await.unwrap();
     assert!(next > highest, "{next} is not above {highest}");
 }
+
+/// A deposed owner that resumes and stops cleanly seals its stream at shutdown: the
+/// successor sealed it first, so the procedure finds that seal and keeps it, and the
+/// successor's data and writes are untouched. Its collector, run while deposed, deletes no
+/// registration but that of a retired stream.
+#[tokio::test]
+async fn a_deposed_owner_that_resumes_and_stops_harms_nothing_with_its_seal_or_collector() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let a = open_managed(&store, 1).await;
+    a.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    for (_, r) in a.acquire(vec![("t".into(), 0, 1)]).await.unwrap() {
+        r.unwrap();
+    }
+    for i in 0..3 {
+        a.append(&tp("t", 0), batch(&["a"], i, None), DURABLE)
+            .await
+            .unwrap();
+    }
+    // A is "paused": B takes the partition over, sealing A's stream.
+    let b = open_managed(&store, 2).await;
+    b.refresh_catalog().await.unwrap();
+    for (_, r) in b.acquire(vec![("t".into(), 0, 2)]).await.unwrap() {
+        r.unwrap();
+    }
+    let seal_of_a = |store: Arc<dyn ObjectStore>, stream: u32| async move {
+        let mut seals = Vec::new();
+        for meta in store
+            .list(&crate::wal::stream_prefix(stream))
+            .await
+            .unwrap()
+        {
+            let (bytes, _) = store.get(&meta.key).await.unwrap();
+            if strata_layout::wal::parse_seal(&bytes)
+                .is_some_and(|s| s.kind == strata_layout::wal::SealKind::Seal)
+            {
+                seals.push(meta.key.as_str().to_string());
+            }
+        }
+        seals
+    };
+    let sealed_by_b = seal_of_a(store.clone(), a.stream()).await;
+    assert_eq!(sealed_by_b.len(), 1, "{sealed_by_b:?}");
+    // A resumes: its collector runs, then it stops cleanly (sealing its stream again).
+    a.collect_garbage().await.unwrap();
+    assert!(a
+        .append(&tp("t", 0), batch(&["late"], 9, None), DURABLE)
+        .await
+        .is_err());
+    let _ = a.shutdown().await;
+    assert_eq!(seal_of_a(store.clone(), a.stream()).await, sealed_by_b);
+    let registered = strata_layout::streams::registered(store.as_ref())
+        .await
+        .unwrap();
+    assert!(registered.contains(&b.stream()), "{registered:?}");
+    // B serves on, and everything acknowledged is there.
+    b.append(&tp("t", 0), batch(&["b"], 5, None), DURABLE)
+        .await
+        .unwrap();
+    assert_eq!(base_offsets(&b, &tp("t", 0), 0).await, vec![0, 1, 2, 3]);
+    b.compact_now(&tp("t", 0)).await.unwrap();
+    b.collect_garbage().await.unwrap();
+    assert_eq!(base_offsets(&b, &tp("t", 0), 0).await, vec![0, 1, 2, 3]);
+}
