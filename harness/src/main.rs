@@ -405,7 +405,8 @@ fn run(args: &Args, seed: u64, tmpfs: Option<&Tmpfs>) -> i32 {
 }
 
 /// Seals placed (fence.rs logs `stream sealed` only when it puts one) by a broker life that had
-/// not judged that stream's owner dead first (`owner is dead; sealing its stream`): a takeover
+/// not judged that stream's owner dead first (`owner is dead; sealing its stream`) and that
+/// was not sealing its own stream as it stopped (`sealing this broker's own …`): a takeover
 /// that found a live broker's stream in a manifest whose record was Released, which fences a
 /// live broker (the RELIABILITY finding fixed by d2e765b). Lines carry the harness's `[#N`
 /// prefix naming the broker's life.
@@ -418,7 +419,9 @@ fn unjudged_seals(lines: &[String]) -> Vec<String> {
     let mut judged = std::collections::BTreeSet::new();
     let mut found = Vec::new();
     for line in lines {
-        if line.contains("sealing its stream before claiming") {
+        if line.contains("sealing its stream before claiming")
+            || line.contains("sealing this broker's own write-ahead stream at shutdown")
+        {
             if let Some(stream) = stream_after(line, " stream=") {
                 judged.insert((life(line), stream));
             }
@@ -450,6 +453,11 @@ mod tests {
              resource=\"r/1\" owner=2 epoch=6",
             "[#2 err] 2026-12-01T10:53:34.912623Z  INFO strata_cluster::fence: stream sealed \
              stream=00000006 seal_seq=29 by=2",
+            // A broker sealing its own stream as it stops.
+            "[#1 err] 2026-12-04T16:09:31.539000Z  INFO strata_log::manager: sealing this \
+             broker's own write-ahead stream at shutdown stream=00000001",
+            "[#1 err] 2026-12-04T16:09:31.539420Z  INFO strata_cluster::fence: stream sealed \
+             stream=00000001 seal_seq=295 by=1",
             // A later life's judgement does not cover an earlier life's seal, nor the reverse.
             "[#3 err] 2026-12-01T10:54:00.000000Z  INFO strata_cluster::fence: stream sealed \
              stream=00000003 seal_seq=93 by=2",

@@ -348,6 +348,12 @@ impl LogManager {
     /// failure only leaves the stream as it was before this existed.
     async fn seal_own_stream(&self) {
         let shared = &self.shared;
+        // Logged before the seal, in the same stream notation as fence.rs's "stream sealed",
+        // so a reader of the logs (the fault harness) can tell this seal from a takeover's.
+        tracing::info!(
+            stream = format_args!("{:08x}", shared.stream),
+            "sealing this broker's own write-ahead stream at shutdown"
+        );
         if let Err(e) = wal::seal_stream(
             shared.store.as_ref(),
             shared.stream,
