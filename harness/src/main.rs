@@ -23,6 +23,7 @@
 
 mod checker;
 mod cleanup;
+mod explain;
 mod history;
 mod nemesis;
 mod readback;
@@ -157,6 +158,11 @@ fn main() {
         // SharedStorage puts each cluster under this base, as for the end-to-end tests. Set
         // before any other thread starts.
         std::env::set_var("STRATA_TEST_STORAGE", &base);
+    }
+    if std::env::var_os("STRATA_TEST_LOG").is_none() {
+        // The brokers' sequence decisions (refusals, recognised retries) at debug: what tells
+        // a duplicate's cause from the kept logs. Set before any other thread starts.
+        std::env::set_var("STRATA_TEST_LOG", "info,strata_log::append=debug");
     }
     let code = run(&args, seed, tmpfs.as_ref());
     // Unmounted here (not by exit), after the cluster's brokers are gone.
@@ -369,6 +375,32 @@ fn run(args: &Args, seed: u64, tmpfs: Option<&Tmpfs>) -> i32 {
     }
     for failure in &nemesis.liveness {
         println!("  liveness: {failure}");
+    }
+    let examples: Vec<String> = checks
+        .iter()
+        .flat_map(|check| check.examples.iter().cloned())
+        .collect();
+    let values = explain::values_named(&examples);
+    if !values.is_empty() {
+        let broker_logs: Vec<(i32, Vec<String>)> = cluster
+            .brokers
+            .iter()
+            .map(|(id, broker)| (*id, broker.log_lines_containing("")))
+            .collect();
+        println!("\nexplained:");
+        for line in explain::explain(&values, &entries, &logs, TOPIC, &broker_logs) {
+            println!("{line}");
+        }
+        // The producers' idempotence log (debug=eos): epoch bumps, sequence errors, drains.
+        println!("  producers' idempotence log (librdkafka debug=eos, latest lines):");
+        let client_log = strata_tests::clients::client_log_tail(2000);
+        let eos: Vec<&str> = client_log
+            .lines()
+            .filter(|l| l.starts_with("librdkafka Debug"))
+            .collect();
+        for line in &eos[eos.len().saturating_sub(120)..] {
+            println!("    {line}");
+        }
     }
     if anomalies > 0 || !nemesis.unexpected_exits.is_empty() || !live_seals.is_empty() {
         // Keep what a developer needs: the brokers' recent output (an unexpected exit is not an

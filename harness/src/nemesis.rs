@@ -19,7 +19,9 @@ use crate::workload::MemberKiller;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Fault {
-    /// SIGKILL, down for up to a lease, restart on the same port.
+    /// SIGKILL, down for half a lease to one and a half, restart on the same port: the
+    /// restarted broker and the others (who judge it dead once its lease ran out) race to take
+    /// its partitions over.
     Kill,
     /// SIGSTOP past the lease (the others fence it and take its partitions), then SIGCONT.
     Pause,
@@ -234,7 +236,7 @@ impl Nemesis {
                 Fault::Kill => {
                     let broker = cluster.broker(victim);
                     broker.kill9();
-                    let down = lease.mul_f64(fraction);
+                    let down = lease.mul_f64(0.5 + fraction);
                     std::thread::sleep(down);
                     broker.restart();
                     Ok(format!("down {} ms", down.as_millis()))

@@ -253,14 +253,32 @@ impl LogManager {
                     kind: kind_of(b),
                 })
                 .collect();
-            let decisions = check_producers(
+            let decisions = match check_producers(
                 &st.producers,
                 &infos,
                 shared.config.max_aborted_transactions,
                 guard,
-            )?;
+            ) {
+                Ok(d) => d,
+                Err(e) => {
+                    // Debug, not info: a client can send these at will. What a fault campaign
+                    // needs to tell a retry the log forgot from a client's own resend.
+                    let first = infos.first();
+                    tracing::debug!(partition = %tp, epoch = part.epoch(),
+                        producer_id = first.map(|b| b.producer_id),
+                        producer_epoch = first.map(|b| b.producer_epoch),
+                        base_sequence = first.map(|b| b.base_sequence),
+                        records = first.map(|b| b.record_count),
+                        error = %e, "produce refused by the producer state");
+                    return Err(e);
+                }
+            };
             for (b, decision) in batches.iter().zip(&decisions) {
                 if let SeqCheck::Duplicate { base_offset } = decision {
+                    tracing::debug!(partition = %tp, epoch = part.epoch(),
+                        producer_id = b.producer_id(), producer_epoch = b.producer_epoch(),
+                        base_sequence = b.base_sequence(), base_offset,
+                        "retried batch recognised as a duplicate");
                     let end = base_offset + b.last_offset_delta() as i64 + 1;
                     if end > st.high_watermark {
                         let later = durable_at.as_ref().map_or(0, |(_, e)| *e).max(end);
