@@ -105,24 +105,90 @@ pub(crate) fn describe_cluster(
 /// The broker hosting `group`'s coordinator shard: this one alone on its storage; in cluster
 /// mode the live owner of the shard's `__consumer_offsets` partition.
 /// This broker is given by the endpoint of the listener the client came in on.
+///
+/// While the shard is between owners (a handover: released by one broker, not yet claimed by
+/// the next; or a dead owner not yet taken over) this broker names itself rather than answering
+/// COORDINATOR_NOT_AVAILABLE, and answers the group request that follows NOT_COORDINATOR until
+/// the shard has an owner. Kafka names a coordinator whenever the partition has a leader, and
+/// a planned move of ours leaves none for a moment (0.1–1 s); librdkafka's generic coordinator
+/// lookup (TxnOffsetCommit, the admin group APIs) retries a FindCoordinator answered
+/// COORDINATOR_NOT_AVAILABLE only twice, then waits for a broker connection to change state,
+/// which in a healthy cluster never comes: `send_offsets_to_transaction` hung past its own
+/// timeout after a group coordinator moved (docs/RELIABILITY.md, the transactions pipeline).
+/// NOT_COORDINATOR sends every client through its full rediscovery instead.
 pub(crate) fn group_coordinator(
     broker: &Broker,
     group: &str,
     ctx: &RequestContext,
 ) -> Result<(i32, String, u16), (i16, String)> {
     let shard = shard_of(group, broker.groups.shard_count()) as i32;
-    shard_owner(broker, OFFSETS_TOPIC, shard, ctx)
+    let owner = shard_owner(broker, OFFSETS_TOPIC, shard, ctx)?;
+    if let ShardOwner::None(why) = owner {
+        tracing::debug!(
+            group,
+            shard,
+            why,
+            "group coordinator between owners; naming this broker"
+        );
+    }
+    coordinator_answer(CoordinatorKind::Group, owner, this_broker(broker, ctx))
 }
 
 /// The broker hosting the transaction coordinator shard of `transactional_id`: the owner of
-/// its `__transaction_state` partition, found exactly as a group's.
+/// its `__transaction_state` partition, found exactly as a group's. Between owners the answer
+/// is COORDINATOR_NOT_AVAILABLE, as Kafka's: producers look their transaction coordinator up
+/// on a timer of their own (librdkafka's "coordinator query timer"), which retries it.
 pub(crate) fn txn_coordinator(
     broker: &Broker,
     transactional_id: &str,
     ctx: &RequestContext,
 ) -> Result<(i32, String, u16), (i16, String)> {
     let shard = crate::txn_coordinator::shard_of(transactional_id, broker.txn.shard_count()) as i32;
-    shard_owner(broker, crate::txn_coordinator::TXN_TOPIC, shard, ctx)
+    let owner = shard_owner(broker, crate::txn_coordinator::TXN_TOPIC, shard, ctx)?;
+    coordinator_answer(
+        CoordinatorKind::Transaction,
+        owner,
+        this_broker(broker, ctx),
+    )
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CoordinatorKind {
+    Group,
+    Transaction,
+}
+
+/// FindCoordinator's answer from who owns the shard (see [`group_coordinator`] for why a
+/// group's is this broker while nobody does).
+fn coordinator_answer(
+    kind: CoordinatorKind,
+    owner: ShardOwner,
+    me: (i32, String, u16),
+) -> Result<(i32, String, u16), (i16, String)> {
+    match (owner, kind) {
+        (ShardOwner::Live(id, host, port), _) => Ok((id, host, port)),
+        (ShardOwner::None(_), CoordinatorKind::Group) => Ok(me),
+        (ShardOwner::None(why), CoordinatorKind::Transaction) => {
+            Err((code::COORDINATOR_NOT_AVAILABLE, why.to_string()))
+        }
+    }
+}
+
+/// Who owns a coordinator shard's partition right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ShardOwner {
+    /// A live broker (this one included): id, host, port.
+    Live(i32, String, u16),
+    /// Nobody live: between owners, or an owner not in the cluster view.
+    None(&'static str),
+}
+
+fn this_broker(broker: &Broker, ctx: &RequestContext) -> (i32, String, u16) {
+    (
+        broker.settings.node_id.0,
+        ctx.listener.advertised_host.clone(),
+        ctx.listener.advertised_port,
+    )
 }
 
 fn shard_owner(
@@ -130,35 +196,33 @@ fn shard_owner(
     internal_topic: &str,
     shard: i32,
     ctx: &RequestContext,
-) -> Result<(i32, String, u16), (i16, String)> {
-    let me = (
-        broker.settings.node_id.0,
-        ctx.listener.advertised_host.clone(),
-        ctx.listener.advertised_port,
-    );
+) -> Result<ShardOwner, (i16, String)> {
+    let me = this_broker(broker, ctx);
     let Some(node) = broker.cluster.as_deref() else {
-        return Ok(me);
+        return Ok(ShardOwner::Live(me.0, me.1, me.2));
     };
-    let unavailable = |why: &str| (code::COORDINATOR_NOT_AVAILABLE, why.to_string());
-    let topic = broker
-        .log
-        .topic(internal_topic)
-        .ok_or_else(|| unavailable("the coordinator's internal topic does not exist yet"))?;
+    // Only at a cluster's very start: nobody can coordinate yet, and every client retries.
+    let topic = broker.log.topic(internal_topic).ok_or_else(|| {
+        (
+            code::COORDINATOR_NOT_AVAILABLE,
+            "the coordinator's internal topic does not exist yet".to_string(),
+        )
+    })?;
     let tp = TopicPartition::new(Arc::clone(&topic.name), shard);
     let view = node.view();
-    let (leader, _) = node
-        .leader_of(&view, &node.owners(), topic.id, &tp)
-        .ok_or_else(|| unavailable("the coordinator shard is between owners"))?;
-    let (host, port) = view
-        .members
-        .get(&leader)
-        .map(|m| m.registration.endpoint(&ctx.listener.name))
-        .map(|(h, p)| (h.to_string(), p))
-        .ok_or_else(|| unavailable("the coordinator is not live"))?;
+    let Some((leader, _)) = node.leader_of(&view, &node.owners(), topic.id, &tp) else {
+        return Ok(ShardOwner::None("the coordinator shard is between owners"));
+    };
     if leader == broker.settings.node_id {
-        return Ok(me);
+        return Ok(ShardOwner::Live(me.0, me.1, me.2));
     }
-    Ok((leader.0, host, port))
+    Ok(match view.members.get(&leader) {
+        Some(m) => {
+            let (host, port) = m.registration.endpoint(&ctx.listener.name);
+            ShardOwner::Live(leader.0, host.to_string(), port)
+        }
+        None => ShardOwner::None("the coordinator is not live"),
+    })
 }
 
 pub(crate) async fn alter_partition_reassignments(
@@ -506,4 +570,39 @@ pub(crate) async fn list_partition_reassignments(
         })
         .collect();
     response
+}
+
+#[cfg(test)]
+mod coordinator_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn me() -> (i32, String, u16) {
+        (1, "10.0.0.1".to_string(), 9092)
+    }
+
+    #[test]
+    fn a_live_owner_is_named_for_groups_and_transactions() {
+        for kind in [CoordinatorKind::Group, CoordinatorKind::Transaction] {
+            let owner = ShardOwner::Live(3, "10.0.0.3".to_string(), 9094);
+            assert_eq!(
+                coordinator_answer(kind, owner, me()),
+                Ok((3, "10.0.0.3".to_string(), 9094))
+            );
+        }
+    }
+
+    #[test]
+    fn between_owners_a_group_lookup_names_this_broker_and_a_transaction_lookup_waits() {
+        let between = ShardOwner::None("the coordinator shard is between owners");
+        assert_eq!(
+            coordinator_answer(CoordinatorKind::Group, between.clone(), me()),
+            Ok(me())
+        );
+        let (code, why) =
+            coordinator_answer(CoordinatorKind::Transaction, between, me()).unwrap_err();
+        assert_eq!(code, code::COORDINATOR_NOT_AVAILABLE);
+        assert!(why.contains("between owners"), "{why}");
+    }
 }
