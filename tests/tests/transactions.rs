@@ -251,7 +251,12 @@ impl Script {
             .arg(mode)
             .arg("--bootstrap")
             .arg(bootstrap)
-            .env("STRATA_EOS_PIPELINE_DEBUG", "eos")
+            // librdkafka's debug contexts for the pipeline's producer: the transaction steps,
+            // unless the caller asks for more (e.g. "eos,broker,protocol").
+            .env(
+                "STRATA_EOS_PIPELINE_DEBUG",
+                std::env::var("STRATA_EOS_PIPELINE_DEBUG").unwrap_or_else(|_| "eos".into()),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(
@@ -274,10 +279,24 @@ impl Script {
     }
 
     /// The last lines the pipeline wrote to stderr.
+    /// The last lines of the pipeline's stderr, for a failure message; the whole of it is
+    /// copied next to the other temporary files and named in the message.
     fn stderr_tail(&self) -> String {
         let text = std::fs::read_to_string(self.stderr.path()).unwrap_or_default();
+        let kept = std::env::temp_dir().join(format!(
+            "strata-eos-pipeline-{}-{}.stderr",
+            std::process::id(),
+            self.child.id()
+        ));
+        let whole = match std::fs::write(&kept, &text) {
+            Ok(()) => format!("(all of it: {})\n", kept.display()),
+            Err(_) => String::new(),
+        };
         let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(STDERR_LINES_SHOWN)..].join("\n")
+        format!(
+            "{whole}{}",
+            lines[lines.len().saturating_sub(STDERR_LINES_SHOWN)..].join("\n")
+        )
     }
 
     fn say(&mut self, line: &str) {
