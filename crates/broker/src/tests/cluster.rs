@@ -698,3 +698,98 @@ async fn replication_factor_assignments_and_preferred_elections_on_three_brokers
     .await;
     assert_eq!(replicas_of(&metadata, 1), (3, vec![3, 1, 2], vec![3, 1, 2]));
 }
+
+/// A group's coordinator shard handed over between two live brokers: FindCoordinator, asked
+/// of either broker all the while, always names a broker, never COORDINATOR_NOT_AVAILABLE
+/// (between release and claim it names the broker asked, which answers NOT_COORDINATOR until
+/// the shard has an owner). librdkafka's generic coordinator request gives up on that error
+/// after two retries and then waits for a broker connection to change state, which no
+/// handover causes: `send_offsets_to_transaction` hung (docs/RELIABILITY.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_coordinator_handed_over_is_always_found() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let a = Member::start(&store, 1).await;
+    let b = Member::start(&store, 2).await;
+    let group = "moving-group";
+    let shard_count = a
+        .broker
+        .log
+        .topic(crate::coordinator::OFFSETS_TOPIC)
+        .unwrap()
+        .partitions;
+    let shard = crate::coordinator::shard_of(group, shard_count as usize) as i32;
+    let shard_tp = TopicPartition::new(crate::coordinator::OFFSETS_TOPIC, shard);
+    let mut moves = 0;
+    let mut answers: BTreeMap<(i16, i32), usize> = BTreeMap::new();
+    // Back and forth a few times: each handover leaves the shard without an owner for a few
+    // milliseconds here, and the lookups must land in that window to tell.
+    while moves < 4 {
+        let (_owner, other) = eventually("someone serves the coordinator shard", || {
+            if a.epoch(&shard_tp).is_some() {
+                Some((&a, &b))
+            } else if b.epoch(&shard_tp).is_some() {
+                Some((&b, &a))
+            } else {
+                None
+            }
+        })
+        .await;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let lookups: Vec<_> = [a.addr, b.addr]
+            .into_iter()
+            .map(|addr| {
+                let stop = Arc::clone(&stop);
+                tokio::spawn(async move {
+                    let mut client = Client {
+                        stream: TcpStream::connect(addr).await.unwrap(),
+                        next_correlation: 1,
+                    };
+                    let mut seen = Vec::new();
+                    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        let mut request = FindCoordinatorRequest::default();
+                        request.key = StrBytes::from_static_str("moving-group");
+                        let found: FindCoordinatorResponse =
+                            client.call(ApiKey::FindCoordinator, 3, &request).await;
+                        seen.push((found.error_code, found.node_id.0));
+                    }
+                    seen
+                })
+            })
+            .collect();
+
+        let mut partition = ReassignablePartition::default();
+        partition.partition_index = shard;
+        partition.replicas = Some(vec![kafka_protocol::messages::BrokerId(other.id)]);
+        let mut topic = ReassignableTopic::default();
+        topic.name = topic_name(crate::coordinator::OFFSETS_TOPIC);
+        topic.partitions = vec![partition];
+        let mut request = AlterPartitionReassignmentsRequest::default();
+        request.timeout_ms = 10_000;
+        request.topics = vec![topic];
+        let mut to_other = other.client().await;
+        let response: AlterPartitionReassignmentsResponse = to_other
+            .call(ApiKey::AlterPartitionReassignments, 0, &request)
+            .await;
+        assert_eq!(response.error_code, 0);
+        assert_eq!(response.responses[0].partitions[0].error_code, 0);
+        eventually("the target serves the coordinator shard", || {
+            other.epoch(&shard_tp)
+        })
+        .await;
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        for lookup in lookups {
+            for answer in lookup.await.unwrap() {
+                *answers.entry(answer).or_default() += 1;
+            }
+        }
+        moves += 1;
+    }
+    eprintln!("FindCoordinator answers (error code, node) over {moves} handovers: {answers:?}");
+    let unavailable: usize = answers
+        .iter()
+        .filter(|((code, _), _)| *code != 0)
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(unavailable, 0, "answers without a coordinator: {answers:?}");
+    assert!(answers.keys().all(|(_, node)| *node == 1 || *node == 2));
+}
