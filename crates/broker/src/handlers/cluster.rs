@@ -105,72 +105,66 @@ pub(crate) fn describe_cluster(
 /// The broker hosting `group`'s coordinator shard: this one alone on its storage; in cluster
 /// mode the live owner of the shard's `__consumer_offsets` partition.
 /// This broker is given by the endpoint of the listener the client came in on.
-///
-/// While the shard is between owners (a handover: released by one broker, not yet claimed by
-/// the next; or a dead owner not yet taken over) this broker names itself rather than answering
-/// COORDINATOR_NOT_AVAILABLE, and answers the group request that follows NOT_COORDINATOR until
-/// the shard has an owner. Kafka names a coordinator whenever the partition has a leader, and
-/// a planned move of ours leaves none for a moment (0.1–1 s); librdkafka's generic coordinator
-/// lookup (TxnOffsetCommit, the admin group APIs) retries a FindCoordinator answered
-/// COORDINATOR_NOT_AVAILABLE only twice, then waits for a broker connection to change state,
-/// which in a healthy cluster never comes: `send_offsets_to_transaction` hung past its own
-/// timeout after a group coordinator moved (docs/RELIABILITY.md, the transactions pipeline).
-/// NOT_COORDINATOR sends every client through its full rediscovery instead.
 pub(crate) fn group_coordinator(
     broker: &Broker,
     group: &str,
     ctx: &RequestContext,
 ) -> Result<(i32, String, u16), (i16, String)> {
     let shard = shard_of(group, broker.groups.shard_count()) as i32;
-    let owner = shard_owner(broker, OFFSETS_TOPIC, shard, ctx)?;
-    if let ShardOwner::None(why) = owner {
-        tracing::debug!(
-            group,
-            shard,
-            why,
-            "group coordinator between owners; naming this broker"
-        );
-    }
-    coordinator_answer(CoordinatorKind::Group, owner, this_broker(broker, ctx))
+    shard_owner(broker, OFFSETS_TOPIC, shard, ctx)?.found()
 }
 
 /// The broker hosting the transaction coordinator shard of `transactional_id`: the owner of
-/// its `__transaction_state` partition, found exactly as a group's. Between owners the answer
-/// is COORDINATOR_NOT_AVAILABLE, as Kafka's: producers look their transaction coordinator up
-/// on a timer of their own (librdkafka's "coordinator query timer"), which retries it.
+/// its `__transaction_state` partition, found exactly as a group's.
 pub(crate) fn txn_coordinator(
     broker: &Broker,
     transactional_id: &str,
     ctx: &RequestContext,
 ) -> Result<(i32, String, u16), (i16, String)> {
     let shard = crate::txn_coordinator::shard_of(transactional_id, broker.txn.shard_count()) as i32;
-    let owner = shard_owner(broker, crate::txn_coordinator::TXN_TOPIC, shard, ctx)?;
-    coordinator_answer(
-        CoordinatorKind::Transaction,
-        owner,
-        this_broker(broker, ctx),
-    )
+    shard_owner(broker, crate::txn_coordinator::TXN_TOPIC, shard, ctx)?.found()
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CoordinatorKind {
-    Group,
-    Transaction,
-}
+/// How long a group's FindCoordinator waits for the group's coordinator shard to have a live
+/// owner before it answers COORDINATOR_NOT_AVAILABLE. A planned handover leaves a shard without
+/// one for 0.1–1 s (released, not yet claimed), which Kafka, naming the partition leader
+/// whenever there is one, practically never does; librdkafka's generic coordinator request
+/// (TxnOffsetCommit, the admin group APIs) retries that answer only twice, 100–200 ms apart,
+/// then waits for a broker connection to come up or go down, which in a healthy cluster never
+/// happens: `send_offsets_to_transaction` hung past its own timeout after a group coordinator
+/// was handed back to a restarted broker (docs/RELIABILITY.md, the exactly-once pipeline).
+/// Waiting covers every handover; a takeover of a dead owner can take longer (its lease), and
+/// then the answer is COORDINATOR_NOT_AVAILABLE as before (the dead broker's connection going
+/// down and coming back is what restarts librdkafka's lookup then). Far below every client's
+/// request timeout (librdkafka's socket.timeout.ms 60 s, Java's request.timeout.ms 30 s).
+pub(crate) const GROUP_LOOKUP_WAIT: Duration = Duration::from_secs(3);
 
-/// FindCoordinator's answer from who owns the shard (see [`group_coordinator`] for why a
-/// group's is this broker while nobody does).
-fn coordinator_answer(
-    kind: CoordinatorKind,
-    owner: ShardOwner,
-    me: (i32, String, u16),
-) -> Result<(i32, String, u16), (i16, String)> {
-    match (owner, kind) {
-        (ShardOwner::Live(id, host, port), _) => Ok((id, host, port)),
-        (ShardOwner::None(_), CoordinatorKind::Group) => Ok(me),
-        (ShardOwner::None(why), CoordinatorKind::Transaction) => {
-            Err((code::COORDINATOR_NOT_AVAILABLE, why.to_string()))
+/// How often a waiting lookup looks at the cluster's ownership again.
+const GROUP_LOOKUP_POLL: Duration = Duration::from_millis(20);
+
+/// Waits, for at most [`GROUP_LOOKUP_WAIT`], until every one of `groups`' coordinator shards
+/// has a live owner (at once in standalone mode, or when they all have one).
+pub(crate) async fn await_group_coordinators(
+    broker: &Broker,
+    groups: &[&str],
+    ctx: &RequestContext,
+) {
+    if broker.cluster.is_none() {
+        return;
+    }
+    let deadline = broker.clock.monotonic().saturating_add(GROUP_LOOKUP_WAIT);
+    loop {
+        let between = groups.iter().any(|group| {
+            let shard = shard_of(group, broker.groups.shard_count()) as i32;
+            matches!(
+                shard_owner(broker, OFFSETS_TOPIC, shard, ctx),
+                Ok(ShardOwner::None(_))
+            )
+        });
+        if !between || broker.clock.monotonic() >= deadline {
+            return;
         }
+        broker.clock.sleep(GROUP_LOOKUP_POLL).await;
     }
 }
 
@@ -181,6 +175,16 @@ enum ShardOwner {
     Live(i32, String, u16),
     /// Nobody live: between owners, or an owner not in the cluster view.
     None(&'static str),
+}
+
+impl ShardOwner {
+    /// FindCoordinator's answer: the owner, or COORDINATOR_NOT_AVAILABLE.
+    fn found(self) -> Result<(i32, String, u16), (i16, String)> {
+        match self {
+            ShardOwner::Live(id, host, port) => Ok((id, host, port)),
+            ShardOwner::None(why) => Err((code::COORDINATOR_NOT_AVAILABLE, why.to_string())),
+        }
+    }
 }
 
 fn this_broker(broker: &Broker, ctx: &RequestContext) -> (i32, String, u16) {
@@ -570,39 +574,4 @@ pub(crate) async fn list_partition_reassignments(
         })
         .collect();
     response
-}
-
-#[cfg(test)]
-mod coordinator_tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-
-    use super::*;
-
-    fn me() -> (i32, String, u16) {
-        (1, "10.0.0.1".to_string(), 9092)
-    }
-
-    #[test]
-    fn a_live_owner_is_named_for_groups_and_transactions() {
-        for kind in [CoordinatorKind::Group, CoordinatorKind::Transaction] {
-            let owner = ShardOwner::Live(3, "10.0.0.3".to_string(), 9094);
-            assert_eq!(
-                coordinator_answer(kind, owner, me()),
-                Ok((3, "10.0.0.3".to_string(), 9094))
-            );
-        }
-    }
-
-    #[test]
-    fn between_owners_a_group_lookup_names_this_broker_and_a_transaction_lookup_waits() {
-        let between = ShardOwner::None("the coordinator shard is between owners");
-        assert_eq!(
-            coordinator_answer(CoordinatorKind::Group, between.clone(), me()),
-            Ok(me())
-        );
-        let (code, why) =
-            coordinator_answer(CoordinatorKind::Transaction, between, me()).unwrap_err();
-        assert_eq!(code, code::COORDINATOR_NOT_AVAILABLE);
-        assert!(why.contains("between owners"), "{why}");
-    }
 }

@@ -701,10 +701,10 @@ async fn replication_factor_assignments_and_preferred_elections_on_three_brokers
 
 /// A group's coordinator shard handed over between two live brokers: FindCoordinator, asked
 /// of either broker all the while, always names a broker, never COORDINATOR_NOT_AVAILABLE
-/// (between release and claim it names the broker asked, which answers NOT_COORDINATOR until
-/// the shard has an owner). librdkafka's generic coordinator request gives up on that error
-/// after two retries and then waits for a broker connection to change state, which no
-/// handover causes: `send_offsets_to_transaction` hung (docs/RELIABILITY.md).
+/// (between release and claim the answer waits for the claim). librdkafka's generic
+/// coordinator request gives up on that error after two retries and then waits for a broker
+/// connection to change state, which no handover causes: `send_offsets_to_transaction` hung
+/// (docs/RELIABILITY.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_coordinator_handed_over_is_always_found() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
