@@ -172,22 +172,50 @@ async fn create(member: &Member, topic: &str) -> TopicPartition {
     TopicPartition::new(topic, 0)
 }
 
+/// The member serving `tp` and the other one, once one of them serves it.
+async fn owner_and_other<'m>(
+    a: &'m Member,
+    b: &'m Member,
+    tp: &TopicPartition,
+) -> (&'m Member, &'m Member) {
+    eventually(&format!("someone serves {tp}"), || {
+        if a.epoch(tp).is_some() {
+            Some((a, b))
+        } else if b.epoch(tp).is_some() {
+            Some((b, a))
+        } else {
+            None
+        }
+    })
+    .await
+}
+
+/// Moves `topic`'s `partition` to broker `target` with AlterPartitionReassignments sent to
+/// `client`, and checks it was accepted.
+async fn reassign(client: &mut Client, topic: &str, partition: i32, target: i32) {
+    let mut moved = ReassignablePartition::default();
+    moved.partition_index = partition;
+    moved.replicas = Some(vec![kafka_protocol::messages::BrokerId(target)]);
+    let mut reassigned = ReassignableTopic::default();
+    reassigned.name = topic_name(topic);
+    reassigned.partitions = vec![moved];
+    let mut request = AlterPartitionReassignmentsRequest::default();
+    request.timeout_ms = 10_000;
+    request.topics = vec![reassigned];
+    let response: AlterPartitionReassignmentsResponse = client
+        .call(ApiKey::AlterPartitionReassignments, 0, &request)
+        .await;
+    assert_eq!(response.error_code, 0);
+    assert_eq!(response.responses[0].partitions[0].error_code, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_moved_partition_serves_every_record_at_a_higher_epoch_on_its_new_owner() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
     let a = Member::start(&store, 1).await;
     let b = Member::start(&store, 2).await;
     let tp = create(&a, "moving").await;
-    let (owner, other) = eventually("someone serves the partition", || {
-        if a.epoch(&tp).is_some() {
-            Some((&a, &b))
-        } else if b.epoch(&tp).is_some() {
-            Some((&b, &a))
-        } else {
-            None
-        }
-    })
-    .await;
+    let (owner, other) = owner_and_other(&a, &b, &tp).await;
     let first_epoch = owner.epoch(&tp).unwrap();
 
     let mut to_owner = owner.client().await;
@@ -217,22 +245,9 @@ async fn a_moved_partition_serves_every_record_at_a_higher_epoch_on_its_new_owne
     }
 
     // Move it with AlterPartitionReassignments, sent to the broker that does not own it.
-    let mut partition = ReassignablePartition::default();
-    partition.partition_index = 0;
-    partition.replicas = Some(vec![kafka_protocol::messages::BrokerId(other.id)]);
-    let mut topic = ReassignableTopic::default();
-    topic.name = topic_name("moving");
-    topic.partitions = vec![partition];
-    let mut request = AlterPartitionReassignmentsRequest::default();
-    request.timeout_ms = 10_000;
-    request.topics = vec![topic];
     let clock = SystemClock::shared();
     let started = clock.monotonic();
-    let response: AlterPartitionReassignmentsResponse = to_other
-        .call(ApiKey::AlterPartitionReassignments, 0, &request)
-        .await;
-    assert_eq!(response.error_code, 0);
-    assert_eq!(response.responses[0].partitions[0].error_code, 0);
+    reassign(&mut to_other, "moving", 0, other.id).await;
 
     let new_epoch = eventually("the target serves the partition", || other.epoch(&tp)).await;
     let handover = clock.monotonic() - started;
@@ -636,19 +651,7 @@ async fn replication_factor_assignments_and_preferred_elections_on_three_brokers
     assert_eq!(replicas_of(&metadata, 0), (2, vec![2, 1, 3], vec![2, 1, 3]));
 
     // Moved away by a reassignment, then back by a preferred election.
-    let mut partition = ReassignablePartition::default();
-    partition.partition_index = 0;
-    partition.replicas = Some(vec![kafka_protocol::messages::BrokerId(3)]);
-    let mut topic = ReassignableTopic::default();
-    topic.name = topic_name("pinned");
-    topic.partitions = vec![partition];
-    let mut reassign = AlterPartitionReassignmentsRequest::default();
-    reassign.timeout_ms = 10_000;
-    reassign.topics = vec![topic];
-    let response: AlterPartitionReassignmentsResponse = client
-        .call(ApiKey::AlterPartitionReassignments, 0, &reassign)
-        .await;
-    assert_eq!(response.responses[0].partitions[0].error_code, 0);
+    reassign(&mut client, "pinned", 0, 3).await;
     let metadata = metadata_until(&mut client, "pinned", "broker 3 leads pinned", led_by(3)).await;
     assert_eq!(replicas_of(&metadata, 0).1, vec![3, 2, 1]);
 
@@ -724,16 +727,7 @@ async fn a_group_coordinator_handed_over_is_always_found() {
     // Back and forth a few times: each handover leaves the shard without an owner for a few
     // milliseconds here, and the lookups must land in that window to tell.
     while moves < 4 {
-        let (_owner, other) = eventually("someone serves the coordinator shard", || {
-            if a.epoch(&shard_tp).is_some() {
-                Some((&a, &b))
-            } else if b.epoch(&shard_tp).is_some() {
-                Some((&b, &a))
-            } else {
-                None
-            }
-        })
-        .await;
+        let (_, other) = owner_and_other(&a, &b, &shard_tp).await;
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let lookups: Vec<_> = [a.addr, b.addr]
             .into_iter()
@@ -757,21 +751,14 @@ async fn a_group_coordinator_handed_over_is_always_found() {
             })
             .collect();
 
-        let mut partition = ReassignablePartition::default();
-        partition.partition_index = shard;
-        partition.replicas = Some(vec![kafka_protocol::messages::BrokerId(other.id)]);
-        let mut topic = ReassignableTopic::default();
-        topic.name = topic_name(crate::coordinator::OFFSETS_TOPIC);
-        topic.partitions = vec![partition];
-        let mut request = AlterPartitionReassignmentsRequest::default();
-        request.timeout_ms = 10_000;
-        request.topics = vec![topic];
         let mut to_other = other.client().await;
-        let response: AlterPartitionReassignmentsResponse = to_other
-            .call(ApiKey::AlterPartitionReassignments, 0, &request)
-            .await;
-        assert_eq!(response.error_code, 0);
-        assert_eq!(response.responses[0].partitions[0].error_code, 0);
+        reassign(
+            &mut to_other,
+            crate::coordinator::OFFSETS_TOPIC,
+            shard,
+            other.id,
+        )
+        .await;
         eventually("the target serves the coordinator shard", || {
             other.epoch(&shard_tp)
         })
