@@ -111,7 +111,7 @@ pub(crate) fn group_coordinator(
     ctx: &RequestContext,
 ) -> Result<(i32, String, u16), (i16, String)> {
     let shard = shard_of(group, broker.groups.shard_count()) as i32;
-    shard_owner(broker, OFFSETS_TOPIC, shard, ctx)?.found()
+    shard_owner(broker, OFFSETS_TOPIC, shard, ctx)
 }
 
 /// The broker hosting the transaction coordinator shard of `transactional_id`: the owner of
@@ -122,77 +122,7 @@ pub(crate) fn txn_coordinator(
     ctx: &RequestContext,
 ) -> Result<(i32, String, u16), (i16, String)> {
     let shard = crate::txn_coordinator::shard_of(transactional_id, broker.txn.shard_count()) as i32;
-    shard_owner(broker, crate::txn_coordinator::TXN_TOPIC, shard, ctx)?.found()
-}
-
-/// How long a group's FindCoordinator waits for the group's coordinator shard to have a live
-/// owner before it answers COORDINATOR_NOT_AVAILABLE. A planned handover leaves a shard without
-/// one for 0.1–1 s (released, not yet claimed), which Kafka, naming the partition leader
-/// whenever there is one, practically never does; librdkafka's generic coordinator request
-/// (TxnOffsetCommit, the admin group APIs) retries that answer only twice, 100–200 ms apart,
-/// then waits for a broker connection to come up or go down, which in a healthy cluster never
-/// happens: `send_offsets_to_transaction` hung past its own timeout after a group coordinator
-/// was handed back to a restarted broker (docs/RELIABILITY.md, the exactly-once pipeline).
-/// Waiting covers every handover; a takeover of a dead owner can take longer (its lease), and
-/// then the answer is COORDINATOR_NOT_AVAILABLE as before (the dead broker's connection going
-/// down and coming back is what restarts librdkafka's lookup then). Far below every client's
-/// request timeout (librdkafka's socket.timeout.ms 60 s, Java's request.timeout.ms 30 s).
-pub(crate) const GROUP_LOOKUP_WAIT: Duration = Duration::from_secs(3);
-
-/// How often a waiting lookup looks at the cluster's ownership again.
-const GROUP_LOOKUP_POLL: Duration = Duration::from_millis(20);
-
-/// Waits, for at most [`GROUP_LOOKUP_WAIT`], until every one of `groups`' coordinator shards
-/// has a live owner (at once in standalone mode, or when they all have one).
-pub(crate) async fn await_group_coordinators(
-    broker: &Broker,
-    groups: &[&str],
-    ctx: &RequestContext,
-) {
-    if broker.cluster.is_none() {
-        return;
-    }
-    let deadline = broker.clock.monotonic().saturating_add(GROUP_LOOKUP_WAIT);
-    loop {
-        let between = groups.iter().any(|group| {
-            let shard = shard_of(group, broker.groups.shard_count()) as i32;
-            matches!(
-                shard_owner(broker, OFFSETS_TOPIC, shard, ctx),
-                Ok(ShardOwner::None(_))
-            )
-        });
-        if !between || broker.clock.monotonic() >= deadline {
-            return;
-        }
-        broker.clock.sleep(GROUP_LOOKUP_POLL).await;
-    }
-}
-
-/// Who owns a coordinator shard's partition right now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum ShardOwner {
-    /// A live broker (this one included): id, host, port.
-    Live(i32, String, u16),
-    /// Nobody live: between owners, or an owner not in the cluster view.
-    None(&'static str),
-}
-
-impl ShardOwner {
-    /// FindCoordinator's answer: the owner, or COORDINATOR_NOT_AVAILABLE.
-    fn found(self) -> Result<(i32, String, u16), (i16, String)> {
-        match self {
-            ShardOwner::Live(id, host, port) => Ok((id, host, port)),
-            ShardOwner::None(why) => Err((code::COORDINATOR_NOT_AVAILABLE, why.to_string())),
-        }
-    }
-}
-
-fn this_broker(broker: &Broker, ctx: &RequestContext) -> (i32, String, u16) {
-    (
-        broker.settings.node_id.0,
-        ctx.listener.advertised_host.clone(),
-        ctx.listener.advertised_port,
-    )
+    shard_owner(broker, crate::txn_coordinator::TXN_TOPIC, shard, ctx)
 }
 
 fn shard_owner(
@@ -200,33 +130,35 @@ fn shard_owner(
     internal_topic: &str,
     shard: i32,
     ctx: &RequestContext,
-) -> Result<ShardOwner, (i16, String)> {
-    let me = this_broker(broker, ctx);
+) -> Result<(i32, String, u16), (i16, String)> {
+    let me = (
+        broker.settings.node_id.0,
+        ctx.listener.advertised_host.clone(),
+        ctx.listener.advertised_port,
+    );
     let Some(node) = broker.cluster.as_deref() else {
-        return Ok(ShardOwner::Live(me.0, me.1, me.2));
+        return Ok(me);
     };
-    // Only at a cluster's very start: nobody can coordinate yet, and every client retries.
-    let topic = broker.log.topic(internal_topic).ok_or_else(|| {
-        (
-            code::COORDINATOR_NOT_AVAILABLE,
-            "the coordinator's internal topic does not exist yet".to_string(),
-        )
-    })?;
+    let unavailable = |why: &str| (code::COORDINATOR_NOT_AVAILABLE, why.to_string());
+    let topic = broker
+        .log
+        .topic(internal_topic)
+        .ok_or_else(|| unavailable("the coordinator's internal topic does not exist yet"))?;
     let tp = TopicPartition::new(Arc::clone(&topic.name), shard);
     let view = node.view();
-    let Some((leader, _)) = node.leader_of(&view, &node.owners(), topic.id, &tp) else {
-        return Ok(ShardOwner::None("the coordinator shard is between owners"));
-    };
+    let (leader, _) = node
+        .leader_of(&view, &node.owners(), topic.id, &tp)
+        .ok_or_else(|| unavailable("the coordinator shard is between owners"))?;
+    let (host, port) = view
+        .members
+        .get(&leader)
+        .map(|m| m.registration.endpoint(&ctx.listener.name))
+        .map(|(h, p)| (h.to_string(), p))
+        .ok_or_else(|| unavailable("the coordinator is not live"))?;
     if leader == broker.settings.node_id {
-        return Ok(ShardOwner::Live(me.0, me.1, me.2));
+        return Ok(me);
     }
-    Ok(match view.members.get(&leader) {
-        Some(m) => {
-            let (host, port) = m.registration.endpoint(&ctx.listener.name);
-            ShardOwner::Live(leader.0, host.to_string(), port)
-        }
-        None => ShardOwner::None("the coordinator is not live"),
-    })
+    Ok((leader.0, host, port))
 }
 
 pub(crate) async fn alter_partition_reassignments(
