@@ -108,10 +108,24 @@ impl GroupLoadStats {
     }
 }
 
+/// One coordinator shard this broker hosts, or is about to.
+#[derive(Debug)]
+enum Slot {
+    /// Claimed: its partition is being acquired or replayed. Requests are answered
+    /// COORDINATOR_LOAD_IN_PROGRESS, which clients retry against this broker, as Kafka's
+    /// coordinator answers while it loads a partition it leads. NOT_COORDINATOR here would
+    /// send them back to FindCoordinator, which names this broker again, and some requests
+    /// fail on it outright (librdkafka's `committed()`: docs/RELIABILITY.md, the transactions
+    /// pipeline).
+    Loading,
+    Ready(mpsc::Sender<Command>),
+}
+
 /// Handle to the coordinator shards this broker hosts. Shards come and go with ownership of
-/// their `__consumer_offsets` partitions: `load_shard` when the partition is acquired (replay),
-/// `unload_shard` when it is handed over. A request for a group whose shard is not hosted here
-/// is answered NOT_COORDINATOR, and the client asks FindCoordinator again.
+/// their `__consumer_offsets` partitions: `expect_shard` when the partition is claimed,
+/// `load_shard` once it is acquired (replay), `unload_shard` when it is handed over or its
+/// start failed. A request for a group whose shard is not hosted here is answered
+/// NOT_COORDINATOR, and the client asks FindCoordinator again.
 #[derive(Debug)]
 pub struct GroupCoordinator {
     log: Arc<LogManager>,
@@ -119,7 +133,7 @@ pub struct GroupCoordinator {
     config: GroupConfig,
     seed: u64,
     shard_count: usize,
-    shards: std::sync::RwLock<HashMap<usize, mpsc::Sender<Command>>>,
+    shards: std::sync::RwLock<HashMap<usize, Slot>>,
     pub stats: GroupLoadStats,
     /// Shards loaded since start-up, whose logs hold no records of older builds any more.
     binary_shards: std::sync::Mutex<BTreeSet<i32>>,
@@ -229,11 +243,18 @@ impl GroupCoordinator {
     /// Starts hosting shard `p`: replays its partition and starts its task. Loading a shard
     /// already hosted does nothing.
     pub async fn load_shard(&self, p: i32) -> Result<(), LogError> {
-        if p < 0 || self.read_shards().contains_key(&(p as usize)) {
+        if p < 0 || matches!(self.read_shards().get(&(p as usize)), Some(Slot::Ready(_))) {
             return Ok(());
         }
+        self.expect_shard(p);
         let tp = TopicPartition::new(OFFSETS_TOPIC, p);
-        let replayed = replay(&self.log, &tp).await?;
+        let replayed = match replay(&self.log, &tp).await {
+            Ok(r) => r,
+            Err(e) => {
+                self.unload_shard(p);
+                return Err(e);
+            }
+        };
         let read = replayed.read;
         // Nothing else writes this partition until the shard task starts below, which is
         // what makes rewriting its head safe here.
@@ -273,47 +294,81 @@ impl GroupCoordinator {
             tp,
             self.clock.clone(),
         ));
-        let mut shards = match self.shards.write() {
-            Ok(g) => g,
-            Err(e) => e.into_inner(),
-        };
-        shards.entry(p as usize).or_insert(tx);
+        // Unloaded while it replayed (handed over, or its start given up): the task ends with
+        // its channel, and the shard stays with whoever owns it now.
+        if let Some(slot @ Slot::Loading) = self.write_shards().get_mut(&(p as usize)) {
+            *slot = Slot::Ready(tx);
+        }
         Ok(())
     }
 
-    /// Stops hosting shard `p`: its task answers what it holds with NOT_COORDINATOR and ends.
-    pub fn unload_shard(&self, p: i32) {
-        let removed = match self.shards.write() {
-            Ok(mut g) => g.remove(&(p as usize)),
-            Err(e) => e.into_inner().remove(&(p as usize)),
-        };
-        if removed.is_some() {
-            tracing::info!(shard = p, "group coordinator shard unloaded");
+    /// Shard `p`'s partition is being claimed here: until [`Self::load_shard`] finishes (or
+    /// [`Self::unload_shard`] gives it up) its groups' requests are answered
+    /// COORDINATOR_LOAD_IN_PROGRESS. A shard already hosted is left as it is.
+    pub fn expect_shard(&self, p: i32) {
+        if p >= 0 {
+            self.write_shards()
+                .entry(p as usize)
+                .or_insert(Slot::Loading);
         }
     }
 
-    /// Whether this broker hosts the shard of `group_id`.
+    /// Stops hosting shard `p` (or expecting it): its task answers what it holds with
+    /// NOT_COORDINATOR and ends.
+    pub fn unload_shard(&self, p: i32) {
+        if let Some(slot) = self.write_shards().remove(&(p as usize)) {
+            if matches!(slot, Slot::Ready(_)) {
+                tracing::info!(shard = p, "group coordinator shard unloaded");
+            }
+        }
+    }
+
+    /// Whether this broker hosts the shard of `group_id`, loaded.
     pub fn hosts(&self, group_id: &str) -> bool {
-        self.read_shards()
-            .contains_key(&shard_of(group_id, self.shard_count))
+        self.hosting(group_id).is_ok()
+    }
+
+    /// Ok when this broker hosts the shard of `group_id` and has loaded it; otherwise the
+    /// refusal to answer: COORDINATOR_LOAD_IN_PROGRESS while it loads, NOT_COORDINATOR when
+    /// it is not ours.
+    pub fn hosting(&self, group_id: &str) -> Result<(), GroupError> {
+        self.shard_hosting(shard_of(group_id, self.shard_count))
+    }
+
+    /// [`Self::hosting`] for shard `p`.
+    pub fn shard_hosting(&self, p: usize) -> Result<(), GroupError> {
+        self.sender(p).map(|_| ())
     }
 
     pub fn shard_count(&self) -> usize {
         self.shard_count
     }
 
-    fn read_shards(&self) -> std::sync::RwLockReadGuard<'_, HashMap<usize, mpsc::Sender<Command>>> {
+    fn read_shards(&self) -> std::sync::RwLockReadGuard<'_, HashMap<usize, Slot>> {
         match self.shards.read() {
             Ok(g) => g,
             Err(e) => e.into_inner(),
         }
     }
 
+    fn write_shards(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<usize, Slot>> {
+        match self.shards.write() {
+            Ok(g) => g,
+            Err(e) => e.into_inner(),
+        }
+    }
+
+    /// The task of shard `p`, or why there is none to ask.
+    fn sender(&self, p: usize) -> Result<mpsc::Sender<Command>, GroupError> {
+        match self.read_shards().get(&p) {
+            Some(Slot::Ready(tx)) => Ok(tx.clone()),
+            Some(Slot::Loading) => Err(GroupError::CoordinatorLoadInProgress),
+            None => Err(GroupError::NotCoordinator),
+        }
+    }
+
     fn shard(&self, group_id: &str) -> Result<mpsc::Sender<Command>, GroupError> {
-        self.read_shards()
-            .get(&shard_of(group_id, self.shard_count))
-            .cloned()
-            .ok_or(GroupError::NotCoordinator)
+        self.sender(shard_of(group_id, self.shard_count))
     }
 
     async fn ask(&self, group_id: &str, request: Request) -> Result<Response, GroupError> {
@@ -391,11 +446,7 @@ impl GroupCoordinator {
         producer_id: i64,
         commit: bool,
     ) -> Result<(), GroupError> {
-        let sender = self
-            .read_shards()
-            .get(&(p.max(0) as usize))
-            .cloned()
-            .ok_or(GroupError::NotCoordinator)?;
+        let sender = self.sender(p.max(0) as usize)?;
         let (tx, rx) = oneshot::channel();
         sender
             .send(Command::TxnGroups(producer_id, tx))
@@ -452,7 +503,15 @@ impl GroupCoordinator {
     /// ListGroups is asked of every broker (as with Kafka), each answering for its own shards.
     pub async fn list(&self, states: Vec<GroupState>) -> Result<Vec<ListedGroup>, GroupError> {
         let mut all = Vec::new();
-        let shards: Vec<mpsc::Sender<Command>> = self.read_shards().values().cloned().collect();
+        // A shard still loading has no groups to list yet, as far as clients can tell.
+        let shards: Vec<mpsc::Sender<Command>> = self
+            .read_shards()
+            .values()
+            .filter_map(|slot| match slot {
+                Slot::Ready(tx) => Some(tx.clone()),
+                Slot::Loading => None,
+            })
+            .collect();
         for shard in &shards {
             let (tx, rx) = oneshot::channel();
             shard
@@ -477,11 +536,14 @@ impl GroupCoordinator {
         let mut results: HashMap<String, Option<GroupError>> = HashMap::new();
         for (shard, ids) in by_shard {
             let (tx, rx) = oneshot::channel();
-            let Some(sender) = self.read_shards().get(&shard).cloned() else {
-                for id in ids {
-                    results.insert(id, Some(GroupError::NotCoordinator));
+            let sender = match self.sender(shard) {
+                Ok(sender) => sender,
+                Err(refusal) => {
+                    for id in ids {
+                        results.insert(id, Some(refusal));
+                    }
+                    continue;
                 }
-                continue;
             };
             let sent = sender
                 .send(Command::Respond(Request::DeleteGroups(ids.clone()), tx))
@@ -1025,6 +1087,60 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(fetched.partitions[0].offset, Offset(20));
+    }
+
+    /// A shard claimed but not loaded yet answers COORDINATOR_LOAD_IN_PROGRESS, which clients
+    /// retry against this broker; NOT_COORDINATOR, which librdkafka's `committed()` fails on,
+    /// is kept for shards that are not ours (never claimed, given up, or handed over).
+    #[tokio::test]
+    async fn a_claimed_shard_answers_load_in_progress_until_it_is_loaded() {
+        let (log, tp) = offsets_log().await;
+        append_binary(&log, &tp, &[commit(1, 0, 10)]).await;
+        let coordinator = GroupCoordinator::start(
+            log,
+            strata_core::SystemClock::shared(),
+            GroupConfig::default(),
+            1,
+            0,
+            false,
+        )
+        .await
+        .unwrap();
+        let fetch = || {
+            coordinator.offset_fetch(OffsetFetchRequest {
+                group_id: "g".into(),
+                partitions: None,
+                require_stable: false,
+                member: None,
+            })
+        };
+        assert_eq!(fetch().await.unwrap_err(), GroupError::NotCoordinator);
+        assert_eq!(coordinator.hosting("g"), Err(GroupError::NotCoordinator));
+
+        coordinator.expect_shard(0);
+        assert_eq!(
+            fetch().await.unwrap_err(),
+            GroupError::CoordinatorLoadInProgress
+        );
+        assert_eq!(
+            coordinator.hosting("g"),
+            Err(GroupError::CoordinatorLoadInProgress)
+        );
+        assert!(!coordinator.hosts("g"));
+        assert!(coordinator.list(Vec::new()).await.unwrap().is_empty());
+        // The claim given up (its partition's acquire failed): not ours.
+        coordinator.unload_shard(0);
+        assert_eq!(fetch().await.unwrap_err(), GroupError::NotCoordinator);
+
+        coordinator.expect_shard(0);
+        coordinator.load_shard(0).await.unwrap();
+        assert!(coordinator.hosts("g"));
+        assert_eq!(fetch().await.unwrap().partitions[0].offset, Offset(10));
+        // Expecting a shard already loaded changes nothing.
+        coordinator.expect_shard(0);
+        assert!(coordinator.hosts("g"));
+        coordinator.unload_shard(0);
+        assert_eq!(fetch().await.unwrap_err(), GroupError::NotCoordinator);
     }
 
     #[test]

@@ -424,7 +424,7 @@ async fn route(
             leader_epoch::offset_for_leader_epoch(broker, r, ctx),
         ),
         RequestKind::FindCoordinator(r) => {
-            reply(broker, ctx, groups::find_coordinator(broker, r, ctx))
+            reply(broker, ctx, groups::find_coordinator(broker, r, ctx).await)
         }
         RequestKind::JoinGroup(r) => reply(broker, ctx, groups::join_group(broker, r, ctx).await),
         RequestKind::SyncGroup(r) => reply(broker, ctx, groups::sync_group(broker, r, ctx).await),

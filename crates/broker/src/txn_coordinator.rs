@@ -280,7 +280,7 @@ impl TxnCoordinator {
         }
         {
             let mut shards = self.write_shards();
-            if shards.contains_key(&(p as usize)) {
+            if let Some(Slot::Ready(_)) = shards.get(&(p as usize)) {
                 return Ok(());
             }
             shards.insert(p as usize, Slot::Loading);
@@ -302,14 +302,29 @@ impl TxnCoordinator {
         );
         let (tx, rx) = mpsc::channel(1024);
         tokio::spawn(run_shard(Arc::clone(self), p as usize, state, rx, tp));
-        self.write_shards().insert(p as usize, Slot::Ready(tx));
+        // Unloaded while it replayed (handed over, or its start given up): the task ends with
+        // its channel.
+        if let Some(slot @ Slot::Loading) = self.write_shards().get_mut(&(p as usize)) {
+            *slot = Slot::Ready(tx);
+        }
         Ok(())
+    }
+
+    /// Shard `p`'s partition is being claimed here: until [`Self::load_shard`] finishes (or
+    /// [`Self::unload_shard`] gives it up) its requests are answered
+    /// COORDINATOR_LOAD_IN_PROGRESS. A shard already hosted is left as it is.
+    pub fn expect_shard(&self, p: i32) {
+        if p >= 0 {
+            self.write_shards()
+                .entry(p as usize)
+                .or_insert(Slot::Loading);
+        }
     }
 
     /// Stops hosting shard `p`; its task ends, and so do its marker retries (the next
     /// coordinator resumes them from the Prepare records).
     pub fn unload_shard(&self, p: i32) {
-        if self.write_shards().remove(&(p as usize)).is_some() {
+        if let Some(Slot::Ready(_)) = self.write_shards().remove(&(p as usize)) {
             self.stats.set_open(p as usize, None);
             tracing::info!(shard = p, "transaction coordinator shard unloaded");
         }

@@ -66,6 +66,29 @@ impl LogHost {
         Ok(TopicPartition::new(Arc::clone(&info.name), partition))
     }
 
+    /// Marks the coordinator shard `resource` is the partition of (if it is one) as loading.
+    fn expect_coordinator_shard(&self, resource: &str) {
+        let Some(tp) = self.partition_of(resource) else {
+            return;
+        };
+        if &*tp.topic == OFFSETS_TOPIC {
+            self.groups.expect_shard(tp.partition);
+        }
+        if let (true, Some(txn)) = (&*tp.topic == TXN_TOPIC, &self.txn) {
+            txn.expect_shard(tp.partition);
+        }
+    }
+
+    /// Undoes [`Self::expect_coordinator_shard`] for a partition whose start failed.
+    fn give_up_coordinator_shard(&self, tp: &TopicPartition) {
+        if &*tp.topic == OFFSETS_TOPIC {
+            self.groups.unload_shard(tp.partition);
+        }
+        if let (true, Some(txn)) = (&*tp.topic == TXN_TOPIC, &self.txn) {
+            txn.unload_shard(tp.partition);
+        }
+    }
+
     /// What follows the log's acquire of one partition: its group or transaction shard, the
     /// bookkeeping and the log line.
     async fn finish_start(
@@ -77,6 +100,7 @@ impl LogHost {
         started: std::time::Duration,
     ) -> ClusterResult<()> {
         if let Err(e) = acquired {
+            self.give_up_coordinator_shard(&tp);
             self.stats.acquire_failed.fetch_add(1, Ordering::Relaxed);
             return Err(self.cluster_error(resource, e));
         }
@@ -206,6 +230,12 @@ impl ResourceHost for LogHost {
 
     async fn start_serving_all(&self, batch: &[(String, Epoch)]) -> Vec<ClusterResult<()>> {
         let started = self.clock.monotonic();
+        // Coordinator shards among the claims answer COORDINATOR_LOAD_IN_PROGRESS from now on,
+        // not NOT_COORDINATOR: the claim may already be visible to other brokers, which name
+        // this one to clients (`finish_start` loads them or gives them up).
+        for (resource, _) in batch {
+            self.expect_coordinator_shard(resource);
+        }
         let mut results: Vec<Option<ClusterResult<()>>> = batch.iter().map(|_| None).collect();
         let mut partitions = Vec::with_capacity(batch.len());
         let mut refreshed = false;
@@ -243,6 +273,7 @@ impl ResourceHost for LogHost {
             };
         for (i, tp, epoch) in partitions {
             if results[i].is_some() {
+                self.give_up_coordinator_shard(&tp);
                 continue;
             }
             let outcome = acquired

@@ -34,6 +34,7 @@ use kafka_protocol::messages::{
 };
 use strata_cluster::ClusterView;
 use strata_core::{BrokerId, TopicPartition};
+use strata_groups::GroupError;
 use strata_log::TopicInfo;
 
 use super::topic_name;
@@ -110,8 +111,65 @@ pub(crate) fn group_coordinator(
     group: &str,
     ctx: &RequestContext,
 ) -> Result<(i32, String, u16), (i16, String)> {
-    let shard = shard_of(group, broker.groups.shard_count()) as i32;
-    shard_owner(broker, OFFSETS_TOPIC, shard, ctx)
+    let shard = shard_of(group, broker.groups.shard_count());
+    let found = shard_owner(broker, OFFSETS_TOPIC, shard as i32, ctx)?;
+    // Our log still serves the partition while we hand it over, but the shard is unloaded
+    // first: naming ourselves would earn the client a NOT_COORDINATOR from us.
+    if broker.cluster.is_some()
+        && found.0 == broker.settings.node_id.0
+        && broker.groups.shard_hosting(shard) == Err(GroupError::NotCoordinator)
+    {
+        return Err((
+            code::COORDINATOR_NOT_AVAILABLE,
+            "the coordinator shard is being handed over".to_string(),
+        ));
+    }
+    Ok(found)
+}
+
+/// How long a group's FindCoordinator waits for the group's coordinator shard to have a live
+/// owner before it answers COORDINATOR_NOT_AVAILABLE. A planned handover leaves a shard without
+/// one for 0.1–1 s (released, not yet claimed), which Kafka, naming the partition leader
+/// whenever there is one, practically never does. librdkafka's generic coordinator request
+/// (TxnOffsetCommit, the admin group APIs) retries that answer only twice, 100–200 ms apart,
+/// then waits for a broker connection to come up or go down, which in a healthy cluster never
+/// happens: `send_offsets_to_transaction` hung past its own timeout after a group coordinator
+/// was handed back to a restarted broker (docs/RELIABILITY.md, the transactions pipeline).
+///
+/// The owner named may still be loading the shard; it answers COORDINATOR_LOAD_IN_PROGRESS
+/// meanwhile, which clients retry against it (`coordinator::Slot::Loading`). A takeover of a
+/// dead owner can take longer than this (its lease): then the answer is
+/// COORDINATOR_NOT_AVAILABLE as before, and the dead broker's connection going down is what
+/// restarts librdkafka's lookup. Far below every client's request timeout (librdkafka's
+/// socket.timeout.ms 60 s, Java's request.timeout.ms 30 s).
+pub(crate) const GROUP_LOOKUP_WAIT: Duration = Duration::from_secs(3);
+
+/// How often a waiting lookup looks at the cluster's ownership again.
+const GROUP_LOOKUP_POLL: Duration = Duration::from_millis(20);
+
+/// Waits, for at most [`GROUP_LOOKUP_WAIT`], until every one of `groups`' coordinator shards
+/// has a live owner: at once alone on the storage, or when they all have one.
+pub(crate) async fn await_group_coordinators(
+    broker: &Broker,
+    groups: &[&str],
+    ctx: &RequestContext,
+) {
+    if broker.cluster.is_none() {
+        return;
+    }
+    let deadline = broker.clock.monotonic().saturating_add(GROUP_LOOKUP_WAIT);
+    loop {
+        let unowned = groups.iter().any(|group| {
+            matches!(
+                group_coordinator(broker, group, ctx),
+                Err((code::COORDINATOR_NOT_AVAILABLE, _))
+            )
+        });
+        if !unowned || broker.clock.monotonic() >= deadline {
+            return;
+        }
+        broker.clock.sleep(GROUP_LOOKUP_POLL).await;
+    }
 }
 
 /// The broker hosting the transaction coordinator shard of `transactional_id`: the owner of

@@ -69,8 +69,10 @@ pub(crate) const TRANSACTIONS_NEED_PLAINTEXT: &str = "transactions need an inter
 
 /// FindCoordinator v0–v6. Every group is coordinated by this broker: it hosts every shard of
 /// `__consumer_offsets`. Any group id is accepted, the empty one included, as Kafka does (the
-/// group APIs themselves refuse an empty id where it is invalid).
-pub(crate) fn find_coordinator(
+/// group APIs themselves refuse an empty id where it is invalid). In cluster mode a group's
+/// lookup first waits a little while its coordinator shard is between owners
+/// (`cluster::GROUP_LOOKUP_WAIT`).
+pub(crate) async fn find_coordinator(
     broker: &Broker,
     request: FindCoordinatorRequest,
     ctx: &RequestContext,
@@ -81,6 +83,18 @@ pub(crate) fn find_coordinator(
     } else {
         key_type::GROUP
     };
+    if kind == key_type::GROUP {
+        let keys: Vec<&str> = if v >= 4 {
+            request
+                .coordinator_keys
+                .iter()
+                .map(|k| k.as_str())
+                .collect()
+        } else {
+            vec![request.key.as_str()]
+        };
+        super::cluster::await_group_coordinators(broker, &keys, ctx).await;
+    }
     let found = coordinator_for(kind);
     let authz = broker.authz(ctx);
     // DESCRIBE on the group (or transactional id): without it the coordinator's address is

@@ -38,7 +38,9 @@ use uuid::Uuid;
 use super::groups::client_host;
 use super::{str_bytes, topic_id_of};
 use crate::authorize::{Op, Res};
-use crate::errors::{code, group_code, message, share_ack_error_code, share_error_code};
+use crate::errors::{
+    code, group_code, group_error_code, message, share_ack_error_code, share_error_code,
+};
 use crate::group_configs::GroupConfig;
 use crate::server::Broker;
 use crate::share::{SessionStep, ShareError};
@@ -81,8 +83,8 @@ pub(crate) async fn share_group_heartbeat(
         response.error_message = message(text);
         return response;
     }
-    if !broker.groups.hosts(&group_id) {
-        response.error_code = code::NOT_COORDINATOR;
+    if let Err(refusal) = broker.groups.hosting(&group_id) {
+        response.error_code = group_error_code(&refusal);
         return response;
     }
     // A group id a consumer group uses cannot become a share group (Kafka answers
@@ -158,8 +160,8 @@ pub(crate) async fn share_group_describe(
         out.authorized_operations = i32::MIN;
         if !authz.allows(Op::Describe, Res::Group, &id) {
             out.error_code = code::GROUP_AUTHORIZATION_FAILED;
-        } else if !broker.groups.hosts(&id) {
-            out.error_code = code::NOT_COORDINATOR;
+        } else if let Err(refusal) = broker.groups.hosting(&id) {
+            out.error_code = group_error_code(&refusal);
         } else if let Some(d) = broker.share.describe(&id) {
             out.group_state = str_bytes(d.state);
             out.group_epoch = d.group_epoch;

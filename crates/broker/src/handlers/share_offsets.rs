@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use super::str_bytes;
 use crate::authorize::{Op, Res};
-use crate::errors::{code, share_error_code};
+use crate::errors::{code, group_error_code, share_error_code};
 use crate::server::Broker;
 use crate::RequestContext;
 
@@ -35,8 +35,8 @@ fn offsets_refusal(
 ) -> Option<i16> {
     if !broker.authz(ctx).allows(op, Res::Group, group_id) {
         Some(code::GROUP_AUTHORIZATION_FAILED)
-    } else if !broker.groups.hosts(group_id) {
-        Some(code::NOT_COORDINATOR)
+    } else if let Err(refusal) = broker.groups.hosting(group_id) {
+        Some(group_error_code(&refusal))
     } else if change && broker.share.has_members(group_id) {
         Some(code::NON_EMPTY_GROUP)
     } else {

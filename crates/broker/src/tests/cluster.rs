@@ -701,3 +701,80 @@ async fn replication_factor_assignments_and_preferred_elections_on_three_brokers
     .await;
     assert_eq!(replicas_of(&metadata, 1), (3, vec![3, 1, 2], vec![3, 1, 2]));
 }
+
+/// A group's coordinator shard handed over between two live brokers: FindCoordinator, asked
+/// of either broker all the while, always names a broker, never COORDINATOR_NOT_AVAILABLE
+/// (between release and claim the answer waits for the claim; the new owner answers
+/// COORDINATOR_LOAD_IN_PROGRESS until its shard is loaded). librdkafka's generic coordinator
+/// request gives up on that error after two retries and then waits for a broker connection to
+/// change state, which no handover causes: `send_offsets_to_transaction` hung
+/// (docs/RELIABILITY.md, the transactions pipeline).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_coordinator_handed_over_is_always_found() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let a = Member::start(&store, 1).await;
+    let b = Member::start(&store, 2).await;
+    let group = "moving-group";
+    let shard_count = a
+        .broker
+        .log
+        .topic(crate::coordinator::OFFSETS_TOPIC)
+        .unwrap()
+        .partitions;
+    let shard = crate::coordinator::shard_of(group, shard_count as usize) as i32;
+    let shard_tp = TopicPartition::new(crate::coordinator::OFFSETS_TOPIC, shard);
+    let mut answers: BTreeMap<(i16, i32), usize> = BTreeMap::new();
+    // Back and forth a few times: each handover leaves the shard without an owner for a few
+    // milliseconds here, and the lookups must land in that window to tell.
+    for _ in 0..4 {
+        let (_, other) = owner_and_other(&a, &b, &shard_tp).await;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let lookups: Vec<_> = [a.addr, b.addr]
+            .into_iter()
+            .map(|addr| {
+                let stop = Arc::clone(&stop);
+                tokio::spawn(async move {
+                    let mut client = Client {
+                        stream: TcpStream::connect(addr).await.unwrap(),
+                        next_correlation: 1,
+                    };
+                    let mut seen = Vec::new();
+                    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        let mut request = FindCoordinatorRequest::default();
+                        request.key = StrBytes::from_static_str(group);
+                        let found: FindCoordinatorResponse =
+                            client.call(ApiKey::FindCoordinator, 3, &request).await;
+                        seen.push((found.error_code, found.node_id.0));
+                    }
+                    seen
+                })
+            })
+            .collect();
+        let mut to_other = other.client().await;
+        reassign(
+            &mut to_other,
+            crate::coordinator::OFFSETS_TOPIC,
+            shard,
+            other.id,
+        )
+        .await;
+        eventually("the target hosts the coordinator shard", || {
+            other.broker.groups.hosts(group).then_some(())
+        })
+        .await;
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        for lookup in lookups {
+            for answer in lookup.await.unwrap() {
+                *answers.entry(answer).or_default() += 1;
+            }
+        }
+    }
+    eprintln!("FindCoordinator answers (error code, node) over 4 handovers: {answers:?}");
+    let unavailable: usize = answers
+        .iter()
+        .filter(|((code, _), _)| *code != 0)
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(unavailable, 0, "answers without a coordinator: {answers:?}");
+    assert!(answers.keys().all(|(_, node)| *node == 1 || *node == 2));
+}
