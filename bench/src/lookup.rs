@@ -12,6 +12,11 @@
 //! at random offsets. Every `--reads-per-open` reads the log is closed and opened again, so
 //! each group starts with no index chunk and no data in the log's own memory (the operating
 //! system's page cache is not dropped: that needs root, and is reported as a condition).
+//!
+//! The reads go through a [`MetricsStore`], so each size also reports the storage requests a
+//! read made and the time spent in them, apart from the time spent outside them: a lookup
+//! that stays constant in requests and in its own time, while the storage's answers slow
+//! with the pool's size, tells the storage's cost from the log's.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,7 +27,7 @@ use bytes::Bytes;
 use hdrhistogram::Histogram;
 use strata_core::{BrokerId, Offset, SystemClock, TopicPartition};
 use strata_log::{Acks, LogConfig, LogManager};
-use strata_storage::ObjectStore;
+use strata_storage::{MetricsStore, ObjectStore, OpKind, StorageMetrics};
 use strata_wire::builder::{build_batch, SimpleRecord};
 
 use crate::cli::LookupArgs;
@@ -122,11 +127,16 @@ async fn measure(args: &LookupArgs, size: Size) -> Result<String> {
     let fill = filled_at.elapsed();
 
     let mut histogram = Histogram::<u64>::new(3).context("histogram")?;
+    let mut outside = Histogram::<u64>::new(3).context("histogram")?;
+    let mut in_storage = StorageShare::default();
+    let metered = MetricsStore::new(Arc::clone(&store), SystemClock::shared());
+    let metrics = Arc::clone(metered.metrics());
+    let metered: Arc<dyn ObjectStore> = Arc::new(metered);
     let mut rng_state = 0x9e37_79b9_7f4a_7c15_u64 ^ bytes;
     let mut done = 0;
     let mut high = 0;
     while done < args.reads {
-        let log = open(&store).await?;
+        let log = open(&metered).await?;
         high = log.watermarks(&tp)?.high.0;
         for _ in 0..args.reads_per_open.min(args.reads - done) {
             // xorshift: reproducible offsets without another dependency.
@@ -134,14 +144,18 @@ async fn measure(args: &LookupArgs, size: Size) -> Result<String> {
             rng_state ^= rng_state >> 7;
             rng_state ^= rng_state << 17;
             let offset = (rng_state % high.max(1) as u64) as i64;
+            let before = reads_of(&metrics);
             let started = clock::now();
             let out = log.read(&tp, Offset(offset), 1, true).await?;
             let took = started.elapsed();
+            let read = reads_of(&metrics).since(&before);
             anyhow::ensure!(
                 !out.batches.is_empty(),
                 "no batch at offset {offset} of {high}"
             );
             histogram.record(took.as_micros().max(1) as u64)?;
+            outside.record(took.saturating_sub(read.time()).as_micros().max(1) as u64)?;
+            in_storage.add(&read);
             done += 1;
         }
         log.shutdown().await?;
@@ -152,15 +166,89 @@ async fn measure(args: &LookupArgs, size: Size) -> Result<String> {
         }
         None => scratch::delete_all(&store).await?,
     }
+    let reads = done.max(1) as f64;
     Ok(format!(
         "{} MB ({high} records, filled in {:.1} s): read at a random offset p50 {:.3} ms, \
-         p99 {:.3} ms, max {:.3} ms",
+         p99 {:.3} ms, max {:.3} ms\n  per read: {:.2} whole gets (mean {:.3} ms), {:.2} \
+         ranged gets (mean {:.3} ms); outside storage p50 {:.3} ms, p99 {:.3} ms",
         batches * batch.len() as u64 / 1_000_000,
         fill.as_secs_f64(),
         histogram.value_at_quantile(0.5) as f64 / 1e3,
         histogram.value_at_quantile(0.99) as f64 / 1e3,
         histogram.max() as f64 / 1e3,
+        in_storage.gets.requests as f64 / reads,
+        in_storage.gets.mean_ms(),
+        in_storage.ranged.requests as f64 / reads,
+        in_storage.ranged.mean_ms(),
+        outside.value_at_quantile(0.5) as f64 / 1e3,
+        outside.value_at_quantile(0.99) as f64 / 1e3,
     ))
+}
+
+/// Requests of one kind and the time spent in them.
+#[derive(Debug, Default, Clone, Copy)]
+struct Spent {
+    requests: u64,
+    time: Duration,
+}
+
+impl Spent {
+    fn of(metrics: &strata_storage::StorageMetricsSnapshot, kind: OpKind) -> Self {
+        let op = metrics.op(kind);
+        Spent {
+            requests: op.requests,
+            time: op.latency.sum,
+        }
+    }
+
+    fn since(self, before: Spent) -> Spent {
+        Spent {
+            requests: self.requests.saturating_sub(before.requests),
+            time: self.time.saturating_sub(before.time),
+        }
+    }
+
+    fn mean_ms(self) -> f64 {
+        if self.requests == 0 {
+            return 0.0;
+        }
+        self.time.as_secs_f64() * 1e3 / self.requests as f64
+    }
+}
+
+/// The reads a lookup sends: whole objects (index chunks) and ranges (segments).
+#[derive(Debug, Default, Clone, Copy)]
+struct StorageShare {
+    gets: Spent,
+    ranged: Spent,
+}
+
+impl StorageShare {
+    fn since(self, before: &StorageShare) -> StorageShare {
+        StorageShare {
+            gets: self.gets.since(before.gets),
+            ranged: self.ranged.since(before.ranged),
+        }
+    }
+
+    fn time(&self) -> Duration {
+        self.gets.time + self.ranged.time
+    }
+
+    fn add(&mut self, other: &StorageShare) {
+        self.gets.requests += other.gets.requests;
+        self.gets.time += other.gets.time;
+        self.ranged.requests += other.ranged.requests;
+        self.ranged.time += other.ranged.time;
+    }
+}
+
+fn reads_of(metrics: &StorageMetrics) -> StorageShare {
+    let snapshot = metrics.snapshot();
+    StorageShare {
+        gets: Spent::of(&snapshot, OpKind::Get),
+        ranged: Spent::of(&snapshot, OpKind::GetRange),
+    }
 }
 
 async fn open(store: &Arc<dyn ObjectStore>) -> Result<Arc<LogManager>> {
