@@ -683,6 +683,17 @@ async fn a_large_tail_compacts_into_bounded_segments() {
     );
 }
 
+/// Acquires one partition at `epoch` on a managed log, which must succeed.
+async fn acquire_one(log: &LogManager, topic: &str, partition: i32, epoch: u64) {
+    for (_, r) in log
+        .acquire(vec![(topic.into(), partition, epoch)])
+        .await
+        .unwrap()
+    {
+        r.unwrap();
+    }
+}
+
 async fn open_managed(store: &Arc<dyn ObjectStore>, broker: i32) -> Arc<LogManager> {
     LogManager::open_with(
         store.clone(),
@@ -720,9 +731,7 @@ async fn a_takeover_fences_the_old_owner_and_keeps_every_acknowledged_record() {
     }
     // B takes partition 0 over without A's cooperation (A is "dead" to the cluster).
     let b = open_managed(&store, 2).await;
-    for (_, r) in b.acquire(vec![("t".into(), 0, 2)]).await.unwrap() {
-        r.unwrap();
-    }
+    acquire_one(&b, "t", 0, 2).await;
     assert_eq!(b.watermarks(&tp("t", 0)).unwrap().high, Offset(10));
     assert_eq!(b.served_epoch(&tp("t", 0)), Some(2));
     // A wakes up: its next write hits the seal, so nothing more is acknowledged by it.
@@ -775,9 +784,7 @@ async fn a_graceful_handover_moves_no_data_and_leaves_the_old_owner_serving_the_
     ));
     let b = open_managed(&store, 2).await;
     b.refresh_catalog().await.unwrap();
-    for (_, r) in b.acquire(vec![("t".into(), 0, 2)]).await.unwrap() {
-        r.unwrap();
-    }
+    acquire_one(&b, "t", 0, 2).await;
     assert_eq!(b.watermarks(&tp("t", 0)).unwrap().high, Offset(4));
     // A was not fenced: it still serves partition 1.
     a.append(&tp("t", 1), batch(&["still mine"], 0, None), DURABLE)
@@ -1036,9 +1043,7 @@ async fn serving_again_under_the_same_or_a_new_epoch_resumes_with_the_uncompacte
     a.create_topic("t", Some(1), BTreeMap::new(), false)
         .await
         .unwrap();
-    for (_, r) in a.acquire(vec![("t".into(), 0, 3)]).await.unwrap() {
-        r.unwrap();
-    }
+    acquire_one(&a, "t", 0, 3).await;
     for i in 0..5 {
         a.append(&tp("t", 0), batch(&["a"], i, None), DURABLE)
             .await
@@ -1050,9 +1055,7 @@ async fn serving_again_under_the_same_or_a_new_epoch_resumes_with_the_uncompacte
         Err(LogError::NotOwner)
     ));
     assert!(a.served().is_empty());
-    for (_, r) in a.acquire(vec![("t".into(), 0, 3)]).await.unwrap() {
-        r.unwrap();
-    }
+    acquire_one(&a, "t", 0, 3).await;
     // Nothing acknowledged before the pause is lost, and offsets are not handed out twice.
     assert_eq!(
         a.append(&tp("t", 0), batch(&["b"], 9, None), DURABLE)
@@ -1070,9 +1073,7 @@ async fn serving_again_under_the_same_or_a_new_epoch_resumes_with_the_uncompacte
     // our own stream holds, is still the truth, so it serves on under the new epoch. (It used
     // to be refused for good, leaving the partition with no server after a storage outage.)
     a.abandon(&tp("t", 0));
-    for (_, r) in a.acquire(vec![("t".into(), 0, 4)]).await.unwrap() {
-        r.unwrap();
-    }
+    acquire_one(&a, "t", 0, 4).await;
     assert_eq!(a.served_epoch(&tp("t", 0)), Some(4));
     assert_eq!(
         a.append(&tp("t", 0), batch(&["c"], 9, None), DURABLE)
@@ -1084,9 +1085,7 @@ async fn serving_again_under_the_same_or_a_new_epoch_resumes_with_the_uncompacte
     // And a successor sees every record, and the new epoch in the manifest.
     let b = open_managed(&store, 2).await;
     b.refresh_catalog().await.unwrap();
-    for (_, r) in b.acquire(vec![("t".into(), 0, 5)]).await.unwrap() {
-        r.unwrap();
-    }
+    acquire_one(&b, "t", 0, 5).await;
     assert_eq!(
         base_offsets(&b, &tp("t", 0), 0).await,
         vec![0, 1, 2, 3, 4, 5, 6]
@@ -1258,9 +1257,7 @@ async fn suspended_writes_keep_reads_and_resume_under_the_same_epoch() {
         .await
         .unwrap();
     let t0 = tp("t", 0);
-    for (_, r) in a.acquire(vec![("t".into(), 0, 3)]).await.unwrap() {
-        r.unwrap();
-    }
+    acquire_one(&a, "t", 0, 3).await;
     for i in 0..3 {
         a.append(&t0, batch(&["a"], i, None), DURABLE)
             .await
@@ -1276,9 +1273,7 @@ async fn suspended_writes_keep_reads_and_resume_under_the_same_epoch() {
     assert_eq!(base_offsets(&a, &t0, 0).await, vec![0, 1, 2]);
     assert_eq!(a.readable_epoch(&t0), Some(3));
     assert!(a.served().is_empty(), "not served for appends");
-    for (_, r) in a.acquire(vec![("t".into(), 0, 3)]).await.unwrap() {
-        r.unwrap();
-    }
+    acquire_one(&a, "t", 0, 3).await;
     let next = a
         .append(&t0, batch(&["b"], 9, None), DURABLE)
         .await
@@ -1545,17 +1540,13 @@ async fn a_retired_stream_with_the_highest_registration_is_read_once() {
     a.create_topic("t", Some(1), BTreeMap::new(), false)
         .await
         .unwrap();
-    for (_, r) in a.acquire(vec![("t".into(), 0, 1)]).await.unwrap() {
-        r.unwrap();
-    }
+    acquire_one(&a, "t", 0, 1).await;
     a.append(&tp("t", 0), batch(&["a"], 0, None), DURABLE)
         .await
         .unwrap();
     a.abort_for_test();
     b.refresh_catalog().await.unwrap();
-    for (_, r) in b.acquire(vec![("t".into(), 0, 2)]).await.unwrap() {
-        r.unwrap();
-    }
+    acquire_one(&b, "t", 0, 2).await;
     b.compact_now(&tp("t", 0)).await.unwrap();
     assert!(b.collect_garbage().await.unwrap() > 0);
     let registered = strata_layout::streams::registered(store.as_ref())
@@ -1579,9 +1570,7 @@ async fn a_cleanly_stopped_brokers_stream_is_retired_by_another_broker() {
     a.create_topic("t", Some(1), BTreeMap::new(), false)
         .await
         .unwrap();
-    for (_, r) in a.acquire(vec![("t".into(), 0, 1)]).await.unwrap() {
-        r.unwrap();
-    }
+    acquire_one(&a, "t", 0, 1).await;
     for i in 0..5 {
         a.append(&tp("t", 0), batch(&["a"], i, None), DURABLE)
             .await
@@ -1591,9 +1580,7 @@ async fn a_cleanly_stopped_brokers_stream_is_retired_by_another_broker() {
     a.shutdown().await.unwrap();
     assert!(is_sealed(&store, a.stream()).await);
     b.refresh_catalog().await.unwrap();
-    for (_, r) in b.acquire(vec![("t".into(), 0, 2)]).await.unwrap() {
-        r.unwrap();
-    }
+    acquire_one(&b, "t", 0, 2).await;
     b.collect_garbage().await.unwrap();
     let registered = strata_layout::streams::registered(store.as_ref())
         .await
@@ -1650,9 +1637,7 @@ async fn a_deposed_owner_that_resumes_and_stops_harms_nothing_with_its_seal_or_c
     a.create_topic("t", Some(1), BTreeMap::new(), false)
         .await
         .unwrap();
-    for (_, r) in a.acquire(vec![("t".into(), 0, 1)]).await.unwrap() {
-        r.unwrap();
-    }
+    acquire_one(&a, "t", 0, 1).await;
     for i in 0..3 {
         a.append(&tp("t", 0), batch(&["a"], i, None), DURABLE)
             .await
@@ -1661,9 +1646,7 @@ async fn a_deposed_owner_that_resumes_and_stops_harms_nothing_with_its_seal_or_c
     // A is "paused": B takes the partition over, sealing A's stream.
     let b = open_managed(&store, 2).await;
     b.refresh_catalog().await.unwrap();
-    for (_, r) in b.acquire(vec![("t".into(), 0, 2)]).await.unwrap() {
-        r.unwrap();
-    }
+    acquire_one(&b, "t", 0, 2).await;
     let seal_of_a = |store: Arc<dyn ObjectStore>, stream: u32| async move {
         let mut seals = Vec::new();
         for meta in store

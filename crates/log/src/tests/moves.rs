@@ -9,7 +9,7 @@ use std::sync::Arc;
 use strata_core::SystemClock;
 use strata_storage::{MemoryStore, MetricsStore, ObjectStore, OpKind, StorageMetrics};
 
-use super::{batch, open_managed, tp, DURABLE};
+use super::{acquire_one, batch, open_managed, tp, DURABLE};
 use crate::LogManager;
 
 /// What one move cost: requests by kind, and bytes read and written.
@@ -64,9 +64,7 @@ async fn move_costs(moves: usize) -> Vec<MoveCost> {
     let b = open_managed(&store, 2).await;
     b.refresh_catalog().await.unwrap();
     let brokers: [&Arc<LogManager>; 2] = [&a, &b];
-    for (_, r) in a.acquire(vec![("t".into(), 0, 1)]).await.unwrap() {
-        r.unwrap();
-    }
+    acquire_one(&a, "t", 0, 1).await;
     let mut costs = Vec::new();
     for m in 0..moves {
         let (from, to) = (brokers[m % 2], brokers[(m + 1) % 2]);

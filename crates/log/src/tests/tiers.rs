@@ -12,7 +12,7 @@ use strata_storage::{
     FaultConfig, FaultInjectingStore, MemoryStore, ObjectStore, PutMode, TieredStore,
 };
 
-use super::{base_offsets, batch, config, open, open_managed, tp, DURABLE};
+use super::{acquire_one, base_offsets, batch, config, open, open_managed, tp, DURABLE};
 use crate::{LogConfig, LogError};
 
 struct Tiers {
@@ -115,9 +115,7 @@ async fn a_takeover_reads_the_old_owners_segments_and_tail_across_both_tiers() {
     a.create_topic("t", Some(1), BTreeMap::new(), false)
         .await
         .unwrap();
-    for (_, r) in a.acquire(vec![("t".into(), 0, 1)]).await.unwrap() {
-        r.unwrap();
-    }
+    acquire_one(&a, "t", 0, 1).await;
     for i in 0..6 {
         a.append(&tp("t", 0), batch(&["a", "b"], i, None), DURABLE)
             .await
@@ -132,9 +130,7 @@ async fn a_takeover_reads_the_old_owners_segments_and_tail_across_both_tiers() {
     // B takes over without A's help: compacted data on the bulk tier, A's uncompacted tail
     // in A's stream on the write-ahead tier.
     let b = open_managed(&t.store, 2).await;
-    for (_, r) in b.acquire(vec![("t".into(), 0, 2)]).await.unwrap() {
-        r.unwrap();
-    }
+    acquire_one(&b, "t", 0, 2).await;
     assert_eq!(b.watermarks(&tp("t", 0)).unwrap().high, Offset(15));
     assert_eq!(
         base_offsets(&b, &tp("t", 0), 0).await,
@@ -554,9 +550,7 @@ async fn a_deposed_owner_cannot_move_segments_and_its_copies_are_collected_by_th
     )
     .await
     .unwrap();
-    for (_, r) in a.acquire(vec![("hot".into(), 0, 1)]).await.unwrap() {
-        r.unwrap();
-    }
+    acquire_one(&a, "hot", 0, 1).await;
     append_batches(&a, "hot", 10).await;
     a.compact_now(&tp("hot", 0)).await.unwrap();
     let fast_before: Vec<String> = keys(t.wal.as_ref())
@@ -567,9 +561,7 @@ async fn a_deposed_owner_cannot_move_segments_and_its_copies_are_collected_by_th
     assert!(!fast_before.is_empty());
     // B takes over while A is paused; then A, unaware, tries to move its segments.
     let b = open_as(2).await;
-    for (_, r) in b.acquire(vec![("hot".into(), 0, 2)]).await.unwrap() {
-        r.unwrap();
-    }
+    acquire_one(&b, "hot", 0, 2).await;
     clock.advance(std::time::Duration::from_secs(2));
     let late = a.tier_down_now(&tp("hot", 0)).await;
     assert!(!matches!(late, Ok(n) if n > 0), "{late:?}");

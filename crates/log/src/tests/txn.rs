@@ -12,7 +12,7 @@ use strata_core::Offset;
 use strata_storage::{MemoryStore, ObjectStore};
 use strata_wire::batch::BatchError;
 
-use super::{batch, config, open, open_managed, tp, DURABLE};
+use super::{acquire_one, batch, config, open, open_managed, tp, DURABLE};
 use crate::{Isolation, LogConfig, LogError, LogManager};
 
 const T: Duration = Duration::from_secs(10);
@@ -301,9 +301,7 @@ async fn a_new_owner_knows_the_open_transaction_and_a_deposed_owners_marker_is_r
     a.create_topic("t", Some(1), BTreeMap::new(), false)
         .await
         .unwrap();
-    for (_, r) in a.acquire(vec![("t".into(), 0, 1)]).await.unwrap() {
-        r.unwrap();
-    }
+    acquire_one(&a, "t", 0, 1).await;
     let t = tp("t", 0);
     let (pid, _) = a.init_producer_id().await.unwrap();
     a.append(&t, txn_batch(&["a"], (pid, 0, 0)), DURABLE)
@@ -313,9 +311,7 @@ async fn a_new_owner_knows_the_open_transaction_and_a_deposed_owners_marker_is_r
         .await
         .unwrap();
     let b = open_managed(&store, 2).await;
-    for (_, r) in b.acquire(vec![("t".into(), 0, 2)]).await.unwrap() {
-        r.unwrap();
-    }
+    acquire_one(&b, "t", 0, 2).await;
     assert_eq!(txn_state(&b, pid).await, (0, 2, Some(vec![]), 0));
     // The deposed owner's marker is an append: it hits the seal and is not acknowledged.
     assert!(a.write_txn_marker(&t, pid, 0, 0, false, T).await.is_err());
