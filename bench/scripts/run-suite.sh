@@ -2,8 +2,10 @@
 # Runs every benchmark of docs/BENCHMARKS.md against freshly spawned brokers and leaves one JSON
 # report per run in OUT (default /tmp/strata-bench-results/<date>). Build first:
 #   cargo build --release -p strata-bench -p strata
-# Usage: bench/scripts/run-suite.sh [OUT] [DATA_PARENT]
+# Usage: [BASELINE=DIR] bench/scripts/run-suite.sh [OUT] [DATA_PARENT]
 #   DATA_PARENT: where the file:// broker keeps its data (default /tmp); say which disk it is.
+#   BASELINE: an earlier run's OUT; the closing table then shows each figure's change against
+#   it, and which moved beyond both runs' spread (`strata-bench summary OUT --against DIR`).
 # Each run spawns its own broker (memory:// or a fresh file:// directory) and kills it after, so
 # runs do not see each other's data. Runs are repeated (REPEAT, default 3) because on a shared
 # 2-core machine a single run says little; compare the spread, not one number.
@@ -73,3 +75,5 @@ echo "== restarts (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 "$BENCH" restarts --starts 300 --dir "$DATA_PARENT" | tee "$OUT/restarts.txt"
 rm -rf "$DATA_PARENT/strata-bench-data"
 echo "reports in $OUT" >&2
+# The headline figures in one table (medians over the repeats, with their range).
+"$BENCH" summary "$OUT" ${BASELINE:+--against "$BASELINE"} | tee "$OUT/summary.txt"

@@ -119,6 +119,22 @@ pub enum BenchCommand {
     /// One connection reading one partition with Fetch requests that honour the size limits,
     /// doing nothing with the records: how fast the broker answers one fetcher.
     FetchRate(FetchRateArgs),
+    /// No broker: the headline figures of a `bench/scripts/run-suite.sh` directory in one
+    /// table, and how they moved against an earlier run's directory.
+    Summary(SummaryArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SummaryArgs {
+    /// The directory of JSON reports the suite wrote.
+    pub dir: PathBuf,
+    /// An earlier run's directory: each figure also shows its change against it.
+    #[arg(long)]
+    pub against: Option<PathBuf>,
+    /// Every run and phase as one Markdown table (the form docs/BENCHMARKS.md's tables take),
+    /// repeats not merged.
+    #[arg(long)]
+    pub markdown: bool,
 }
 
 #[derive(Debug, Args, Serialize)]

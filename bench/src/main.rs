@@ -38,6 +38,7 @@ mod migration;
 mod report;
 mod restarts;
 mod scratch;
+mod summary;
 mod system;
 mod throughput;
 
@@ -69,6 +70,9 @@ fn main() -> Result<()> {
     }
     if let BenchCommand::Restarts(args) = &cli.command {
         return restarts::run(args);
+    }
+    if let BenchCommand::Summary(args) = &cli.command {
+        return summary::run(args);
     }
     let load_average_before = system::load_average();
     let started_unix_seconds = clock::unix_seconds();
@@ -123,6 +127,7 @@ fn main() -> Result<()> {
         BenchCommand::Migration(_)
         | BenchCommand::Lookup(_)
         | BenchCommand::Restarts(_)
+        | BenchCommand::Summary(_)
         | BenchCommand::FetchSessions(_)
         | BenchCommand::FetchRate(_) => {
             unreachable!("handled above")
