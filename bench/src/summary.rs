@@ -266,7 +266,10 @@ mod tests {
 
     use super::*;
 
-    fn report(phases: &[(&str, f64, Option<(f64, f64)>)]) -> Value {
+    /// A phase: name, records a second, and (p50, p99) when it measured latency.
+    type PhaseFigures<'a> = (&'a str, f64, Option<(f64, f64)>);
+
+    fn report(phases: &[PhaseFigures<'_>]) -> Value {
         let phases: Vec<Value> = phases
             .iter()
             .map(|(name, rate, latency)| {
