@@ -430,6 +430,12 @@ pub struct LookupArgs {
     /// S3 prefix), emptied afterwards.
     #[arg(long)]
     pub storage: Option<String>,
+    /// Keep each size's partition stored until every size is measured (normally each is
+    /// deleted after its reads): listing a size again after a larger one (`--records
+    /// 1000000,100000000,1000000`) then tells the storage's growth with all it holds from
+    /// the partition's own.
+    #[arg(long)]
+    pub keep_until_end: bool,
 }
 
 #[derive(Debug, Args)]

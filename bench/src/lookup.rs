@@ -55,8 +55,18 @@ pub fn run(args: &LookupArgs) -> Result<()> {
     } else {
         args.records.iter().map(|&r| Size::Records(r)).collect()
     };
-    for size in sizes {
-        rows.push(runtime.block_on(measure(args, size))?);
+    let mut kept = Vec::new();
+    for (i, size) in sizes.into_iter().enumerate() {
+        let (row, scratch) = runtime.block_on(measure(args, i, size))?;
+        rows.push(row);
+        if args.keep_until_end {
+            kept.push(scratch);
+        } else {
+            runtime.block_on(scratch.remove())?;
+        }
+    }
+    for scratch in kept {
+        runtime.block_on(scratch.remove())?;
     }
     println!(
         "lookup: {} reads per size at random offsets, log reopened every {} reads (cold log \
@@ -80,12 +90,30 @@ enum Size {
     Records(u64),
 }
 
-async fn measure(args: &LookupArgs, size: Size) -> Result<String> {
+/// One size's storage, removed once measured (or at the end, `--keep-until-end`).
+struct Scratch {
+    store: Arc<dyn ObjectStore>,
+    dir: Option<std::path::PathBuf>,
+}
+
+impl Scratch {
+    async fn remove(self) -> Result<()> {
+        match self.dir {
+            Some(dir) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                Ok(())
+            }
+            None => scratch::delete_all(&self.store).await,
+        }
+    }
+}
+
+async fn measure(args: &LookupArgs, index: usize, size: Size) -> Result<(String, Scratch)> {
     let (Size::Bytes(bytes) | Size::Records(bytes)) = size;
     let (url, dir) = scratch::fresh(
         args.storage.as_deref(),
         &args.dir,
-        &format!("strata-lookup-{}-{bytes}", std::process::id()),
+        &format!("strata-lookup-{}-{index}-{bytes}", std::process::id()),
     )?;
     let store = scratch::open(&url).await?;
     let tp = TopicPartition::new("lookup", 0);
@@ -160,14 +188,8 @@ async fn measure(args: &LookupArgs, size: Size) -> Result<String> {
         }
         log.shutdown().await?;
     }
-    match dir {
-        Some(dir) => {
-            let _ = std::fs::remove_dir_all(&dir);
-        }
-        None => scratch::delete_all(&store).await?,
-    }
     let reads = done.max(1) as f64;
-    Ok(format!(
+    let row = format!(
         "{} MB ({high} records, filled in {:.1} s): read at a random offset p50 {:.3} ms, \
          p99 {:.3} ms, max {:.3} ms\n  per read: {:.2} whole gets (mean {:.3} ms), {:.2} \
          ranged gets (mean {:.3} ms); outside storage p50 {:.3} ms, p99 {:.3} ms",
@@ -182,7 +204,8 @@ async fn measure(args: &LookupArgs, size: Size) -> Result<String> {
         in_storage.ranged.mean_ms(),
         outside.value_at_quantile(0.5) as f64 / 1e3,
         outside.value_at_quantile(0.99) as f64 / 1e3,
-    ))
+    );
+    Ok((row, Scratch { store, dir }))
 }
 
 /// Requests of one kind and the time spent in them.
