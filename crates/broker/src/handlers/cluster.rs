@@ -103,6 +103,9 @@ pub(crate) fn describe_cluster(
     response
 }
 
+/// A coordinator lookup's answer: the broker (id, host, port), or the error code and message.
+pub(crate) type CoordinatorAnswer = Result<(i32, String, u16), (i16, String)>;
+
 /// The broker hosting `group`'s coordinator shard: this one alone on its storage; in cluster
 /// mode the live owner of the shard's `__consumer_offsets` partition.
 /// This broker is given by the endpoint of the listener the client came in on.
@@ -110,7 +113,7 @@ pub(crate) fn group_coordinator(
     broker: &Broker,
     group: &str,
     ctx: &RequestContext,
-) -> Result<(i32, String, u16), (i16, String)> {
+) -> CoordinatorAnswer {
     let shard = shard_of(group, broker.groups.shard_count());
     let found = shard_owner(broker, OFFSETS_TOPIC, shard as i32, ctx)?;
     // Our log still serves the partition while we hand it over, but the shard is unloaded
@@ -147,26 +150,25 @@ pub(crate) const GROUP_LOOKUP_WAIT: Duration = Duration::from_secs(3);
 /// How often a waiting lookup looks at the cluster's ownership again.
 const GROUP_LOOKUP_POLL: Duration = Duration::from_millis(20);
 
-/// Waits, for at most [`GROUP_LOOKUP_WAIT`], until every one of `groups`' coordinator shards
-/// has a live owner: at once alone on the storage, or when they all have one.
-pub(crate) async fn await_group_coordinators(
+/// [`group_coordinator`] of each of `groups`, in order, once every one of their shards has a
+/// live owner or [`GROUP_LOOKUP_WAIT`] has passed: at once alone on the storage, or when they
+/// all have one. The answers returned are the ones the wait saw.
+pub(crate) async fn group_coordinators_waiting(
     broker: &Broker,
     groups: &[&str],
     ctx: &RequestContext,
-) {
-    if broker.cluster.is_none() {
-        return;
-    }
+) -> Vec<CoordinatorAnswer> {
     let deadline = broker.clock.monotonic().saturating_add(GROUP_LOOKUP_WAIT);
     loop {
-        let unowned = groups.iter().any(|group| {
-            matches!(
-                group_coordinator(broker, group, ctx),
-                Err((code::COORDINATOR_NOT_AVAILABLE, _))
-            )
-        });
-        if !unowned || broker.clock.monotonic() >= deadline {
-            return;
+        let answers: Vec<_> = groups
+            .iter()
+            .map(|group| group_coordinator(broker, group, ctx))
+            .collect();
+        let unowned = answers
+            .iter()
+            .any(|a| matches!(a, Err((code::COORDINATOR_NOT_AVAILABLE, _))));
+        if !unowned || broker.cluster.is_none() || broker.clock.monotonic() >= deadline {
+            return answers;
         }
         broker.clock.sleep(GROUP_LOOKUP_POLL).await;
     }
@@ -178,7 +180,7 @@ pub(crate) fn txn_coordinator(
     broker: &Broker,
     transactional_id: &str,
     ctx: &RequestContext,
-) -> Result<(i32, String, u16), (i16, String)> {
+) -> CoordinatorAnswer {
     let shard = crate::txn_coordinator::shard_of(transactional_id, broker.txn.shard_count()) as i32;
     shard_owner(broker, crate::txn_coordinator::TXN_TOPIC, shard, ctx)
 }
@@ -188,7 +190,7 @@ fn shard_owner(
     internal_topic: &str,
     shard: i32,
     ctx: &RequestContext,
-) -> Result<(i32, String, u16), (i16, String)> {
+) -> CoordinatorAnswer {
     let me = (
         broker.settings.node_id.0,
         ctx.listener.advertised_host.clone(),

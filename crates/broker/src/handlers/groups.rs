@@ -83,7 +83,11 @@ pub(crate) async fn find_coordinator(
     } else {
         key_type::GROUP
     };
-    if kind == key_type::GROUP {
+    let found = coordinator_for(kind);
+    let authz = broker.authz(ctx);
+    // A group's answer is taken once, after the wait: looking again afterwards could catch
+    // the shard between owners a moment later and answer COORDINATOR_NOT_AVAILABLE after all.
+    let waited: HashMap<String, super::cluster::CoordinatorAnswer> = if kind == key_type::GROUP {
         let keys: Vec<&str> = if v >= 4 {
             request
                 .coordinator_keys
@@ -93,10 +97,15 @@ pub(crate) async fn find_coordinator(
         } else {
             vec![request.key.as_str()]
         };
-        super::cluster::await_group_coordinators(broker, &keys, ctx).await;
-    }
-    let found = coordinator_for(kind);
-    let authz = broker.authz(ctx);
+        let keys: Vec<&str> = keys
+            .into_iter()
+            .filter(|key| authz.allows(Op::Describe, Res::Group, key))
+            .collect();
+        let answers = super::cluster::group_coordinators_waiting(broker, &keys, ctx).await;
+        keys.into_iter().map(str::to_string).zip(answers).collect()
+    } else {
+        HashMap::new()
+    };
     // DESCRIBE on the group (or transactional id): without it the coordinator's address is
     // not given out.
     let described = |key: &str| {
@@ -130,7 +139,10 @@ pub(crate) async fn find_coordinator(
             }
             super::cluster::txn_coordinator(broker, key, ctx)
         } else {
-            super::cluster::group_coordinator(broker, key, ctx)
+            match waited.get(key) {
+                Some(answer) => answer.clone(),
+                None => super::cluster::group_coordinator(broker, key, ctx),
+            }
         }
     };
     let mut response = FindCoordinatorResponse::default();

@@ -172,6 +172,18 @@ async fn create(member: &Member, topic: &str) -> TopicPartition {
     TopicPartition::new(topic, 0)
 }
 
+/// The `__consumer_offsets` partition holding `group`'s coordinator shard.
+fn coordinator_shard(member: &Member, group: &str) -> TopicPartition {
+    let shard_count = member
+        .broker
+        .log
+        .topic(crate::coordinator::OFFSETS_TOPIC)
+        .unwrap()
+        .partitions;
+    let shard = crate::coordinator::shard_of(group, shard_count as usize) as i32;
+    TopicPartition::new(crate::coordinator::OFFSETS_TOPIC, shard)
+}
+
 /// The member serving `tp` and the other one, once one of them serves it.
 async fn owner_and_other<'m>(
     a: &'m Member,
@@ -310,14 +322,8 @@ async fn a_dead_brokers_partitions_are_taken_over_with_every_acknowledged_record
     // Placement alone might put everything on b, and then killing a would prove nothing: pin
     // half the topics, and the group's coordinator shard, on a.
     let ownership = strata_cluster::Ownership::new(Arc::clone(&store));
-    let shard_count = a
-        .broker
-        .log
-        .topic(crate::coordinator::OFFSETS_TOPIC)
-        .unwrap()
-        .partitions;
-    let shard = crate::coordinator::shard_of("some-group", shard_count as usize) as i32;
-    let shard_tp = TopicPartition::new(crate::coordinator::OFFSETS_TOPIC, shard);
+    let shard_tp = coordinator_shard(&a, "some-group");
+    let shard = shard_tp.partition;
     let offsets_id = a
         .broker
         .log
@@ -715,14 +721,8 @@ async fn a_group_coordinator_handed_over_is_always_found() {
     let a = Member::start(&store, 1).await;
     let b = Member::start(&store, 2).await;
     let group = "moving-group";
-    let shard_count = a
-        .broker
-        .log
-        .topic(crate::coordinator::OFFSETS_TOPIC)
-        .unwrap()
-        .partitions;
-    let shard = crate::coordinator::shard_of(group, shard_count as usize) as i32;
-    let shard_tp = TopicPartition::new(crate::coordinator::OFFSETS_TOPIC, shard);
+    let shard_tp = coordinator_shard(&a, group);
+    let shard = shard_tp.partition;
     let mut answers: BTreeMap<(i16, i32), usize> = BTreeMap::new();
     // Back and forth a few times: each handover leaves the shard without an owner for a few
     // milliseconds here, and the lookups must land in that window to tell.
