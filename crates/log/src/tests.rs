@@ -1390,6 +1390,41 @@ async fn an_idle_writer_writes_at_once_but_waits_for_a_request_that_holds_it() {
     assert!(start.elapsed() < interval, "waited for the interval");
 }
 
+/// An idle writer on a store that answers at once starts writes at most once per
+/// `IDLE_WRITE_GAP`: appends right behind a write wait out the gap, not the interval, and
+/// leave together (one write a request at linger.ms 0 saturated a broker on `memory://`).
+#[tokio::test(start_paused = true)]
+async fn an_idle_writer_starts_a_write_at_most_once_per_gap() {
+    let interval = Duration::from_secs(60);
+    let cfg = LogConfig {
+        flush_interval: interval,
+        ..config()
+    };
+    let (store, log, before) = log_of_two_partitions(cfg).await;
+    let start = tokio::time::Instant::now();
+    log.append(&tp("t", 0), batch(&["a"], 0, None), DURABLE)
+        .await
+        .unwrap();
+    assert!(
+        start.elapsed() < crate::writer::IDLE_WRITE_GAP,
+        "the first write waited"
+    );
+    assert_eq!(wal_objects(&store).await, before + 1);
+    let first = log
+        .enqueue(&tp("t", 0), batch(&["b"], 0, None), DURABLE)
+        .await
+        .unwrap();
+    let second = log
+        .enqueue(&tp("t", 1), batch(&["c"], 0, None), DURABLE)
+        .await
+        .unwrap();
+    first.wait().await.unwrap();
+    second.wait().await.unwrap();
+    assert_eq!(wal_objects(&store).await, before + 2, "not one write");
+    assert!(start.elapsed() >= crate::writer::IDLE_WRITE_GAP, "no gap");
+    assert!(start.elapsed() < interval, "waited for the interval");
+}
+
 /// With `flush_when_idle` off (the S3 default) a lone append waits for the interval, so that
 /// appends arriving meanwhile share its write.
 #[tokio::test(start_paused = true)]
