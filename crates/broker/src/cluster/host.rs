@@ -79,8 +79,9 @@ impl LogHost {
         }
     }
 
-    /// Undoes [`Self::expect_coordinator_shard`] for a partition whose start failed.
-    fn give_up_coordinator_shard(&self, tp: &TopicPartition) {
+    /// Stops hosting (or expecting) the coordinator shard `tp` is the partition of, if it is
+    /// one: at a handover, or when its start failed after [`Self::expect_coordinator_shard`].
+    fn unload_coordinator_shard(&self, tp: &TopicPartition) {
         if &*tp.topic == OFFSETS_TOPIC {
             self.groups.unload_shard(tp.partition);
         }
@@ -100,7 +101,7 @@ impl LogHost {
         started: std::time::Duration,
     ) -> ClusterResult<()> {
         if let Err(e) = acquired {
-            self.give_up_coordinator_shard(&tp);
+            self.unload_coordinator_shard(&tp);
             self.stats.acquire_failed.fetch_add(1, Ordering::Relaxed);
             return Err(self.cluster_error(resource, e));
         }
@@ -273,7 +274,7 @@ impl ResourceHost for LogHost {
             };
         for (i, tp, epoch) in partitions {
             if results[i].is_some() {
-                self.give_up_coordinator_shard(&tp);
+                self.unload_coordinator_shard(&tp);
                 continue;
             }
             let outcome = acquired
@@ -306,14 +307,9 @@ impl ResourceHost for LogHost {
             },
             None => return Ok(()),
         };
-        if &*tp.topic == OFFSETS_TOPIC {
-            // Before the log stops: the shard's pending writes then fail as NOT_COORDINATOR
-            // instead of racing the handover.
-            self.groups.unload_shard(tp.partition);
-        }
-        if let (true, Some(txn)) = (&*tp.topic == TXN_TOPIC, &self.txn) {
-            txn.unload_shard(tp.partition);
-        }
+        // Before the log stops: the shard's pending writes then fail as NOT_COORDINATOR
+        // instead of racing the handover.
+        self.unload_coordinator_shard(&tp);
         let started = self.clock.monotonic();
         let outcome = if reason == StopReason::Handover {
             match self.log.release(&tp).await {
