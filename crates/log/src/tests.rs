@@ -1342,6 +1342,19 @@ async fn wal_objects(store: &Arc<dyn ObjectStore>) -> usize {
     store.list("wal/").await.unwrap().len()
 }
 
+/// Queues one batch for each partition of `t` (see [`log_of_two_partitions`]), back to back.
+async fn enqueue_one_to_each(log: &LogManager) -> (crate::AppendTicket, crate::AppendTicket) {
+    let first = log
+        .enqueue(&tp("t", 0), batch(&["b"], 0, None), DURABLE)
+        .await
+        .unwrap();
+    let second = log
+        .enqueue(&tp("t", 1), batch(&["c"], 0, None), DURABLE)
+        .await
+        .unwrap();
+    (first, second)
+}
+
 /// A log with topic `t` of two partitions, and how many write-ahead objects it starts with.
 async fn log_of_two_partitions(cfg: LogConfig) -> (Arc<dyn ObjectStore>, Arc<LogManager>, usize) {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
@@ -1372,14 +1385,7 @@ async fn an_idle_writer_writes_at_once_but_waits_for_a_request_that_holds_it() {
     assert_eq!(wal_objects(&store).await, before + 1);
 
     let hold = log.hold_writes();
-    let first = log
-        .enqueue(&tp("t", 0), batch(&["b"], 0, None), DURABLE)
-        .await
-        .unwrap();
-    let second = log
-        .enqueue(&tp("t", 1), batch(&["c"], 0, None), DURABLE)
-        .await
-        .unwrap();
+    let (first, second) = enqueue_one_to_each(&log).await;
     // Virtual time: the sleep ends only once every task, the writer's too, is waiting.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(wal_objects(&store).await, before + 1, "written while held");
@@ -1410,14 +1416,7 @@ async fn an_idle_writer_starts_a_write_at_most_once_per_gap() {
         "the first write waited"
     );
     assert_eq!(wal_objects(&store).await, before + 1);
-    let first = log
-        .enqueue(&tp("t", 0), batch(&["b"], 0, None), DURABLE)
-        .await
-        .unwrap();
-    let second = log
-        .enqueue(&tp("t", 1), batch(&["c"], 0, None), DURABLE)
-        .await
-        .unwrap();
+    let (first, second) = enqueue_one_to_each(&log).await;
     first.wait().await.unwrap();
     second.wait().await.unwrap();
     assert_eq!(wal_objects(&store).await, before + 2, "not one write");
