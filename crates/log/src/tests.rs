@@ -1342,19 +1342,6 @@ async fn wal_objects(store: &Arc<dyn ObjectStore>) -> usize {
     store.list("wal/").await.unwrap().len()
 }
 
-/// Queues one batch for each partition of `t` (see [`log_of_two_partitions`]), back to back.
-async fn enqueue_one_to_each(log: &LogManager) -> (crate::AppendTicket, crate::AppendTicket) {
-    let first = log
-        .enqueue(&tp("t", 0), batch(&["b"], 0, None), DURABLE)
-        .await
-        .unwrap();
-    let second = log
-        .enqueue(&tp("t", 1), batch(&["c"], 0, None), DURABLE)
-        .await
-        .unwrap();
-    (first, second)
-}
-
 /// A log with topic `t` of two partitions, and how many write-ahead objects it starts with.
 async fn log_of_two_partitions(cfg: LogConfig) -> (Arc<dyn ObjectStore>, Arc<LogManager>, usize) {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
@@ -1385,7 +1372,14 @@ async fn an_idle_writer_writes_at_once_but_waits_for_a_request_that_holds_it() {
     assert_eq!(wal_objects(&store).await, before + 1);
 
     let hold = log.hold_writes();
-    let (first, second) = enqueue_one_to_each(&log).await;
+    let first = log
+        .enqueue(&tp("t", 0), batch(&["b"], 0, None), DURABLE)
+        .await
+        .unwrap();
+    let second = log
+        .enqueue(&tp("t", 1), batch(&["c"], 0, None), DURABLE)
+        .await
+        .unwrap();
     // Virtual time: the sleep ends only once every task, the writer's too, is waiting.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(wal_objects(&store).await, before + 1, "written while held");
@@ -1393,34 +1387,6 @@ async fn an_idle_writer_writes_at_once_but_waits_for_a_request_that_holds_it() {
     first.wait().await.unwrap();
     second.wait().await.unwrap();
     assert_eq!(wal_objects(&store).await, before + 2, "not one write");
-    assert!(start.elapsed() < interval, "waited for the interval");
-}
-
-/// An idle writer on a store that answers at once starts writes at most once per
-/// `IDLE_WRITE_GAP`: appends right behind a write wait out the gap, not the interval, and
-/// leave together (one write a request at linger.ms 0 saturated a broker on `memory://`).
-#[tokio::test(start_paused = true)]
-async fn an_idle_writer_starts_a_write_at_most_once_per_gap() {
-    let interval = Duration::from_secs(60);
-    let cfg = LogConfig {
-        flush_interval: interval,
-        ..config()
-    };
-    let (store, log, before) = log_of_two_partitions(cfg).await;
-    let start = tokio::time::Instant::now();
-    log.append(&tp("t", 0), batch(&["a"], 0, None), DURABLE)
-        .await
-        .unwrap();
-    assert!(
-        start.elapsed() < crate::writer::IDLE_WRITE_GAP,
-        "the first write waited"
-    );
-    assert_eq!(wal_objects(&store).await, before + 1);
-    let (first, second) = enqueue_one_to_each(&log).await;
-    first.wait().await.unwrap();
-    second.wait().await.unwrap();
-    assert_eq!(wal_objects(&store).await, before + 2, "not one write");
-    assert!(start.elapsed() >= crate::writer::IDLE_WRITE_GAP, "no gap");
     assert!(start.elapsed() < interval, "waited for the interval");
 }
 

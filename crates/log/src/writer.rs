@@ -190,16 +190,15 @@ impl WriterQueue {
     }
 
     /// Waits for the next group: returns when `flush_bytes` are queued, or the oldest item has
-    /// waited `interval`, or from `idle_from` on (the writer has no write in flight; see
-    /// [`IDLE_WRITE_GAP`]) as soon as anything is queued and nobody holds the queue, or when
-    /// the queue is closed. None when closed and empty. A group holds at most `flush_bytes`
-    /// (or one batch, if larger): a backlog that built up while every write slot was busy
-    /// leaves in several groups, so no single write needs more space than usual.
+    /// waited `interval`, or at once when `idle` (no write in flight) and nobody holds the
+    /// queue, or when the queue is closed. None when closed and empty. A group holds at most
+    /// `flush_bytes` (or one batch, if larger): a backlog that built up while every write slot
+    /// was busy leaves in several groups, so no single write needs more space than usual.
     async fn next_group(
         &self,
         flush_bytes: usize,
         interval: Duration,
-        idle_from: Option<Duration>,
+        idle: bool,
         clock: &dyn strata_core::Clock,
     ) -> Option<Vec<PendingAppend>> {
         loop {
@@ -215,13 +214,8 @@ impl WriterQueue {
                     None
                 } else {
                     let now = clock.monotonic();
-                    let mut due = q.first_at.map_or(now, |t| t + interval);
-                    if q.holds == 0 {
-                        if let Some(from) = idle_from {
-                            due = due.min(from);
-                        }
-                    }
-                    if q.bytes >= flush_bytes || now >= due || q.closed {
+                    let due = q.first_at.map_or(now, |t| t + interval);
+                    if q.bytes >= flush_bytes || now >= due || q.closed || (idle && q.holds == 0) {
                         return Some(take_group(&mut q, flush_bytes));
                     }
                     Some(due - now)
@@ -305,15 +299,6 @@ pub struct WriterContext {
     pub on_fenced: Arc<dyn Fn() + Send + Sync>,
 }
 
-/// With `flush_when_idle`, the least time between the starts of two writes started because
-/// the writer was idle. A write on the local directory takes 0.3 ms or more, so there the rule
-/// never waits. A memory write ends within microseconds: without the gap, a producer sending
-/// each record as its own request (linger.ms 0) got one group commit per request, and at
-/// 10,000 requests a second the broker's and the client's CPU together left no room for a
-/// backlog to drain (docs/BENCHMARKS.md, "The whole suite in one run"). A lone request after a
-/// quiet spell still goes at once.
-pub const IDLE_WRITE_GAP: Duration = Duration::from_micros(200);
-
 /// The write-ahead put's backoff ceiling: first retry, and the cap it doubles up to.
 const PUT_BACKOFF_FIRST: Duration = Duration::from_millis(2);
 const PUT_BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -326,12 +311,9 @@ pub async fn run(ctx: WriterContext) {
         FuturesOrdered::new();
     let mut seq: u64 = 0;
     let mut draining = false;
-    // When the last write started; the first may start at once.
-    let mut last_start: Option<Duration> = None;
     loop {
         let can_start = !draining && inflight.len() < ctx.max_inflight.max(1);
-        let idle_from = (ctx.flush_when_idle && inflight.is_empty())
-            .then(|| last_start.map_or(Duration::ZERO, |t| t + IDLE_WRITE_GAP));
+        let idle = ctx.flush_when_idle && inflight.is_empty();
         tokio::select! {
             biased;
             Some((seq_done, object, items, entries, result)) = inflight.next(), if !inflight.is_empty() => {
@@ -355,11 +337,10 @@ pub async fn run(ctx: WriterContext) {
                     }
                 }
             }
-            group = ctx.queue.next_group(ctx.flush_bytes, ctx.flush_interval, idle_from, ctx.clock.as_ref()), if can_start => {
+            group = ctx.queue.next_group(ctx.flush_bytes, ctx.flush_interval, idle, ctx.clock.as_ref()), if can_start => {
                 match group {
                     Some(items) => {
                         seq += 1;
-                        last_start = Some(ctx.clock.monotonic());
                         inflight.push_back(Box::pin(write_group(
                             ctx.store.clone(), ctx.clock.clone(), ctx.queue.clone(), ctx.stream,
                             seq, items, ctx.give_up.clone(),
