@@ -101,8 +101,7 @@ impl Connection {
         let mut buf = BytesMut::with_capacity(MIN_READ_SPACE);
         let mut inflight: FuturesOrdered<JoinHandle<Reply>> = FuturesOrdered::new();
         // Produce requests append in arrival order (see `ProduceTurn`).
-        let produce_order = Arc::new(tokio::sync::watch::channel(0u64).0);
-        let mut next_produce_ticket = 0u64;
+        let mut produce_gate: Option<crate::produce_turn::Gate> = None;
         // False once the client closed its side, the broker is shutting down, or the input
         // became unusable: from then on we only answer what we already accepted.
         let mut reading = true;
@@ -209,9 +208,9 @@ impl Connection {
                         let listener = Arc::clone(&self.listener);
                         let is_produce = frame.len() >= 2 && frame[0] == 0 && frame[1] == 0;
                         let turn = is_produce.then(|| {
-                            let ticket = next_produce_ticket;
-                            next_produce_ticket += 1;
-                            crate::ProduceTurn::new(ticket, Arc::clone(&produce_order))
+                            let (turn, gate) = crate::ProduceTurn::new(produce_gate.take());
+                            produce_gate = Some(gate);
+                            turn
                         });
                         let held = charge.take();
                         let broker = Arc::clone(&self.broker);

@@ -25,6 +25,7 @@ mod framing;
 pub mod group_configs;
 mod handlers;
 mod limits;
+mod produce_turn;
 pub mod quotas;
 pub mod security;
 mod server;
@@ -40,6 +41,7 @@ mod tests;
 
 pub use api_versions::{supported_apis, supported_versions};
 pub use fetch_sessions::FetchSessionStats;
+pub(crate) use produce_turn::ProduceTurn;
 pub use server::{Broker, BrokerParts};
 pub use settings::{BrokerSettings, ClusterSettings};
 /// `group_consumer_migration_policy`, parsed by the server from its settings.
@@ -69,51 +71,4 @@ pub(crate) struct RequestContext {
     pub errors: std::sync::Arc<error_codes::ErrorTally>,
     /// Time the request has kept the broker busy, for the `request_percentage` quota.
     pub busy: std::sync::Arc<quotas::busy::BusyMeter>,
-}
-
-/// A Produce request's place in its connection's append order.
-///
-/// Requests on one connection run concurrently, but Kafka appends a connection's produce
-/// requests in the order they arrived — a producer without idempotence relies on that for
-/// per-partition order when it pipelines. Each Produce takes a ticket when its frame is read;
-/// it assigns offsets only when the turn counter reaches its ticket, and passes the turn on as
-/// soon as its batches are queued (before they are durable), so pipelining still overlaps the
-/// storage writes. Dropping a turn (an error path, a cancelled task) passes it on too.
-#[derive(Debug)]
-pub(crate) struct ProduceTurn {
-    ticket: u64,
-    turn: std::sync::Arc<watch::Sender<u64>>,
-    passed: bool,
-}
-
-impl ProduceTurn {
-    pub(crate) fn new(ticket: u64, turn: std::sync::Arc<watch::Sender<u64>>) -> Self {
-        Self {
-            ticket,
-            turn,
-            passed: false,
-        }
-    }
-
-    /// Waits until every earlier Produce of the connection has queued its batches.
-    pub(crate) async fn wait(&self) {
-        let mut rx = self.turn.subscribe();
-        // The sender lives as long as this turn does, so `wait_for` cannot fail.
-        let _ = rx.wait_for(|t| *t >= self.ticket).await;
-    }
-
-    /// Lets the next Produce of the connection go.
-    pub(crate) fn pass(&mut self) {
-        if !self.passed {
-            self.passed = true;
-            let next = self.ticket + 1;
-            self.turn.send_modify(|t| *t = (*t).max(next));
-        }
-    }
-}
-
-impl Drop for ProduceTurn {
-    fn drop(&mut self) {
-        self.pass();
-    }
 }

@@ -138,7 +138,7 @@ pub(crate) async fn handle(
     // partition's batches one after another, pass the turn on, then wait for durability
     // together with the requests behind us.
     let mut turn = ctx.produce_turn.lock().ok().and_then(|mut t| t.take());
-    if let Some(t) = &turn {
+    if let Some(t) = turn.as_mut() {
         t.wait().await;
     }
     // Every partition of the request in one group commit, even when the writer is idle and
