@@ -293,6 +293,16 @@ pub struct E2eArgs {
     /// tail.
     #[arg(long)]
     pub timeline: bool,
+
+    /// Stop the broker (SIGSTOP) this many seconds into the run, for `--pause-broker-ms`, then
+    /// let it go on (SIGCONT): a stall that lets a backlog form, to show whether it drains.
+    /// Needs the broker's pid (`--spawn-broker` or `--broker-pid`).
+    #[arg(long, requires = "pause_broker_ms")]
+    pub pause_broker_at: Option<f64>,
+
+    /// How long `--pause-broker-at` stops the broker, in milliseconds.
+    #[arg(long, requires = "pause_broker_at")]
+    pub pause_broker_ms: Option<u64>,
 }
 
 #[derive(Debug, Args, Serialize)]
@@ -436,6 +446,12 @@ pub struct LookupArgs {
     /// the partition's own.
     #[arg(long)]
     pub keep_until_end: bool,
+    /// Fill every size first, then read them in turns (`--reads-per-open` reads of each size
+    /// in a round, round after round), so that the storage's drift over the run — a pool
+    /// that slows as it fills, neighbours that come and go — falls on every size alike
+    /// instead of on whichever was measured last. Keeps every size stored until the end.
+    #[arg(long)]
+    pub interleave: bool,
 }
 
 #[derive(Debug, Args)]

@@ -133,6 +133,23 @@ struct Progress {
 /// starts (the broker's initial rebalance delay is 3 s by default).
 const ASSIGNMENT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Stops process `pid` at `at` for `length` (`--pause-broker-at`).
+fn pause_broker(at: std::time::Instant, length: Duration, pid: u32) {
+    std::thread::sleep(at.saturating_duration_since(clock::now()));
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    // SAFETY: kill(2) with a pid and a signal number; no memory is shared.
+    if unsafe { libc::kill(pid, libc::SIGSTOP) } != 0 {
+        eprintln!("could not stop the broker (pid {pid})");
+        return;
+    }
+    eprintln!("broker stopped for {length:?}");
+    std::thread::sleep(length);
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+}
+
 pub fn run(
     bootstrap: &str,
     target: &TargetArgs,
@@ -146,6 +163,14 @@ pub fn run(
     if !(args.duration > 0.0 && args.warmup >= 0.0 && args.warmup < args.duration) {
         bail!("need 0 <= --warmup < --duration");
     }
+    let pause = match (args.pause_broker_at, args.pause_broker_ms, broker_pid) {
+        (Some(at), Some(ms), Some(pid)) if at >= 0.0 && at < args.duration => {
+            Some((Duration::from_secs_f64(at), Duration::from_millis(ms), pid))
+        }
+        (Some(_), _, None) => bail!("--pause-broker-at needs the broker's pid"),
+        (Some(_), _, Some(_)) => bail!("--pause-broker-at must fall within --duration"),
+        _ => None,
+    };
     let topic = workload
         .topic
         .clone()
@@ -238,6 +263,9 @@ pub fn run(
     let cpu = CpuMeter::start(broker_pid);
     let start = clock::now();
     let (paced, received, replayed) = std::thread::scope(|scope| -> Result<_> {
+        if let Some((at, length, pid)) = pause {
+            scope.spawn(move || pause_broker(start + at, length, pid));
+        }
         let replayer = catch_up.as_ref().map(|(consumer, _, _)| {
             let progress = &progress;
             scope.spawn(move || replay(consumer, progress, deadline))
