@@ -39,6 +39,10 @@ use crate::system;
 const PIPELINE: usize = 256;
 
 pub fn run(args: &LookupArgs) -> Result<()> {
+    anyhow::ensure!(
+        args.reads_per_open > 0,
+        "--reads-per-open must be at least 1"
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -55,18 +59,41 @@ pub fn run(args: &LookupArgs) -> Result<()> {
     } else {
         args.records.iter().map(|&r| Size::Records(r)).collect()
     };
-    let mut kept = Vec::new();
-    for (i, size) in sizes.into_iter().enumerate() {
-        let (row, scratch) = runtime.block_on(measure(args, i, size))?;
-        rows.push(row);
-        if args.keep_until_end {
-            kept.push(scratch);
-        } else {
+    if args.interleave {
+        // Every size stored first, then read round by round: the storage's drift over the
+        // run lands on every size alike.
+        let mut sizes_read = Vec::new();
+        for (i, size) in sizes.into_iter().enumerate() {
+            let filled = runtime.block_on(fill(args, i, size))?;
+            sizes_read.push((filled, Meter::new(size)?));
+        }
+        while sizes_read.iter().any(|(_, meter)| meter.done < args.reads) {
+            for (filled, meter) in &mut sizes_read {
+                runtime.block_on(read_some(args, filled, meter))?;
+            }
+        }
+        for (filled, meter) in sizes_read {
+            rows.push(meter.row(&filled));
+            runtime.block_on(filled.scratch.remove())?;
+        }
+    } else {
+        let mut kept = Vec::new();
+        for (i, size) in sizes.into_iter().enumerate() {
+            let filled = runtime.block_on(fill(args, i, size))?;
+            let mut meter = Meter::new(size)?;
+            while meter.done < args.reads {
+                runtime.block_on(read_some(args, &filled, &mut meter))?;
+            }
+            rows.push(meter.row(&filled));
+            if args.keep_until_end {
+                kept.push(filled.scratch);
+            } else {
+                runtime.block_on(filled.scratch.remove())?;
+            }
+        }
+        for scratch in kept {
             runtime.block_on(scratch.remove())?;
         }
-    }
-    for scratch in kept {
-        runtime.block_on(scratch.remove())?;
     }
     println!(
         "lookup: {} reads per size at random offsets, log reopened every {} reads (cold log \
@@ -108,7 +135,19 @@ impl Scratch {
     }
 }
 
-async fn measure(args: &LookupArgs, index: usize, size: Size) -> Result<(String, Scratch)> {
+/// One size, stored and compacted, ready to be read.
+struct Filled {
+    scratch: Scratch,
+    /// The same storage, through a meter that counts the reads' requests.
+    metered: Arc<dyn ObjectStore>,
+    metrics: Arc<StorageMetrics>,
+    tp: TopicPartition,
+    stored_bytes: u64,
+    fill: Duration,
+}
+
+/// Fills a fresh one-partition log to `size`, then shuts it down (which compacts everything).
+async fn fill(args: &LookupArgs, index: usize, size: Size) -> Result<Filled> {
     let (Size::Bytes(bytes) | Size::Records(bytes)) = size;
     let (url, dir) = scratch::fresh(
         args.storage.as_deref(),
@@ -153,59 +192,94 @@ async fn measure(args: &LookupArgs, index: usize, size: Size) -> Result<(String,
     }
     log.shutdown().await.context("shut down (compact)")?;
     let fill = filled_at.elapsed();
-
-    let mut histogram = Histogram::<u64>::new(3).context("histogram")?;
-    let mut outside = Histogram::<u64>::new(3).context("histogram")?;
-    let mut in_storage = StorageShare::default();
     let metered = MetricsStore::new(Arc::clone(&store), SystemClock::shared());
     let metrics = Arc::clone(metered.metrics());
-    let metered: Arc<dyn ObjectStore> = Arc::new(metered);
-    let mut rng_state = 0x9e37_79b9_7f4a_7c15_u64 ^ bytes;
-    let mut done = 0;
-    let mut high = 0;
-    while done < args.reads {
-        let log = open(&metered).await?;
-        high = log.watermarks(&tp)?.high.0;
-        for _ in 0..args.reads_per_open.min(args.reads - done) {
-            // xorshift: reproducible offsets without another dependency.
-            rng_state ^= rng_state << 13;
-            rng_state ^= rng_state >> 7;
-            rng_state ^= rng_state << 17;
-            let offset = (rng_state % high.max(1) as u64) as i64;
-            let before = reads_of(&metrics);
-            let started = clock::now();
-            let out = log.read(&tp, Offset(offset), 1, true).await?;
-            let took = started.elapsed();
-            let read = reads_of(&metrics).since(&before);
-            anyhow::ensure!(
-                !out.batches.is_empty(),
-                "no batch at offset {offset} of {high}"
-            );
-            histogram.record(took.as_micros().max(1) as u64)?;
-            outside.record(took.saturating_sub(read.time()).as_micros().max(1) as u64)?;
-            in_storage.add(&read);
-            done += 1;
-        }
-        log.shutdown().await?;
+    Ok(Filled {
+        scratch: Scratch { store, dir },
+        metered: Arc::new(metered),
+        metrics,
+        tp,
+        stored_bytes: batches * batch.len() as u64,
+        fill,
+    })
+}
+
+/// What the reads of one size measured so far.
+struct Meter {
+    histogram: Histogram<u64>,
+    outside: Histogram<u64>,
+    in_storage: StorageShare,
+    rng_state: u64,
+    done: usize,
+    high: i64,
+}
+
+impl Meter {
+    fn new(size: Size) -> Result<Self> {
+        let (Size::Bytes(bytes) | Size::Records(bytes)) = size;
+        Ok(Self {
+            histogram: Histogram::<u64>::new(3).context("histogram")?,
+            outside: Histogram::<u64>::new(3).context("histogram")?,
+            in_storage: StorageShare::default(),
+            rng_state: 0x9e37_79b9_7f4a_7c15_u64 ^ bytes,
+            done: 0,
+            high: 0,
+        })
     }
-    let reads = done.max(1) as f64;
-    let row = format!(
-        "{} MB ({high} records, filled in {:.1} s): read at a random offset p50 {:.3} ms, \
-         p99 {:.3} ms, max {:.3} ms\n  per read: {:.2} whole gets (mean {:.3} ms), {:.2} \
-         ranged gets (mean {:.3} ms); outside storage p50 {:.3} ms, p99 {:.3} ms",
-        batches * batch.len() as u64 / 1_000_000,
-        fill.as_secs_f64(),
-        histogram.value_at_quantile(0.5) as f64 / 1e3,
-        histogram.value_at_quantile(0.99) as f64 / 1e3,
-        histogram.max() as f64 / 1e3,
-        in_storage.gets.requests as f64 / reads,
-        in_storage.gets.mean_ms(),
-        in_storage.ranged.requests as f64 / reads,
-        in_storage.ranged.mean_ms(),
-        outside.value_at_quantile(0.5) as f64 / 1e3,
-        outside.value_at_quantile(0.99) as f64 / 1e3,
-    );
-    Ok((row, Scratch { store, dir }))
+
+    fn row(&self, filled: &Filled) -> String {
+        let reads = self.done.max(1) as f64;
+        format!(
+            "{} MB ({} records, filled in {:.1} s): read at a random offset p50 {:.3} ms, \
+             p99 {:.3} ms, max {:.3} ms\n  per read: {:.2} whole gets (mean {:.3} ms), {:.2} \
+             ranged gets (mean {:.3} ms); outside storage p50 {:.3} ms, p99 {:.3} ms",
+            filled.stored_bytes / 1_000_000,
+            self.high,
+            filled.fill.as_secs_f64(),
+            self.histogram.value_at_quantile(0.5) as f64 / 1e3,
+            self.histogram.value_at_quantile(0.99) as f64 / 1e3,
+            self.histogram.max() as f64 / 1e3,
+            self.in_storage.gets.requests as f64 / reads,
+            self.in_storage.gets.mean_ms(),
+            self.in_storage.ranged.requests as f64 / reads,
+            self.in_storage.ranged.mean_ms(),
+            self.outside.value_at_quantile(0.5) as f64 / 1e3,
+            self.outside.value_at_quantile(0.99) as f64 / 1e3,
+        )
+    }
+}
+
+/// Opens the log afresh (cold log memory) and times up to `--reads-per-open` reads at random
+/// offsets.
+async fn read_some(args: &LookupArgs, filled: &Filled, meter: &mut Meter) -> Result<()> {
+    let tp = &filled.tp;
+    let log = open(&filled.metered).await?;
+    meter.high = log.watermarks(tp)?.high.0;
+    let high = meter.high;
+    for _ in 0..args.reads_per_open.min(args.reads - meter.done) {
+        // xorshift: reproducible offsets without another dependency.
+        meter.rng_state ^= meter.rng_state << 13;
+        meter.rng_state ^= meter.rng_state >> 7;
+        meter.rng_state ^= meter.rng_state << 17;
+        let offset = (meter.rng_state % high.max(1) as u64) as i64;
+        let before = reads_of(&filled.metrics);
+        let started = clock::now();
+        let out = log.read(tp, Offset(offset), 1, true).await?;
+        let took = started.elapsed();
+        let read = reads_of(&filled.metrics).since(&before);
+        anyhow::ensure!(
+            !out.batches.is_empty(),
+            "no batch at offset {offset} of {high}"
+        );
+        meter.histogram.record(took.as_micros().max(1) as u64)?;
+        meter
+            .outside
+            .record(took.saturating_sub(read.time()).as_micros().max(1) as u64)?;
+        meter.in_storage.add(&read);
+        meter.done += 1;
+    }
+    log.shutdown().await?;
+    Ok(())
 }
 
 /// Requests of one kind and the time spent in them.
