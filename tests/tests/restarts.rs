@@ -16,7 +16,7 @@ use strata_tests::command::run_with_deadline;
 use strata_tests::process::StorageKind;
 use strata_tests::records::{assert_partitions_match, varied_records, TestRecord};
 use strata_tests::stream::{ContinuousProducer, Outcome};
-use strata_tests::wait::DEADLINE;
+use strata_tests::wait::{wait_until, DEADLINE};
 use strata_tests::{StrataOptions, StrataProcess};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,4 +252,43 @@ async fn a_broker_restarted_after_sigkill_does_not_wait_out_its_own_lease() {
     )]);
     let consumed = consume_exactly(&broker.bootstrap(), topic, &[(0, 0)], 100).await;
     assert_partitions_match(&produced, &consumed, 0);
+}
+
+/// A cluster broker killed before it wrote anything leaves a write-ahead stream that no
+/// partition's manifest names, so no takeover seals it. Its node id's next start does, and the
+/// collector retires it: a crash loop does not pile up registrations that every collector pass
+/// lists (and every start reads) for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_loop_before_any_write_leaves_no_stream_registrations_behind() {
+    let mut broker = StrataProcess::start_with(
+        StrataOptions::default().with_config("[log]\nretention_check_interval = \"200ms\"\n"),
+    );
+    for _ in 0..3 {
+        broker.kill9();
+        broker.restart();
+    }
+    // Four starts registered four streams; the three crashed ones must be retired (their
+    // registrations deleted). The broker's log says so on every backend (CI reruns this on
+    // S3 and RADOS, where there are no files to count).
+    let retired = || {
+        let mut streams: Vec<String> = broker
+            .log_lines_containing("write-ahead stream retired")
+            .iter()
+            .filter_map(|line| line.rsplit("stream=").next().map(str::to_string))
+            .collect();
+        streams.sort();
+        streams.dedup();
+        streams.len()
+    };
+    wait_until("the crashed starts' streams retired", DEADLINE, || {
+        (retired() >= 3).then_some(())
+    });
+    // The broker still serves.
+    let topic = "after-a-crash-loop";
+    let sent: Vec<_> = varied_records(10)
+        .into_iter()
+        .map(|r| (Some(0), r))
+        .collect();
+    produce_all(&producer(&broker.bootstrap(), &[]), topic, &sent).await;
+    assert_eq!(watermarks(&broker.bootstrap(), topic, 0).await, (0, 10));
 }

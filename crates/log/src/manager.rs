@@ -109,6 +109,28 @@ impl LogManager {
             txn_stats: Default::default(),
         });
 
+        if mode == Ownership::Managed {
+            // In a cluster the node id is held before the log opens (the server joins first),
+            // so this id's earlier streams are dead or deposed incarnations'. Best effort: a
+            // failure here leaves a stream to the next start, never a partition unserved.
+            match wal::seal_predecessors(
+                shared.store.as_ref(),
+                broker,
+                stream,
+                shared.clock.wall_millis(),
+                shared.config.max_inflight_flushes,
+            )
+            .await
+            {
+                Ok(0) => {}
+                Ok(sealed) => {
+                    tracing::info!(sealed, "sealed this node id's earlier write-ahead streams")
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot seal this node id's earlier write-ahead streams; the next start tries again")
+                }
+            }
+        }
         if mode == Ownership::All {
             // Alone on the storage: fence every earlier incarnation's stream (so the collector
             // may clean them up), then take every partition over, replaying whatever they left

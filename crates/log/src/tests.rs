@@ -1686,3 +1686,75 @@ async fn a_deposed_owner_that_resumes_and_stops_harms_nothing_with_its_seal_or_c
     b.collect_garbage().await.unwrap();
     assert_eq!(base_offsets(&b, &tp("t", 0), 0).await, vec![0, 1, 2, 3]);
 }
+
+/// A cluster broker killed before it wrote anything is named by no manifest, so no takeover
+/// seals its stream; its node id's next incarnation does, at start, and a collector then
+/// retires it. Another node's stream is left alone.
+#[tokio::test]
+async fn a_restarted_node_seals_the_stream_its_crashed_predecessor_never_wrote() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let other = open_managed(&store, 2).await;
+    let crashed = open_managed(&store, 1).await;
+    crashed.abort_for_test();
+    assert!(!is_sealed(&store, crashed.stream()).await);
+    let restarted = open_managed(&store, 1).await;
+    assert!(is_sealed(&store, crashed.stream()).await);
+    assert!(!is_sealed(&store, other.stream()).await);
+    assert!(!is_sealed(&store, restarted.stream()).await);
+    restarted.collect_garbage().await.unwrap();
+    let registered = strata_layout::streams::registered(store.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(registered, [other.stream(), restarted.stream()]);
+    // The other node's writer still works: it was not fenced.
+    other
+        .create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    acquire_one(&other, "t", 0, 1).await;
+    other
+        .append(&tp("t", 0), batch(&["a"], 0, None), DURABLE)
+        .await
+        .unwrap();
+}
+
+/// A predecessor's stream that a takeover sealed already is not sealed again at the next
+/// start: that would put hole markers back where the collector deleted data.
+#[tokio::test]
+async fn a_restarted_node_leaves_an_already_sealed_predecessor_alone() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let a = open_managed(&store, 1).await;
+    let b = open_managed(&store, 2).await;
+    a.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    acquire_one(&a, "t", 0, 1).await;
+    for i in 0..3 {
+        a.append(&tp("t", 0), batch(&["a"], i, None), DURABLE)
+            .await
+            .unwrap();
+    }
+    a.abort_for_test();
+    b.refresh_catalog().await.unwrap();
+    acquire_one(&b, "t", 0, 2).await;
+    assert!(is_sealed(&store, a.stream()).await);
+    // As a collector may leave it: data gone from the middle, the seal above.
+    let listing = |store: Arc<dyn ObjectStore>, stream: u32| async move {
+        store
+            .list(&crate::wal::stream_prefix(stream))
+            .await
+            .unwrap()
+            .iter()
+            .map(|m| m.key.as_str().to_string())
+            .collect::<Vec<_>>()
+    };
+    let before = listing(store.clone(), a.stream()).await;
+    assert!(before.len() >= 3, "{before:?}");
+    store
+        .delete(&strata_storage::ObjectKey::new(&before[1]).unwrap())
+        .await
+        .unwrap();
+    let gapped = listing(store.clone(), a.stream()).await;
+    let _restarted = open_managed(&store, 1).await;
+    assert_eq!(listing(store.clone(), a.stream()).await, gapped);
+}

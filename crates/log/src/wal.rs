@@ -173,6 +173,46 @@ pub async fn seal_stream(
         .map_err(|e| LogError::Storage(strata_storage::StorageError::Unavailable(e.to_string())))
 }
 
+/// Seals every stream registered under `broker` below `ours` that is not sealed yet: the
+/// streams of this node id's earlier incarnations, in a cluster where the node id is held
+/// before the log opens. Returns how many it sealed.
+///
+/// Why: a stream is otherwise sealed only by a takeover of a partition whose manifest names
+/// it. A cluster broker that died before writing anything (a crash loop at start-up, a kill
+/// during its first second) is named by no manifest, so nobody sealed its stream, the
+/// collector never retired it, and every pass listed it for ever — one more per crash.
+/// A stream already sealed is left alone: sealing it again would put hole markers back where
+/// the collector deleted data.
+pub(crate) async fn seal_predecessors(
+    store: &dyn ObjectStore,
+    broker: BrokerId,
+    ours: u32,
+    now_ms: i64,
+    in_flight_window: usize,
+) -> LogResult<usize> {
+    let mut sealed = 0;
+    for stream in strata_layout::streams::streams_of_broker(store, broker).await? {
+        if stream >= ours {
+            continue;
+        }
+        let listed = store.list(&stream_prefix(stream)).await?;
+        let newest = listed
+            .iter()
+            .filter_map(|m| parse_key(m.key.as_str()).map(|(_, seq)| (seq, &m.key)))
+            .max_by_key(|(seq, _)| *seq);
+        if let Some((_, key)) = newest {
+            match store.get(key).await {
+                Ok((bytes, _)) if is_seal(&bytes) => continue,
+                Ok(_) | Err(strata_storage::StorageError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        seal_stream(store, stream, broker, now_ms, in_flight_window).await?;
+        sealed += 1;
+    }
+    Ok(sealed)
+}
+
 /// Claims a new write-ahead stream id for this broker incarnation (create-only, so two
 /// brokers, or a broker and its restarted self, never share one).
 pub(crate) async fn register_stream(
