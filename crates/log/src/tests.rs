@@ -706,6 +706,22 @@ async fn open_managed(store: &Arc<dyn ObjectStore>, broker: i32) -> Arc<LogManag
     .unwrap()
 }
 
+/// Broker 1 on `store`, owning topic `t`'s one partition at epoch 1, after `records`
+/// one-record appends.
+async fn broker_one_wrote(store: &Arc<dyn ObjectStore>, records: i64) -> Arc<LogManager> {
+    let a = open_managed(store, 1).await;
+    a.create_topic("t", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    acquire_one(&a, "t", 0, 1).await;
+    for i in 0..records {
+        a.append(&tp("t", 0), batch(&["a"], i, None), DURABLE)
+            .await
+            .unwrap();
+    }
+    a
+}
+
 #[tokio::test]
 async fn a_takeover_fences_the_old_owner_and_keeps_every_acknowledged_record() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
@@ -1565,17 +1581,8 @@ async fn a_retired_stream_with_the_highest_registration_is_read_once() {
 #[tokio::test]
 async fn a_cleanly_stopped_brokers_stream_is_retired_by_another_broker() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-    let a = open_managed(&store, 1).await;
+    let a = broker_one_wrote(&store, 5).await;
     let b = open_managed(&store, 2).await;
-    a.create_topic("t", Some(1), BTreeMap::new(), false)
-        .await
-        .unwrap();
-    acquire_one(&a, "t", 0, 1).await;
-    for i in 0..5 {
-        a.append(&tp("t", 0), batch(&["a"], i, None), DURABLE)
-            .await
-            .unwrap();
-    }
     assert_eq!(a.release(&tp("t", 0)).await.unwrap(), Offset(5));
     a.shutdown().await.unwrap();
     assert!(is_sealed(&store, a.stream()).await);
@@ -1633,16 +1640,7 @@ async fn producer_id_blocks_keep_only_the_highest_marker_and_never_repeat() {
 #[tokio::test]
 async fn a_deposed_owner_that_resumes_and_stops_harms_nothing_with_its_seal_or_collector() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-    let a = open_managed(&store, 1).await;
-    a.create_topic("t", Some(1), BTreeMap::new(), false)
-        .await
-        .unwrap();
-    acquire_one(&a, "t", 0, 1).await;
-    for i in 0..3 {
-        a.append(&tp("t", 0), batch(&["a"], i, None), DURABLE)
-            .await
-            .unwrap();
-    }
+    let a = broker_one_wrote(&store, 3).await;
     // A is "paused": B takes the partition over, sealing A's stream.
     let b = open_managed(&store, 2).await;
     b.refresh_catalog().await.unwrap();
@@ -1723,17 +1721,8 @@ async fn a_restarted_node_seals_the_stream_its_crashed_predecessor_never_wrote()
 #[tokio::test]
 async fn a_restarted_node_leaves_an_already_sealed_predecessor_alone() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-    let a = open_managed(&store, 1).await;
+    let a = broker_one_wrote(&store, 3).await;
     let b = open_managed(&store, 2).await;
-    a.create_topic("t", Some(1), BTreeMap::new(), false)
-        .await
-        .unwrap();
-    acquire_one(&a, "t", 0, 1).await;
-    for i in 0..3 {
-        a.append(&tp("t", 0), batch(&["a"], i, None), DURABLE)
-            .await
-            .unwrap();
-    }
     a.abort_for_test();
     b.refresh_catalog().await.unwrap();
     acquire_one(&b, "t", 0, 2).await;
