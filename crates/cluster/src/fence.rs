@@ -172,6 +172,36 @@ async fn fill_holes(
     Ok(())
 }
 
+/// Seals the streams registered for `broker` up to `up_to` that hold nothing at all, and
+/// returns how many. For a broker known gone (its registration forgotten): a stream it wrote
+/// to is named by the manifests of the partitions it owned, whose takeovers seal it; one it
+/// never wrote to is named nowhere, and without this its registration stays for ever, listed
+/// by every collector pass. A seal at sequence 1 of an empty stream needs no hole markers:
+/// nothing can land below it, and a late write above it is never acknowledged (the writer's
+/// write at 1 fails first). Streams above `up_to` are left alone: see the caller.
+pub async fn seal_empty_streams_of(
+    store: &dyn ObjectStore,
+    broker: BrokerId,
+    up_to: u32,
+    sealed_by: BrokerId,
+    sealed_ms: i64,
+) -> ClusterResult<usize> {
+    let options = SealOptions {
+        sealed_by,
+        sealed_ms,
+        in_flight_window: 0,
+    };
+    let mut sealed = 0;
+    for stream in streams_of_broker(store, broker).await? {
+        if stream > up_to || !store.list(&wal_stream_prefix(stream)).await?.is_empty() {
+            continue;
+        }
+        seal_stream(store, stream, &options).await?;
+        sealed += 1;
+    }
+    Ok(sealed)
+}
+
 /// The write-ahead streams the log registered for `broker` (every incarnation's), sorted.
 pub async fn streams_of_broker(
     store: &dyn ObjectStore,

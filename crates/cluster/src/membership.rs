@@ -650,12 +650,51 @@ impl Membership {
                 Ok(key) => key,
                 Err(_) => continue,
             };
+            // Its never-written write-ahead streams are sealed once the registration is gone
+            // (`seal_empty_streams_of`), but only those registered before we read the
+            // registration one last time and found it still the silent one: an incarnation
+            // that takes the id over after that read registers its stream after it, so above
+            // this mark, and is never fenced by us. One that took it over before that read
+            // changed the registration, and we delete nothing.
+            let streams_before = match strata_layout::streams::registered(self.store.as_ref()).await
+            {
+                Ok(streams) => streams.last().copied(),
+                Err(e) => {
+                    tracing::warn!(broker = %id, error = %e,
+                        "cannot list stream registrations; the long-dead broker is judged again next round");
+                    continue;
+                }
+            };
+            let listed_version = registrations.get(&id).map(|(_, version)| version.clone());
+            match self.store.get(&key).await {
+                Ok((_, version)) if Some(&version) == listed_version.as_ref() => {}
+                // Changed or gone since the listing: the next round sees what it is now.
+                _ => continue,
+            }
             match self.store.delete(&key).await {
                 Ok(()) => {
                     tracing::info!(broker = %id, silent_for = ?forget_after,
                         "deleted the registration of a broker silent far beyond its lease");
                     registrations.remove(&id);
                     self.tracker.forget(id);
+                    if let Some(up_to) = streams_before {
+                        match crate::fence::seal_empty_streams_of(
+                            self.store.as_ref(),
+                            id,
+                            up_to,
+                            self.me.node_id,
+                            self.clock.wall_millis(),
+                        )
+                        .await
+                        {
+                            Ok(0) => {}
+                            Ok(sealed) => tracing::info!(broker = %id, sealed,
+                                "sealed the write-ahead streams a forgotten broker never wrote"),
+                            // Only a registration left behind: nothing is served from it.
+                            Err(e) => tracing::warn!(broker = %id, error = %e,
+                                "cannot seal a forgotten broker's empty write-ahead streams"),
+                        }
+                    }
                 }
                 // The next round tries again.
                 Err(e) => tracing::warn!(broker = %id, error = %e,
@@ -856,6 +895,7 @@ impl MembershipHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keys::{wal_key, wal_stream_prefix};
     use crate::testkit::FakeProcesses;
     use strata_core::clock::ManualClock;
     use strata_storage::{FaultConfig, FaultInjectingStore, InjectedError, MemoryStore, OpKind};
@@ -1081,6 +1121,98 @@ mod tests {
         // b, had it only been paused, puts its registration back at its next heartbeat.
         b.heartbeat().await.unwrap();
         assert_eq!(ids(&a.refresh().await.unwrap()), [1, 2]);
+    }
+
+    /// A broker forgotten after 60 leases that never wrote to its write-ahead stream (named by
+    /// no manifest, so sealed by no takeover) gets it sealed, so the log's collector can
+    /// retire its registration. A stream it wrote to is left to the takeovers, and a live
+    /// broker's stream is never touched.
+    #[tokio::test]
+    async fn forgetting_a_broker_seals_the_streams_it_never_wrote_and_nothing_else() {
+        use strata_layout::streams::{register, StreamRegistration};
+        let (store, clock) = setup();
+        let stream_of = |broker: i32| StreamRegistration {
+            broker: BrokerId(broker),
+            started_ms: 5,
+        };
+        let mut a = membership(&store, &clock, 1, 11);
+        let mut b = membership(&store, &clock, 2, 22);
+        a.try_register().await.unwrap();
+        b.try_register().await.unwrap();
+        let live = register(store.as_ref(), &stream_of(1)).await.unwrap();
+        let empty = register(store.as_ref(), &stream_of(2)).await.unwrap();
+        let written = register(store.as_ref(), &stream_of(2)).await.unwrap();
+        store
+            .put(
+                &wal_key(written, 1).unwrap(),
+                Bytes::from_static(b"data"),
+                PutMode::Create,
+            )
+            .await
+            .unwrap();
+        a.refresh().await.unwrap();
+        let forget_after = a.config().forget_after();
+        let mut silent = Duration::ZERO;
+        while silent < forget_after {
+            clock.advance(SECOND);
+            silent += SECOND;
+            a.heartbeat().await.unwrap();
+            a.refresh().await.unwrap();
+        }
+        assert!(matches!(
+            store.get(&broker_key(BrokerId(2)).unwrap()).await,
+            Err(StorageError::NotFound(_))
+        ));
+        let objects = |stream: u32| {
+            let store = store.clone();
+            async move {
+                let mut found = Vec::new();
+                for meta in store.list(&wal_stream_prefix(stream)).await.unwrap() {
+                    let (bytes, _) = store.get(&meta.key).await.unwrap();
+                    found.push(crate::fence::is_seal(&bytes));
+                }
+                found
+            }
+        };
+        assert_eq!(objects(empty).await, [true], "the empty stream is sealed");
+        assert_eq!(
+            objects(written).await,
+            [false],
+            "a written stream is left alone"
+        );
+        assert!(
+            objects(live).await.is_empty(),
+            "a live broker's stream is left alone"
+        );
+    }
+
+    /// Streams registered above the mark taken before the last read of the registration
+    /// belong to an incarnation that took the id over since: never sealed.
+    #[tokio::test]
+    async fn streams_above_the_mark_are_never_sealed() {
+        use strata_layout::streams::{register, StreamRegistration};
+        let (store, _) = setup();
+        let registration = StreamRegistration {
+            broker: BrokerId(2),
+            started_ms: 5,
+        };
+        let old = register(store.as_ref(), &registration).await.unwrap();
+        let new = register(store.as_ref(), &registration).await.unwrap();
+        let sealed =
+            crate::fence::seal_empty_streams_of(store.as_ref(), BrokerId(2), old, BrokerId(1), 9)
+                .await
+                .unwrap();
+        assert_eq!(sealed, 1);
+        assert!(store
+            .list(&wal_stream_prefix(new))
+            .await
+            .unwrap()
+            .is_empty());
+        assert!(!store
+            .list(&wal_stream_prefix(old))
+            .await
+            .unwrap()
+            .is_empty());
     }
 
     #[tokio::test]
