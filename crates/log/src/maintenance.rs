@@ -741,6 +741,53 @@ async fn retire_stream(shared: &Shared, stream: u32, markers: BTreeSet<u64>, reg
     }
 }
 
+/// The sequence of `stream`'s end-of-stream seal, if it is sealed (`objects` as listed,
+/// ascending); None for a stream that may still be written.
+///
+/// Usually the seal is the newest object. But a deposed writer's writes that were in flight
+/// when it was sealed may land above the seal (at most `max_inflight_flushes` of them), and
+/// a stream whose newest object is data was skipped as live for ever, all its objects kept.
+/// Telling those apart costs reads below the newest object, so they are spent only on a
+/// stream whose newest object did not change since the previous pass — a live writer's
+/// changes unless it is idle — and only once per newest object: a stream judged unsealed at
+/// a given newest object is not read again until that changes (a seal or a write adds one).
+async fn find_end_seal(shared: &Shared, stream: u32, objects: &[(u64, ObjectKey)]) -> Option<u64> {
+    let (top, top_key) = objects.last()?;
+    let seen = lock_mutex(&shared.unsealed_tops).get(&stream).copied();
+    if seen == Some((*top, true)) {
+        return None;
+    }
+    let is_end_seal = |bytes: &[u8]| {
+        strata_layout::wal::parse_seal(bytes)
+            .is_some_and(|s| s.kind == strata_layout::wal::SealKind::Seal)
+    };
+    match shared.store.get(top_key).await {
+        Ok((bytes, _)) if is_end_seal(&bytes) => {
+            lock_mutex(&shared.unsealed_tops).remove(&stream);
+            return Some(*top);
+        }
+        Ok(_) => {}
+        Err(_) => return None,
+    }
+    if seen != Some((*top, false)) {
+        lock_mutex(&shared.unsealed_tops).insert(stream, (*top, false));
+        return None;
+    }
+    let depth = shared.config.max_inflight_flushes.saturating_add(1);
+    for (seq, key) in objects.iter().rev().skip(1).take(depth) {
+        match shared.store.get(key).await {
+            Ok((bytes, _)) if is_end_seal(&bytes) => {
+                lock_mutex(&shared.unsealed_tops).remove(&stream);
+                return Some(*seq);
+            }
+            Ok(_) | Err(StorageError::NotFound(_)) => {}
+            Err(_) => return None,
+        }
+    }
+    lock_mutex(&shared.unsealed_tops).insert(stream, (*top, true));
+    None
+}
+
 /// The garbage collector: deletes what nothing references any more, never what something
 /// might still need.
 ///
@@ -780,22 +827,27 @@ pub(crate) async fn collect_garbage(shared: &Shared) -> LogResult<usize> {
         if known_retired {
             continue;
         }
-        let Some((last_seq, last_key)) = objects.last().cloned() else {
+        let Some(last_seq) = find_end_seal(shared, stream, &objects).await else {
             continue;
         };
-        let sealed = match shared.store.get(&last_key).await {
-            Ok((bytes, _)) => wal::is_seal(&bytes),
-            Err(_) => false,
-        };
-        if !sealed {
-            continue;
-        }
         // Retired once nothing but markers is left below the seal.
         let mut markers = BTreeSet::from([last_seq]);
         let mut retired = true;
         for (seq, key) in objects {
-            if seq >= last_seq {
-                break;
+            if seq == last_seq {
+                continue;
+            }
+            if seq > last_seq {
+                // Above the seal: a write the deposed writer had in flight when it was sealed.
+                // Never acknowledged (its write at the seal failed first, and it acknowledges
+                // in order) and never replayed (a replay stops at the seal): garbage. Should a
+                // retried write land again, a later pass finds it here again.
+                if delete_checked(shared, key.as_str()).await {
+                    deleted += 1;
+                } else {
+                    retired = false;
+                }
+                continue;
             }
             let object = match shared.store.get(&key).await {
                 Ok((bytes, _)) => bytes,
@@ -844,6 +896,7 @@ pub(crate) async fn collect_garbage(shared: &Shared) -> LogResult<usize> {
             retire_stream(shared, stream, markers, &registered).await;
         }
     }
+    lock_mutex(&shared.unsealed_tops).retain(|stream, _| registered.contains(stream));
     for part in shared.partitions_snapshot() {
         deleted += collect_segments(shared, &part).await?;
     }

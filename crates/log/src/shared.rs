@@ -49,6 +49,12 @@ pub(crate) struct Shared {
     /// registration it could not delete (the highest stays): stream -> the sequence numbers
     /// of those markers. A pass that lists nothing else for the stream reads nothing of it.
     pub retired_streams: Mutex<HashMap<u32, BTreeSet<u64>>>,
+    /// Other streams whose newest object the collector found to be data, not a seal: stream
+    /// -> (that newest sequence, whether the objects below it were searched for a seal too).
+    /// A live writer's stream changes between passes; a sealed one whose deposed writer's
+    /// late writes landed above the seal does not, and is searched once (see
+    /// `maintenance::find_end_seal`).
+    pub unsealed_tops: Mutex<HashMap<u32, (u64, bool)>>,
     pub producer_ids: tokio::sync::Mutex<ProducerIdBlock>,
     /// Serialises catalog changes made by this broker.
     pub catalog_lock: tokio::sync::Mutex<()>,

@@ -1747,3 +1747,71 @@ async fn a_restarted_node_leaves_an_already_sealed_predecessor_alone() {
     let _restarted = open_managed(&store, 1).await;
     assert_eq!(listing(store.clone(), a.stream()).await, gapped);
 }
+
+/// Writes a deposed writer had in flight when it was sealed can land above the seal. They
+/// were never acknowledged, and the stream used to look live for ever (its newest object is
+/// data), so nothing of it was collected: now a collector finds the seal below them, deletes
+/// them with the rest, and retires the stream. A live writer's stream is never touched.
+#[tokio::test]
+async fn late_writes_above_a_seal_are_collected_and_the_stream_retired() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let a = broker_one_wrote(&store, 3).await;
+    let b = open_managed(&store, 2).await;
+    a.abort_for_test();
+    b.refresh_catalog().await.unwrap();
+    acquire_one(&b, "t", 0, 2).await;
+    // A live, idle writer: its newest object is data and stays so between passes.
+    let c = open_managed(&store, 3).await;
+    c.create_topic("u", Some(1), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    acquire_one(&c, "u", 0, 1).await;
+    c.append(&tp("u", 0), batch(&["c"], 0, None), DURABLE)
+        .await
+        .unwrap();
+    let listing = |stream: u32| {
+        let store = store.clone();
+        async move {
+            store
+                .list(&crate::wal::stream_prefix(stream))
+                .await
+                .unwrap()
+                .iter()
+                .filter_map(|m| crate::wal::parse_key(m.key.as_str()).map(|(_, seq)| seq))
+                .collect::<Vec<u64>>()
+        }
+    };
+    // A's last data object, landing late just above the seal.
+    let seqs = listing(a.stream()).await;
+    let seal = *seqs.last().unwrap();
+    let key = |seq| strata_storage::ObjectKey::new(crate::wal::key(a.stream(), seq)).unwrap();
+    let (late, _) = store.get(&key(seqs[0])).await.unwrap();
+    store
+        .put(&key(seal + 1), late, strata_storage::PutMode::Create)
+        .await
+        .unwrap();
+    let c_objects = listing(c.stream()).await;
+    b.compact_now(&tp("t", 0)).await.unwrap();
+    // Busy writers change between passes; this stream does not, so the second pass looks
+    // below its newest object.
+    b.collect_garbage().await.unwrap();
+    b.collect_garbage().await.unwrap();
+    let left = listing(a.stream()).await;
+    assert!(
+        !left.contains(&(seal + 1)),
+        "the late write stays: {left:?}"
+    );
+    assert!(left.contains(&seal), "the seal went: {left:?}");
+    let registered = strata_layout::streams::registered(store.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(registered, [b.stream(), c.stream()]);
+    b.collect_garbage().await.unwrap();
+    assert_eq!(listing(c.stream()).await, c_objects);
+    c.append(&tp("u", 0), batch(&["c"], 1, None), DURABLE)
+        .await
+        .unwrap();
+    // B's own records are all there, and B's stream was never judged.
+    assert!(!is_sealed(&store, b.stream()).await);
+    assert_eq!(base_offsets(&b, &tp("t", 0), 0).await, vec![0, 1, 2]);
+}
