@@ -722,6 +722,20 @@ async fn broker_one_wrote(store: &Arc<dyn ObjectStore>, records: i64) -> Arc<Log
     a
 }
 
+/// [`broker_one_wrote`], then broker 1 crashes and broker 2 takes `t`-0 over at epoch 2
+/// (sealing broker 1's stream).
+async fn broker_two_took_over(
+    store: &Arc<dyn ObjectStore>,
+    records: i64,
+) -> (Arc<LogManager>, Arc<LogManager>) {
+    let a = broker_one_wrote(store, records).await;
+    let b = open_managed(store, 2).await;
+    a.abort_for_test();
+    b.refresh_catalog().await.unwrap();
+    acquire_one(&b, "t", 0, 2).await;
+    (a, b)
+}
+
 #[tokio::test]
 async fn a_takeover_fences_the_old_owner_and_keeps_every_acknowledged_record() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
@@ -1721,11 +1735,7 @@ async fn a_restarted_node_seals_the_stream_its_crashed_predecessor_never_wrote()
 #[tokio::test]
 async fn a_restarted_node_leaves_an_already_sealed_predecessor_alone() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-    let a = broker_one_wrote(&store, 3).await;
-    let b = open_managed(&store, 2).await;
-    a.abort_for_test();
-    b.refresh_catalog().await.unwrap();
-    acquire_one(&b, "t", 0, 2).await;
+    let (a, _b) = broker_two_took_over(&store, 3).await;
     assert!(is_sealed(&store, a.stream()).await);
     // As a collector may leave it: data gone from the middle, the seal above.
     let listing = |store: Arc<dyn ObjectStore>, stream: u32| async move {
@@ -1755,11 +1765,7 @@ async fn a_restarted_node_leaves_an_already_sealed_predecessor_alone() {
 #[tokio::test]
 async fn late_writes_above_a_seal_are_collected_and_the_stream_retired() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-    let a = broker_one_wrote(&store, 3).await;
-    let b = open_managed(&store, 2).await;
-    a.abort_for_test();
-    b.refresh_catalog().await.unwrap();
-    acquire_one(&b, "t", 0, 2).await;
+    let (a, b) = broker_two_took_over(&store, 3).await;
     // A live, idle writer: its newest object is data and stays so between passes.
     let c = open_managed(&store, 3).await;
     c.create_topic("u", Some(1), BTreeMap::new(), false)
