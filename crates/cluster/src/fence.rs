@@ -17,6 +17,7 @@
 //!   may still be written, or the seal would land below the writer's next sequence number.
 
 use std::collections::BTreeSet;
+use std::ops::RangeBounds;
 
 use strata_core::BrokerId;
 use strata_layout::wal::encode_seal;
@@ -108,14 +109,28 @@ async fn find_seal(
     options: &SealOptions,
 ) -> ClusterResult<Option<u64>> {
     let depth = usize::try_from(options.in_flight_window.saturating_add(1)).unwrap_or(usize::MAX);
-    for seq in listed.iter().rev().take(depth) {
-        let bytes = match store.get(&wal_key(stream, *seq)?).await {
+    let newest_first: Vec<u64> = listed.iter().rev().take(depth).copied().collect();
+    find_end_seal(store, stream, &newest_first).await
+}
+
+/// The first of `candidates` (sequence numbers, newest first) that holds an end-of-stream
+/// seal (a hole marker is not one). The search both sealers and the log's collector make;
+/// each passes at most a writer's in-flight window of the newest objects, since a seal sits
+/// no deeper and looking further would only cost reads. A candidate gone meanwhile
+/// (collected) is skipped.
+pub async fn find_end_seal(
+    store: &dyn ObjectStore,
+    stream: u32,
+    candidates: &[u64],
+) -> ClusterResult<Option<u64>> {
+    for &seq in candidates {
+        let bytes = match store.get(&wal_key(stream, seq)?).await {
             Ok((bytes, _)) => bytes,
             Err(StorageError::NotFound(_)) => continue,
             Err(e) => return Err(e.into()),
         };
         if parse_seal(&bytes).is_some_and(|info| info.kind == SealKind::Seal) {
-            return Ok(Some(*seq));
+            return Ok(Some(seq));
         }
     }
     Ok(None)
@@ -172,6 +187,56 @@ async fn fill_holes(
     Ok(())
 }
 
+/// Which of a broker's streams [`seal_streams_of`] seals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SealWhich {
+    /// Streams that hold no object at all (never written).
+    Empty,
+    /// Streams whose newest object is not a seal or hole marker. One that is was sealed
+    /// already, and sealing it again would put hole markers back where the log's collector
+    /// deleted data.
+    Unsealed,
+}
+
+/// Seals the streams registered for `broker` whose ids lie in `ids` and that `which` selects,
+/// and returns how many. The one walk of a broker's streams behind both sealers that fence
+/// streams no takeover would: the log's, at start-up, of this node id's earlier
+/// incarnations, and the membership's, of a broker forgotten after a long silence. Each
+/// caller bounds `ids` so that a stream registered by an incarnation that may still write
+/// legitimately is never in it.
+pub async fn seal_streams_of(
+    store: &dyn ObjectStore,
+    broker: BrokerId,
+    ids: impl RangeBounds<u32>,
+    which: SealWhich,
+    options: &SealOptions,
+) -> ClusterResult<usize> {
+    let mut sealed = 0;
+    for stream in streams_of_broker(store, broker).await? {
+        if !ids.contains(&stream) {
+            continue;
+        }
+        let newest = store
+            .list(&wal_stream_prefix(stream))
+            .await?
+            .iter()
+            .filter_map(|m| parse_wal_seq(stream, m.key.as_str()))
+            .max();
+        let seal = match (which, newest) {
+            (SealWhich::Empty, newest) => newest.is_none(),
+            (SealWhich::Unsealed, None) => true,
+            (SealWhich::Unsealed, Some(seq)) => {
+                read_is_seal(store, stream, seq).await? != Some(true)
+            }
+        };
+        if seal {
+            seal_stream(store, stream, options).await?;
+            sealed += 1;
+        }
+    }
+    Ok(sealed)
+}
+
 /// Seals the streams registered for `broker` up to `up_to` that hold nothing at all, and
 /// returns how many. For a broker known gone (its registration forgotten): a stream it wrote
 /// to is named by the manifests of the partitions it owned, whose takeovers seal it; one it
@@ -191,15 +256,7 @@ pub async fn seal_empty_streams_of(
         sealed_ms,
         in_flight_window: 0,
     };
-    let mut sealed = 0;
-    for stream in streams_of_broker(store, broker).await? {
-        if stream > up_to || !store.list(&wal_stream_prefix(stream)).await?.is_empty() {
-            continue;
-        }
-        seal_stream(store, stream, &options).await?;
-        sealed += 1;
-    }
-    Ok(sealed)
+    seal_streams_of(store, broker, ..=up_to, SealWhich::Empty, &options).await
 }
 
 /// The write-ahead streams the log registered for `broker` (every incarnation's), sorted.

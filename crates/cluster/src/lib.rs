@@ -96,7 +96,8 @@ mod testkit;
 pub use controller::{Action, ControllerConfig, Event, Failure, OwnershipController, StopReason};
 pub use error::{ClusterError, ClusterResult};
 pub use fence::{
-    is_seal, parse_seal, seal_stream, streams_of_broker, SealInfo, SealKind, SealOptions,
+    find_end_seal, is_seal, parse_seal, seal_stream, seal_streams_of, streams_of_broker, SealInfo,
+    SealKind, SealOptions, SealWhich,
 };
 pub use liveness::LivenessTracker;
 pub use membership::{

@@ -752,21 +752,18 @@ async fn retire_stream(shared: &Shared, stream: u32, markers: BTreeSet<u64>, reg
 /// changes unless it is idle — and only once per newest object: a stream judged unsealed at
 /// a given newest object is not read again until that changes (a seal or a write adds one).
 async fn find_end_seal(shared: &Shared, stream: u32, objects: &[(u64, ObjectKey)]) -> Option<u64> {
-    let (top, top_key) = objects.last()?;
+    let (top, _) = objects.last()?;
     let seen = lock_mutex(&shared.unsealed_tops).get(&stream).copied();
     if seen == Some((*top, true)) {
         return None;
     }
-    let is_end_seal = |bytes: &[u8]| {
-        strata_layout::wal::parse_seal(bytes)
-            .is_some_and(|s| s.kind == strata_layout::wal::SealKind::Seal)
-    };
-    match shared.store.get(top_key).await {
-        Ok((bytes, _)) if is_end_seal(&bytes) => {
+    let store = shared.store.as_ref();
+    match strata_cluster::find_end_seal(store, stream, &[*top]).await {
+        Ok(Some(seq)) => {
             lock_mutex(&shared.unsealed_tops).remove(&stream);
-            return Some(*top);
+            return Some(seq);
         }
-        Ok(_) => {}
+        Ok(None) => {}
         Err(_) => return None,
     }
     if seen != Some((*top, false)) {
@@ -774,15 +771,21 @@ async fn find_end_seal(shared: &Shared, stream: u32, objects: &[(u64, ObjectKey)
         return None;
     }
     let depth = shared.config.max_inflight_flushes.saturating_add(1);
-    for (seq, key) in objects.iter().rev().skip(1).take(depth) {
-        match shared.store.get(key).await {
-            Ok((bytes, _)) if is_end_seal(&bytes) => {
-                lock_mutex(&shared.unsealed_tops).remove(&stream);
-                return Some(*seq);
-            }
-            Ok(_) | Err(StorageError::NotFound(_)) => {}
-            Err(_) => return None,
+    let below_top: Vec<u64> = objects
+        .iter()
+        .rev()
+        .skip(1)
+        .take(depth)
+        .map(|(seq, _)| *seq)
+        .collect();
+    match strata_cluster::find_end_seal(store, stream, &below_top).await {
+        Ok(Some(seq)) => {
+            lock_mutex(&shared.unsealed_tops).remove(&stream);
+            return Some(seq);
         }
+        Ok(None) => {}
+        // Judged again next pass.
+        Err(_) => return None,
     }
     lock_mutex(&shared.unsealed_tops).insert(stream, (*top, true));
     None

@@ -170,7 +170,7 @@ pub async fn seal_stream(
     };
     strata_cluster::seal_stream(store, stream, &options)
         .await
-        .map_err(|e| LogError::Storage(strata_storage::StorageError::Unavailable(e.to_string())))
+        .map_err(cluster_error)
 }
 
 /// Seals every stream registered under `broker` below `ours` that is not sealed yet: the
@@ -190,27 +190,26 @@ pub(crate) async fn seal_predecessors(
     now_ms: i64,
     in_flight_window: usize,
 ) -> LogResult<usize> {
-    let mut sealed = 0;
-    for stream in strata_layout::streams::streams_of_broker(store, broker).await? {
-        if stream >= ours {
-            continue;
-        }
-        let listed = store.list(&stream_prefix(stream)).await?;
-        let newest = listed
-            .iter()
-            .filter_map(|m| parse_key(m.key.as_str()).map(|(_, seq)| (seq, &m.key)))
-            .max_by_key(|(seq, _)| *seq);
-        if let Some((_, key)) = newest {
-            match store.get(key).await {
-                Ok((bytes, _)) if is_seal(&bytes) => continue,
-                Ok(_) | Err(strata_storage::StorageError::NotFound(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        seal_stream(store, stream, broker, now_ms, in_flight_window).await?;
-        sealed += 1;
-    }
-    Ok(sealed)
+    let options = strata_cluster::SealOptions {
+        sealed_by: broker,
+        sealed_ms: now_ms,
+        in_flight_window: in_flight_window as u64,
+    };
+    strata_cluster::seal_streams_of(
+        store,
+        broker,
+        ..ours,
+        strata_cluster::SealWhich::Unsealed,
+        &options,
+    )
+    .await
+    .map_err(cluster_error)
+}
+
+/// The log reports a sealer's failure as storage being unavailable: every way a seal fails
+/// is storage refusing or losing a request, and a retry later is the remedy for all of them.
+fn cluster_error(e: strata_cluster::ClusterError) -> LogError {
+    LogError::Storage(strata_storage::StorageError::Unavailable(e.to_string()))
 }
 
 /// Claims a new write-ahead stream id for this broker incarnation (create-only, so two
