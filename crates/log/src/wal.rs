@@ -163,11 +163,7 @@ pub async fn seal_stream(
     now_ms: i64,
     in_flight_window: usize,
 ) -> LogResult<u64> {
-    let options = strata_cluster::SealOptions {
-        sealed_by: sealer,
-        sealed_ms: now_ms,
-        in_flight_window: in_flight_window as u64,
-    };
+    let options = seal_options(sealer, now_ms, in_flight_window);
     strata_cluster::seal_stream(store, stream, &options)
         .await
         .map_err(cluster_error)
@@ -190,11 +186,7 @@ pub(crate) async fn seal_predecessors(
     now_ms: i64,
     in_flight_window: usize,
 ) -> LogResult<usize> {
-    let options = strata_cluster::SealOptions {
-        sealed_by: broker,
-        sealed_ms: now_ms,
-        in_flight_window: in_flight_window as u64,
-    };
+    let options = seal_options(broker, now_ms, in_flight_window);
     strata_cluster::seal_streams_of(
         store,
         broker,
@@ -204,6 +196,19 @@ pub(crate) async fn seal_predecessors(
     )
     .await
     .map_err(cluster_error)
+}
+
+/// A seal by `sealer` at `now_ms`, filling holes across the log's `max_inflight_flushes`.
+fn seal_options(
+    sealer: BrokerId,
+    now_ms: i64,
+    in_flight_window: usize,
+) -> strata_cluster::SealOptions {
+    strata_cluster::SealOptions {
+        sealed_by: sealer,
+        sealed_ms: now_ms,
+        in_flight_window: in_flight_window as u64,
+    }
 }
 
 /// The log reports a sealer's failure as storage being unavailable: every way a seal fails
