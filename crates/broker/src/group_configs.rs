@@ -243,6 +243,11 @@ pub struct GroupConfigs {
     /// have configs (an object with none is dropped from it), so it is as small as what
     /// operators set.
     cache: Mutex<HashMap<String, GroupConfig>>,
+    /// Held from a storage read or write to the cache update it leads to (`read`, `alter`,
+    /// the watcher's reload), so they update the cache in the order they read: otherwise the
+    /// watcher could list the configs, an alter here write and remember its result, and the
+    /// watcher then put back what it listed before the alter.
+    updating: tokio::sync::Mutex<()>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -254,6 +259,7 @@ impl GroupConfigs {
         Self {
             store,
             cache: Mutex::new(HashMap::new()),
+            updating: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -287,6 +293,7 @@ impl GroupConfigs {
             return Ok(self.cached(group));
         };
         let key = object_key(group_configs::key(group))?;
+        let _in_order = self.updating.lock().await;
         let config = match store.get(&key).await {
             Ok((bytes, _)) => GroupConfig {
                 values: StoredGroupConfig::decode(key.as_str(), &bytes)?.values,
@@ -340,6 +347,7 @@ impl GroupConfigs {
             group: group.to_string(),
             values: BTreeMap::new(),
         };
+        let in_order = self.updating.lock().await;
         let written = cas::update(
             store.as_ref(),
             &key,
@@ -358,6 +366,7 @@ impl GroupConfigs {
             return Err(GroupConfigError::Contended);
         };
         self.remember(group, GroupConfig { values });
+        drop(in_order);
         cas::bump_marker(store.as_ref(), &object_key(group_configs::CHANGES_KEY)?).await?;
         Ok(())
     }
@@ -434,6 +443,7 @@ impl GroupConfigs {
             if seen.as_ref() == Some(&marker) {
                 continue;
             }
+            let _in_order = me.updating.lock().await;
             match me.load_all(store.as_ref()).await {
                 Ok(all) => {
                     debug!(groups = all.len(), "group configs loaded");
@@ -619,5 +629,52 @@ mod tests {
         clock.advance(Duration::from_secs(1));
         settle().await;
         assert!(task.is_finished(), "the watcher ends with its broker");
+    }
+
+    /// An alter through this broker stays in its cache even if the watcher listed the
+    /// configs just before it and installs after.
+    #[tokio::test]
+    async fn a_reload_listed_before_an_alter_does_not_undo_it() {
+        let held = Arc::new(crate::tests::held_listing::HeldListing::new(
+            group_configs::PREFIX,
+            group_configs::CHANGES_KEY,
+        ));
+        let store: Arc<dyn ObjectStore> = held.clone();
+        let clock = Arc::new(ManualClock::new(0));
+        let here = Arc::new(GroupConfigs::new(Some(Arc::clone(&store))));
+        let task = tokio::spawn(GroupConfigs::watch(
+            Arc::downgrade(&here),
+            clock.clone(),
+            Duration::from_secs(1),
+        ));
+        settle().await;
+        // Another broker changes a group, so the watcher's next tick reloads...
+        let elsewhere = [set(SHARE_RECORD_LOCK_DURATION_MS, "7000")];
+        GroupConfigs::new(Some(store))
+            .alter_unchecked("other", &elsewhere, false, false)
+            .await
+            .unwrap();
+        // ...and that reload is held after listing only that group.
+        let hold = held.arm();
+        clock.advance(Duration::from_secs(1));
+        hold.holding.await.unwrap();
+        let change = [set(SHARE_RECORD_LOCK_DURATION_MS, "5000")];
+        let (altered, ()) =
+            tokio::join!(here.alter_unchecked("g", &change, false, false,), async {
+                // The alter waits for the watcher's install, so it cannot be the one to
+                // release it: let it run as far as it can first.
+                settle().await;
+                hold.release.send(()).unwrap();
+            });
+        altered.unwrap();
+        settle().await;
+        assert_eq!(
+            here.cached("g").lock_duration(),
+            Some(Duration::from_secs(5))
+        );
+        drop(here);
+        clock.advance(Duration::from_secs(1));
+        settle().await;
+        assert!(task.is_finished());
     }
 }

@@ -317,6 +317,7 @@ mod admin;
 mod cluster;
 mod fetch_sessions;
 mod groups;
+pub(crate) mod held_listing;
 mod quotas;
 mod security;
 mod share;

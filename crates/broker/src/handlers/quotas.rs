@@ -173,9 +173,8 @@ pub(crate) async fn alter_client_quotas(
     // DescribeClientQuotas right after sees it.
     if changed {
         if let Some(store) = broker.quota_store.as_deref() {
-            match store.load().await {
-                Ok(table) => broker.quotas.replace_table(table),
-                Err(e) => warn!(error = %e, "could not reload client quotas after a change"),
+            if let Err(e) = store.reload_into(&broker.quotas).await {
+                warn!(error = %e, "could not reload client quotas after a change");
             }
         }
     }

@@ -83,11 +83,28 @@ pub fn parse_op(key: &str, value: f64, remove: bool) -> Result<Op, QuotaError> {
 #[derive(Debug)]
 pub struct QuotaStore {
     store: Arc<dyn ObjectStore>,
+    /// Held across a load and its install ([`reload_into`](Self::reload_into)): without it
+    /// the watcher could list the quotas, an alter here write and install its own reload,
+    /// and the watcher then install what it listed before the alter.
+    reloading: tokio::sync::Mutex<()>,
 }
 
 impl QuotaStore {
     pub fn new(store: Arc<dyn ObjectStore>) -> Self {
-        Self { store }
+        Self {
+            store,
+            reloading: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Loads the table and makes it what `quotas` enforces; loads run one at a time, so the
+    /// last one installed is the last one read.
+    pub async fn reload_into(&self, quotas: &Quotas) -> Result<(), QuotaError> {
+        let _one_at_a_time = self.reloading.lock().await;
+        let table = self.load().await?;
+        debug!(entities = ?table, "client quotas loaded");
+        quotas.replace_table(table);
+        Ok(())
     }
 
     /// Every stored entity with at least one value.
@@ -171,19 +188,13 @@ impl QuotaStore {
                 }
                 continue;
             }
-            let table = match self.load().await {
-                Ok(table) => table,
-                Err(e) => {
-                    warn!(error = %e, "could not read the client quotas");
-                    continue;
-                }
-            };
             let Some(quotas) = quotas.upgrade() else {
                 return;
             };
-            debug!(entities = ?table, "client quotas loaded");
-            quotas.replace_table(table);
-            seen = Some(marker);
+            match self.reload_into(&quotas).await {
+                Ok(()) => seen = Some(marker),
+                Err(e) => warn!(error = %e, "could not read the client quotas"),
+            }
         }
     }
 }
@@ -198,6 +209,22 @@ mod tests {
     use super::super::model::Name;
     use super::super::{QuotaSettings, Window};
     use super::*;
+    use crate::tests::held_listing::HeldListing;
+
+    fn quotas(clock: Arc<dyn Clock>) -> Arc<Quotas> {
+        Arc::new(Quotas::new(
+            QuotaSettings {
+                window: Window {
+                    samples: 11,
+                    size: Duration::from_secs(1),
+                },
+                max_throttle: Duration::from_secs(30),
+                max_tracked: 10,
+                refresh_interval: Duration::from_secs(1),
+            },
+            clock,
+        ))
+    }
 
     fn client(name: &str) -> Entity {
         Entity {
@@ -262,18 +289,7 @@ mod tests {
         let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
         let clock = Arc::new(ManualClock::new(0));
         let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let quotas = Arc::new(Quotas::new(
-            QuotaSettings {
-                window: Window {
-                    samples: 11,
-                    size: Duration::from_secs(1),
-                },
-                max_throttle: Duration::from_secs(30),
-                max_tracked: 10,
-                refresh_interval: Duration::from_secs(1),
-            },
-            Arc::clone(&dyn_clock),
-        ));
+        let quotas = quotas(Arc::clone(&dyn_clock));
         let watcher = Arc::new(QuotaStore::new(Arc::clone(&store)));
         let task = tokio::spawn(watcher.watch(Arc::downgrade(&quotas), dyn_clock));
         settle().await;
@@ -301,5 +317,35 @@ mod tests {
         clock.advance(Duration::from_secs(1));
         settle().await;
         assert!(task.is_finished(), "the watcher ends with its broker");
+    }
+
+    /// An alter through this broker is enforced here once AlterClientQuotas answers, even if
+    /// the watcher listed the quotas just before it and installs after.
+    #[tokio::test]
+    async fn a_reload_listed_before_an_alter_does_not_undo_it() {
+        let held = Arc::new(HeldListing::new(quotas::PREFIX, quotas::CHANGES_KEY));
+        let store: Arc<dyn ObjectStore> = held.clone();
+        let table = quotas(Arc::new(ManualClock::new(0)));
+        let here = Arc::new(QuotaStore::new(store));
+        let hold = held.arm();
+        let watching = tokio::spawn({
+            let (here, table) = (Arc::clone(&here), Arc::clone(&table));
+            async move { here.reload_into(&table).await }
+        });
+        hold.holding.await.unwrap();
+        let altered = async {
+            let op = parse_op("producer_byte_rate", 5.0, false).unwrap();
+            here.alter(&client("c"), &[op]).await?;
+            // What the AlterClientQuotas handler does after a change.
+            here.reload_into(&table).await
+        };
+        let (altered, ()) = tokio::join!(altered, async {
+            hold.written.await.unwrap();
+            hold.release.send(()).unwrap();
+        });
+        altered.unwrap();
+        watching.await.unwrap().unwrap();
+        let enforced = table.table().resolve(QuotaKind::Produce, "u", "c");
+        assert_eq!(enforced.map(|(rate, _)| rate), Some(5.0));
     }
 }

@@ -368,6 +368,7 @@ mod tests {
 
     use super::*;
     use crate::security::acl::PatternFilter;
+    use crate::tests::held_listing::HeldListing;
 
     fn read_topic(principal: &str, name: &str, pattern_type: PatternType) -> AclBinding {
         AclBinding {
@@ -450,83 +451,12 @@ mod tests {
         assert_eq!(a.snapshot().bindings(), vec![keep]);
     }
 
-    /// Passes everything through to a memory store, except that the first listing, once
-    /// armed, says so on `holding` and then waits for `release` after it has listed, and the
-    /// change marker's first write fires `bumped` once it is written: a refresher caught
-    /// between its listing and its install while a change lands.
-    #[derive(Debug)]
-    struct HeldListing {
-        inner: MemoryStore,
-        release: Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
-        holding: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
-        bumped: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
-    }
-
-    #[async_trait::async_trait]
-    impl ObjectStore for HeldListing {
-        async fn put(
-            &self,
-            key: &ObjectKey,
-            data: bytes::Bytes,
-            mode: strata_storage::PutMode,
-        ) -> strata_storage::StorageResult<Version> {
-            let version = self.inner.put(key, data, mode).await?;
-            if key.as_str() == acls::CHANGES_KEY {
-                if let Some(bumped) = self.bumped.lock().unwrap().take() {
-                    let _ = bumped.send(());
-                }
-            }
-            Ok(version)
-        }
-        async fn get(
-            &self,
-            key: &ObjectKey,
-        ) -> strata_storage::StorageResult<(bytes::Bytes, Version)> {
-            self.inner.get(key).await
-        }
-        async fn get_range(
-            &self,
-            key: &ObjectKey,
-            range: std::ops::Range<u64>,
-        ) -> strata_storage::StorageResult<bytes::Bytes> {
-            self.inner.get_range(key, range).await
-        }
-        async fn list(
-            &self,
-            prefix: &str,
-        ) -> strata_storage::StorageResult<Vec<strata_storage::ObjectMeta>> {
-            let listed = self.inner.list(prefix).await?;
-            let held = self.release.lock().unwrap().take();
-            if let Some(release) = held {
-                if let Some(holding) = self.holding.lock().unwrap().take() {
-                    let _ = holding.send(());
-                }
-                let _ = release.await;
-            }
-            Ok(listed)
-        }
-        async fn delete(&self, key: &ObjectKey) -> strata_storage::StorageResult<()> {
-            self.inner.delete(key).await
-        }
-        fn backend_name(&self) -> &'static str {
-            "held-listing"
-        }
-    }
-
     /// A binding this broker acknowledged is enforced here when CreateAcls returns, even if
     /// the periodic refresher was between its listing and its install when the change landed
     /// (a TLS end-to-end test saw the producer refused just after its ACL was added).
     #[tokio::test]
     async fn a_refresh_listed_before_a_change_does_not_undo_it() {
-        let (release_tx, release_rx) = tokio::sync::oneshot::channel();
-        let (bumped_tx, bumped_rx) = tokio::sync::oneshot::channel();
-        let (holding_tx, holding_rx) = tokio::sync::oneshot::channel();
-        let held = Arc::new(HeldListing {
-            inner: MemoryStore::new(),
-            release: Mutex::new(None),
-            holding: Mutex::new(Some(holding_tx)),
-            bumped: Mutex::new(Some(bumped_tx)),
-        });
+        let held = Arc::new(HeldListing::new(acls::PREFIX, acls::CHANGES_KEY));
         let store: Arc<dyn ObjectStore> = held.clone();
         let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
         let make = || {
@@ -543,17 +473,17 @@ mod tests {
         let bob = read_topic("User:bob", "b", PatternType::Literal);
         assert!(other.create(std::slice::from_ref(&bob)).await[0].is_ok());
         // ...and that reload is held after listing only bob's binding.
-        *held.release.lock().unwrap() = Some(release_rx);
+        let hold = held.arm();
         let refreshing = tokio::spawn({
             let here = Arc::clone(&here);
             async move { here.refresh().await }
         });
-        holding_rx.await.unwrap();
+        hold.holding.await.unwrap();
         let alice = read_topic("User:alice", "a", PatternType::Literal);
         let (created, ()) = tokio::join!(here.create(std::slice::from_ref(&alice)), async {
             // Let the held listing go once alice's binding is written and the marker bumped.
-            bumped_rx.await.unwrap();
-            release_tx.send(()).unwrap();
+            hold.written.await.unwrap();
+            hold.release.send(()).unwrap();
         });
         assert!(created[0].is_ok());
         assert!(refreshing.await.unwrap().unwrap());
