@@ -593,17 +593,27 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_watcher_picks_up_a_change_made_elsewhere_within_one_interval() {
-        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-        let clock = Arc::new(ManualClock::new(0));
-        let watched = Arc::new(GroupConfigs::new(Some(Arc::clone(&store))));
+    /// A broker's group configs over `store`, watched every second on `clock`, once the
+    /// watcher has made its first read.
+    async fn watched(
+        store: &Arc<dyn ObjectStore>,
+        clock: &Arc<ManualClock>,
+    ) -> (Arc<GroupConfigs>, tokio::task::JoinHandle<()>) {
+        let configs = Arc::new(GroupConfigs::new(Some(Arc::clone(store))));
         let task = tokio::spawn(GroupConfigs::watch(
-            Arc::downgrade(&watched),
+            Arc::downgrade(&configs),
             clock.clone(),
             Duration::from_secs(1),
         ));
         settle().await;
+        (configs, task)
+    }
+
+    #[tokio::test]
+    async fn a_watcher_picks_up_a_change_made_elsewhere_within_one_interval() {
+        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let clock = Arc::new(ManualClock::new(0));
+        let (watched, task) = watched(&store, &clock).await;
         GroupConfigs::new(Some(store))
             .alter_unchecked(
                 "g",
@@ -641,13 +651,7 @@ mod tests {
         ));
         let store: Arc<dyn ObjectStore> = held.clone();
         let clock = Arc::new(ManualClock::new(0));
-        let here = Arc::new(GroupConfigs::new(Some(Arc::clone(&store))));
-        let task = tokio::spawn(GroupConfigs::watch(
-            Arc::downgrade(&here),
-            clock.clone(),
-            Duration::from_secs(1),
-        ));
-        settle().await;
+        let (here, task) = watched(&store, &clock).await;
         // Another broker changes a group, so the watcher's next tick reloads...
         let elsewhere = [set(SHARE_RECORD_LOCK_DURATION_MS, "7000")];
         GroupConfigs::new(Some(store))
@@ -659,13 +663,12 @@ mod tests {
         clock.advance(Duration::from_secs(1));
         hold.holding.await.unwrap();
         let change = [set(SHARE_RECORD_LOCK_DURATION_MS, "5000")];
-        let (altered, ()) =
-            tokio::join!(here.alter_unchecked("g", &change, false, false,), async {
-                // The alter waits for the watcher's install, so it cannot be the one to
-                // release it: let it run as far as it can first.
-                settle().await;
-                hold.release.send(()).unwrap();
-            });
+        let (altered, ()) = tokio::join!(here.alter_unchecked("g", &change, false, false), async {
+            // The alter waits for the watcher's install, so it cannot be the one to
+            // release it: let it run as far as it can first.
+            settle().await;
+            hold.release.send(()).unwrap();
+        });
         altered.unwrap();
         settle().await;
         assert_eq!(
