@@ -1320,6 +1320,7 @@ async fn suspended_writes_keep_reads_and_resume_under_the_same_epoch() {
 
 mod cleaner;
 mod deposed;
+mod intercept;
 mod moves;
 mod tiers;
 mod txn;

@@ -556,64 +556,41 @@ async fn a_deposed_owners_pass_fails_at_its_manifest_and_its_segments_are_collec
 /// crashed right after that compare-and-swap. Reads keep working (they change nothing).
 #[derive(Debug)]
 struct DiesAfterIntent {
-    inner: Arc<dyn ObjectStore>,
     armed: std::sync::atomic::AtomicBool,
     dead: std::sync::atomic::AtomicBool,
 }
 
-#[async_trait::async_trait]
-impl ObjectStore for DiesAfterIntent {
-    async fn put(
-        &self,
-        key: &strata_storage::ObjectKey,
-        data: Bytes,
-        mode: strata_storage::PutMode,
-    ) -> strata_storage::StorageResult<strata_storage::Version> {
-        use std::sync::atomic::Ordering::SeqCst;
-        if self.dead.load(SeqCst) {
-            return Err(strata_storage::StorageError::Unavailable("crashed".into()));
-        }
-        let intent = self.armed.load(SeqCst)
-            && key.as_str().ends_with("/manifest")
-            && matches!(mode, strata_storage::PutMode::Update(_));
-        let result = self.inner.put(key, data, mode).await;
-        if intent {
-            self.dead.store(true, SeqCst);
-        }
-        result
-    }
-
-    async fn get(
-        &self,
-        key: &strata_storage::ObjectKey,
-    ) -> strata_storage::StorageResult<(Bytes, strata_storage::Version)> {
-        self.inner.get(key).await
-    }
-
-    async fn get_range(
-        &self,
-        key: &strata_storage::ObjectKey,
-        range: std::ops::Range<u64>,
-    ) -> strata_storage::StorageResult<Bytes> {
-        self.inner.get_range(key, range).await
-    }
-
-    async fn list(
-        &self,
-        prefix: &str,
-    ) -> strata_storage::StorageResult<Vec<strata_storage::ObjectMeta>> {
-        self.inner.list(prefix).await
-    }
-
-    async fn delete(&self, key: &strata_storage::ObjectKey) -> strata_storage::StorageResult<()> {
+impl DiesAfterIntent {
+    fn crashed(&self) -> strata_storage::StorageResult<()> {
         if self.dead.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(strata_storage::StorageError::Unavailable("crashed".into()));
         }
-        self.inner.delete(key).await
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl super::intercept::Intercept for DiesAfterIntent {
+    async fn before_put(
+        &self,
+        _key: &strata_storage::ObjectKey,
+        _mode: &strata_storage::PutMode,
+    ) -> strata_storage::StorageResult<()> {
+        self.crashed()
     }
 
-    fn backend_name(&self) -> &'static str {
-        "dies-after-intent"
+    fn after_put(&self, key: &strata_storage::ObjectKey, mode: &strata_storage::PutMode) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.armed.load(SeqCst) && super::intercept::is_manifest_update(key, mode) {
+            self.dead.store(true, SeqCst);
+        }
+    }
+
+    async fn before_delete(
+        &self,
+        _key: &strata_storage::ObjectKey,
+    ) -> strata_storage::StorageResult<()> {
+        self.crashed()
     }
 }
 
@@ -625,12 +602,15 @@ impl ObjectStore for DiesAfterIntent {
 async fn a_pass_cut_off_after_recording_its_intent_is_finished_by_the_next_owner() {
     use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-    let dying = Arc::new(DiesAfterIntent {
-        inner: Arc::clone(&store),
-        armed: AtomicBool::new(false),
-        dead: AtomicBool::new(false),
-    });
-    let dying_store: Arc<dyn ObjectStore> = dying.clone();
+    let intercepted = super::intercept::Intercepted::new(
+        Arc::clone(&store),
+        DiesAfterIntent {
+            armed: AtomicBool::new(false),
+            dead: AtomicBool::new(false),
+        },
+    );
+    let dying = &intercepted.hooks;
+    let dying_store: Arc<dyn ObjectStore> = intercepted.clone();
     let a = open_managed(&dying_store, 1).await;
     a.create_topic("c", Some(1), compact_topic(&[]), false)
         .await

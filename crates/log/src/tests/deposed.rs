@@ -725,12 +725,10 @@ async fn a_deposed_owner_does_not_replace_its_orphan_segment() {
     assert_eq!(records(&c, "t").await, expected(values));
 }
 
-/// Passes everything through to `inner`, except that just before the first compare-and-swap of
-/// a partition manifest it runs `hook` (once): a window in which another writer can act
-/// between the taker's manifest read and its claim.
+/// Just before the first compare-and-swap of a partition manifest, runs `hook` (once): a
+/// window in which another writer can act between the taker's manifest read and its claim.
 #[derive(Debug)]
 struct BeforeFirstClaim {
-    inner: Arc<dyn ObjectStore>,
     hook: tokio::sync::Mutex<Option<Hook>>,
 }
 
@@ -743,46 +741,19 @@ impl std::fmt::Debug for Hook {
 }
 
 #[async_trait::async_trait]
-impl ObjectStore for BeforeFirstClaim {
-    async fn put(
+impl super::intercept::Intercept for BeforeFirstClaim {
+    async fn before_put(
         &self,
         key: &strata_storage::ObjectKey,
-        data: bytes::Bytes,
-        mode: strata_storage::PutMode,
-    ) -> strata_storage::StorageResult<strata_storage::Version> {
-        if key.as_str().ends_with("/manifest") && matches!(mode, strata_storage::PutMode::Update(_))
-        {
+        mode: &strata_storage::PutMode,
+    ) -> strata_storage::StorageResult<()> {
+        if super::intercept::is_manifest_update(key, mode) {
             let hook = self.hook.lock().await.take();
             if let Some(Hook(run)) = hook {
                 run.await;
             }
         }
-        self.inner.put(key, data, mode).await
-    }
-    async fn get(
-        &self,
-        key: &strata_storage::ObjectKey,
-    ) -> strata_storage::StorageResult<(bytes::Bytes, strata_storage::Version)> {
-        self.inner.get(key).await
-    }
-    async fn get_range(
-        &self,
-        key: &strata_storage::ObjectKey,
-        range: std::ops::Range<u64>,
-    ) -> strata_storage::StorageResult<bytes::Bytes> {
-        self.inner.get_range(key, range).await
-    }
-    async fn list(
-        &self,
-        prefix: &str,
-    ) -> strata_storage::StorageResult<Vec<strata_storage::ObjectMeta>> {
-        self.inner.list(prefix).await
-    }
-    async fn delete(&self, key: &strata_storage::ObjectKey) -> strata_storage::StorageResult<()> {
-        self.inner.delete(key).await
-    }
-    fn backend_name(&self) -> &'static str {
-        "before-first-claim"
+        Ok(())
     }
 }
 
@@ -794,16 +765,19 @@ impl ObjectStore for BeforeFirstClaim {
 async fn a_claim_beaten_only_by_the_sealed_owners_compaction_is_taken_again() {
     let (store, a, values) = first_owner(6).await;
     let compacting = a.clone();
-    let hooked = Arc::new(BeforeFirstClaim {
-        inner: store.clone(),
-        hook: tokio::sync::Mutex::new(Some(Hook(Box::pin(async move {
-            compacting
-                .compact_now(&tp("t", 0))
-                .await
-                .expect("the sealed owner still compacts its own tail");
-        })))),
-    });
-    let b = open_managed(&(hooked.clone() as Arc<dyn ObjectStore>), 2).await;
+    let intercepted = super::intercept::Intercepted::new(
+        store.clone(),
+        BeforeFirstClaim {
+            hook: tokio::sync::Mutex::new(Some(Hook(Box::pin(async move {
+                compacting
+                    .compact_now(&tp("t", 0))
+                    .await
+                    .expect("the sealed owner still compacts its own tail");
+            })))),
+        },
+    );
+    let hooked = &intercepted.hooks;
+    let b = open_managed(&(intercepted.clone() as Arc<dyn ObjectStore>), 2).await;
     b.refresh_catalog().await.unwrap();
     acquire(&b, 2).await;
     assert!(
