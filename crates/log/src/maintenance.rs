@@ -69,6 +69,95 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     }
 }
 
+/// Partitions served with a replayed tail (taken over from another stream), waiting for their
+/// first compaction. A takeover queues them here instead of compacting before it serves (see
+/// `ownership::acquire_pass`); [`compact_replayed`] drains the queue.
+#[derive(Debug)]
+pub(crate) struct ReplayedQueue {
+    waiting: std::sync::Mutex<Vec<Arc<Partition>>>,
+    ready: tokio::sync::Notify,
+    /// Partitions queued or being compacted: back at 0 once every queued tail had its pass
+    /// (a failed one is left to the maintenance task, which retries any tail that is due).
+    outstanding: watch::Sender<usize>,
+}
+
+impl ReplayedQueue {
+    pub(crate) fn new() -> Self {
+        Self {
+            waiting: std::sync::Mutex::new(Vec::new()),
+            ready: tokio::sync::Notify::new(),
+            outstanding: watch::channel(0).0,
+        }
+    }
+
+    pub(crate) fn push(&self, parts: Vec<Arc<Partition>>) {
+        if parts.is_empty() {
+            return;
+        }
+        let n = parts.len();
+        lock_mutex(&self.waiting).extend(parts);
+        self.outstanding.send_modify(|c| *c += n);
+        // Stores a permit when the task is busy, so a push during a drain is not missed.
+        self.ready.notify_one();
+    }
+
+    fn take(&self) -> Vec<Arc<Partition>> {
+        std::mem::take(&mut *lock_mutex(&self.waiting))
+    }
+
+    fn done(&self) {
+        self.outstanding.send_modify(|c| *c = c.saturating_sub(1));
+    }
+
+    /// Waits until every queued partition had its compaction pass.
+    pub(crate) async fn drained(&self) {
+        let mut rx = self.outstanding.subscribe();
+        // The sender lives as long as `self`, so this cannot fail while we hold `self`.
+        let _ = rx.wait_for(|c| *c == 0).await;
+    }
+}
+
+/// Compacts the tails takeovers queued in `shared.replayed`, [`TAKEOVER_CONCURRENCY`] at a
+/// time, until `stop` turns true. A partition still waiting at a stop is left to the shutdown
+/// (which compacts every partition) or, after a crash, to the next owner's replay.
+///
+/// [`TAKEOVER_CONCURRENCY`]: crate::ownership::TAKEOVER_CONCURRENCY
+pub(crate) async fn compact_replayed(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = shared.replayed.ready.notified() => {}
+        }
+        let parts = shared.replayed.take();
+        if parts.is_empty() {
+            continue;
+        }
+        let began = shared.clock.monotonic();
+        let count = parts.len();
+        let shared = &shared;
+        let stop = &stop;
+        futures::stream::iter(parts)
+            .for_each_concurrent(crate::ownership::TAKEOVER_CONCURRENCY, |part| async move {
+                if !*stop.borrow() {
+                    if let Err(e) = compact(shared, &part).await {
+                        on_failure(shared, &part, "compacting a replayed tail", &e).await;
+                    }
+                }
+                shared.replayed.done();
+            })
+            .await;
+        let elapsed = shared.clock.monotonic().saturating_sub(began);
+        tracing::info!(
+            partitions = count,
+            elapsed_ms = elapsed.as_millis() as u64,
+            "compacted replayed tails"
+        );
+        if *stop.borrow() {
+            return;
+        }
+    }
+}
+
 /// A failed compaction or retention pass. Most failures are retried at the next tick; a
 /// `Fenced` one is checked against the stored manifest, and if a newer owner wrote it this
 /// broker was deposed: a takeover seals the deposed owner's stream before it claims the
@@ -1030,6 +1119,13 @@ impl LogManager {
     /// Runs the garbage collector once (it also runs with retention); returns objects deleted.
     pub async fn collect_garbage(&self) -> LogResult<usize> {
         crate::maintenance::collect_garbage(&self.shared).await
+    }
+
+    /// Waits until every tail a takeover replayed so far had its first compaction pass (they
+    /// are compacted behind serving). For tests and tools that look at the storage after a
+    /// takeover.
+    pub async fn replayed_tails_compacted(&self) {
+        self.shared.replayed.drained().await;
     }
 
     /// Runs one compaction of `tp` now, as the maintenance task would (including what it does

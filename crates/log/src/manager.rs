@@ -108,6 +108,7 @@ impl LogManager {
             read_ahead,
             read_stats: Default::default(),
             txn_stats: Default::default(),
+            replayed: crate::maintenance::ReplayedQueue::new(),
         });
 
         if mode == Ownership::Managed {
@@ -190,10 +191,13 @@ impl LogManager {
             }),
         };
         let writer_task = tokio::spawn(writer::run(ctx));
-        let mut tasks = vec![tokio::spawn(crate::maintenance::run(
-            shared.clone(),
-            stop_rx.clone(),
-        ))];
+        let mut tasks = vec![
+            tokio::spawn(crate::maintenance::run(shared.clone(), stop_rx.clone())),
+            tokio::spawn(crate::maintenance::compact_replayed(
+                shared.clone(),
+                stop_rx.clone(),
+            )),
+        ];
         if shared.config.tiered {
             tasks.push(tokio::spawn(crate::tiering::run(
                 shared.clone(),

@@ -7,7 +7,8 @@
 //! 2. replays the stream's objects below the seal for this partition, from the checkpoint;
 //! 3. claims the manifest by compare-and-swap with its own stream and epoch — from then on the
 //!    old owner's manifest updates fail;
-//! 4. compacts the replayed tail at once, so nothing of it depends on the old stream.
+//! 4. serves it, and compacts the replayed tail soon after in the background (the
+//!    `replayed` queue), so nothing of it depends on the old stream for long.
 //!
 //! The old owner cannot acknowledge anything after step 1 (its next group commit hits the seal)
 //! and cannot change the manifest after step 3: one writer per epoch, by construction.
@@ -288,33 +289,30 @@ async fn acquire_pass(
         results.push((tp, Ok(())));
     }
     phases.mark("claim");
-    // Compact replayed tails right away: the old stream must not be needed again.
-    let replayed = acquired
-        .iter()
-        .filter(|part| part.lock().tail.iter().any(|t| t.stream != shared.stream));
-    futures::stream::iter(replayed)
-        .for_each_concurrent(TAKEOVER_CONCURRENCY, |part| async move {
-            if let Err(e) = crate::maintenance::compact(shared, part).await {
-                tracing::warn!(partition = %part.tp, error = %e, "compacting a replayed tail failed; will retry");
-            }
-        })
-        .await;
-    let cached: Vec<(Arc<Partition>, i64, usize)> = acquired
-        .iter()
-        .flat_map(|p| {
-            let st = p.lock();
-            st.cache
-                .iter()
-                .map(|c| (p.clone(), c.base_offset, c.bytes.len()))
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    for (p, base, len) in cached {
-        shared.cache.admitted(&p, base, len);
+    for part in &acquired {
+        let cached: Vec<(i64, usize)> = part
+            .lock()
+            .cache
+            .iter()
+            .map(|c| (c.base_offset, c.bytes.len()))
+            .collect();
+        for (base, len) in cached {
+            shared.cache.admitted(part, base, len);
+        }
     }
-    phases.mark("compact");
+    // Replayed tails are compacted behind serving, not before: a takeover of thousands of
+    // partitions spent most of its time in these compactions (three durable writes each) while
+    // the partitions stayed unserved. Serving does not need them: the claimed manifest names
+    // the inherited streams, so reads and a later takeover still find the replayed batches.
+    let replayed: Vec<Arc<Partition>> = acquired
+        .iter()
+        .filter(|part| part.lock().tail.iter().any(|t| t.stream != shared.stream))
+        .cloned()
+        .collect();
+    let queued = replayed.len();
+    shared.replayed.push(replayed);
     if !acquired.is_empty() {
-        tracing::info!(partitions = acquired.len(), phases = %phases, "took partitions over");
+        tracing::info!(partitions = acquired.len(), replayed = queued, phases = %phases, "took partitions over");
     }
     Ok((results, again))
 }

@@ -74,6 +74,8 @@ pub(crate) struct Shared {
     /// Where reads were served from (`strata_log_reads_total{source}`).
     pub read_stats: crate::read::ReadStats,
     pub txn_stats: crate::txn::TxnStats,
+    /// Partitions taken over whose replayed tail still waits for its first compaction.
+    pub replayed: crate::maintenance::ReplayedQueue,
 }
 
 /// Who decides which partitions this broker serves.

@@ -93,10 +93,15 @@ fn config() -> LogConfig {
     }
 }
 
+/// Opens an unmanaged log and waits for the start-up replay's tails to be compacted: that runs
+/// behind serving, and these tests look at the storage (object counts, the collector, the
+/// uncompacted-tail bound) as a settled start-up leaves it.
 async fn open(store: &Arc<dyn ObjectStore>, config: LogConfig) -> Arc<LogManager> {
-    LogManager::open(store.clone(), SystemClock::shared(), config, BrokerId(0))
+    let log = LogManager::open(store.clone(), SystemClock::shared(), config, BrokerId(0))
         .await
-        .unwrap()
+        .unwrap();
+    log.replayed_tails_compacted().await;
+    log
 }
 
 fn tp(topic: &str, p: i32) -> TopicPartition {
@@ -786,6 +791,66 @@ async fn a_takeover_fences_the_old_owner_and_keeps_every_acknowledged_record() {
         base_offsets(&b, &tp("t", 0), 0).await,
         vec![0, 2, 4, 6, 8, 10]
     );
+}
+
+/// While armed, holds every segment write until released: a compaction that has begun cannot
+/// finish.
+#[derive(Debug)]
+struct HoldsSegments {
+    armed: std::sync::atomic::AtomicBool,
+    release: tokio::sync::watch::Sender<bool>,
+}
+
+#[async_trait::async_trait]
+impl intercept::Intercept for HoldsSegments {
+    async fn before_put(
+        &self,
+        key: &strata_storage::ObjectKey,
+        _mode: &strata_storage::PutMode,
+    ) -> strata_storage::StorageResult<()> {
+        if self.armed.load(std::sync::atomic::Ordering::SeqCst) && key.as_str().contains("/seg/") {
+            let mut released = self.release.subscribe();
+            let _ = released.wait_for(|r| *r).await;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_takeover_serves_the_replayed_tail_before_compacting_it() {
+    let held = intercept::Intercepted::new(
+        Arc::new(MemoryStore::new()),
+        HoldsSegments {
+            armed: false.into(),
+            release: tokio::sync::watch::channel(false).0,
+        },
+    );
+    let holds = &held.hooks;
+    let store: Arc<dyn ObjectStore> = held.clone();
+    let a = broker_one_wrote(&store, 10).await;
+    let b = open_managed(&store, 2).await;
+    a.abort_for_test();
+    b.refresh_catalog().await.unwrap();
+    holds.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    // Compacting before serving would wait here for the held segment write for ever.
+    tokio::time::timeout(Duration::from_secs(30), acquire_one(&b, "t", 0, 2))
+        .await
+        .expect("the takeover waited for the replayed tail's compaction");
+    let t0 = tp("t", 0);
+    assert_eq!(b.watermarks(&t0).unwrap().high, Offset(10));
+    assert_eq!(base_offsets(&b, &t0, 0).await, (0..10).collect::<Vec<_>>());
+    b.append(&t0, batch(&["b"], 10, None), DURABLE)
+        .await
+        .unwrap();
+
+    holds.release.send_replace(true);
+    b.replayed_tails_compacted().await;
+    let part = b.shared.partition(&t0).unwrap();
+    assert!(
+        part.lock().tail.iter().all(|t| t.stream == b.shared.stream),
+        "the replayed tail was compacted in the background"
+    );
+    assert_eq!(base_offsets(&b, &t0, 0).await, (0..11).collect::<Vec<_>>());
 }
 
 #[tokio::test]
