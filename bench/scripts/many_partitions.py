@@ -220,6 +220,20 @@ def fmt_areas(areas):
     return ", ".join(f"{k} {v:.1f}" for k, v in top)
 
 
+def wait_log_sum(log, skip, marker, field, target, deadline):
+    """Waits until the `field=N` values on `log`'s lines (after the first `skip`) that contain
+    `marker` add up to `target`, or `deadline` passes; returns the sum and the lines read."""
+    total, lines = 0, []
+    while True:
+        with open(log, errors="replace") as f:
+            lines = f.readlines()[skip:]
+        total = sum(int(m) for line in lines if marker in line
+                    for m in re.findall(rf"{field}=(\d+)", line))
+        if total >= target or time.monotonic() >= deadline:
+            return total, lines
+        time.sleep(0.05)
+
+
 def took_over_line(log, skip=0):
     """The 'took partitions over' phase lines after the first `skip` lines, summed per phase."""
     phases = {}
@@ -322,17 +336,18 @@ def takeover(args, rows, workdir):
         # Metadata names the new leader once its ownership record is claimed; the log serves
         # the partition when its acquire returns ("took partitions over" lines, summed).
         deadline = time.monotonic() + 600
-        served = 0
-        while time.monotonic() < deadline:
-            with open(survivor.log, errors="replace") as f:
-                lines = f.readlines()[lines_before:]
-            served = sum(int(m) for line in lines if "took partitions over" in line
-                         for m in re.findall(r"partitions=(\d+)", line))
-            if served >= moved:
-                break
-            time.sleep(0.05)
+        served, lines = wait_log_sum(survivor.log, lines_before, "took partitions over",
+                                     "partitions", moved, deadline)
         rows.append((f"{nb} brokers", "takeover after SIGKILL (all served)", f"{time.monotonic() - t:.2f} s",
                      f"{served} partitions acquired by the log"))
+        # Replayed tails are compacted behind serving ("compacted replayed tails" lines).
+        # The acquires log how many they queued (replayed=N).
+        queued = sum(int(m) for line in lines if "took partitions over" in line
+                     for m in re.findall(r"replayed=(\d+)", line))
+        compacted, _ = wait_log_sum(survivor.log, lines_before, "compacted replayed tails",
+                                    "partitions", queued, deadline)
+        rows.append((f"{nb} brokers", "replayed tails compacted (background)", f"{time.monotonic() - t:.2f} s",
+                     f"{compacted} of {queued} queued"))
         count, phases = took_over_line(survivor.log, skip=lines_before)
         rows.append((f"{nb} brokers", "survivor's takeover phases (log)",
                      " ".join(f"{k}={v:.0f}ms" for k, v in phases.items()), f"{count} acquire calls"))
