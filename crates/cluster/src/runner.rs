@@ -79,6 +79,24 @@ pub const CLAIMS_AT_ONCE: usize = 32;
 /// log holds every batched partition's recovered state until the batch is served).
 pub const BATCH_MAX: usize = 4096;
 
+/// How long after a handover starts the move watch keeps re-reading its record. Nearly every
+/// handover is done within tens of milliseconds (the old owner's flush); one that takes
+/// longer is compacting a backlog, and waiting out a full round (`interval`) costs it little,
+/// while polling it every few milliseconds — for every partition of a drained broker — would
+/// cost a storage request each time.
+pub const HANDOVER_WATCHED_FOR: Duration = Duration::from_secs(1);
+
+/// Awaited records of one topic that the move watch reads one by one; more than this and it
+/// lists the topic's records instead, reading only those whose change tag moved (one
+/// request instead of one per partition when a drain moves a whole topic).
+pub const AWAITED_READS_PER_TOPIC: usize = 4;
+
+/// The part of a resource name up to and including its last `/` (a partition's topic), or ""
+/// for a name without one.
+fn topic_prefix(resource: &str) -> &str {
+    resource.rfind('/').map_or("", |i| &resource[..=i])
+}
+
 /// Timing of the runner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunnerConfig {
@@ -90,7 +108,8 @@ pub struct RunnerConfig {
     /// rounds; None: moves wait for full rounds (up to two `interval`s). Each run reads the
     /// small `cluster/placement-changes` marker (one request, whatever the number of
     /// partitions or overrides) and re-reads the records of resources whose handover we await
-    /// (usually none).
+    /// (usually none; see [`HANDOVER_WATCHED_FOR`] and [`AWAITED_READS_PER_TOPIC`] for what
+    /// bounds that).
     pub watch_interval: Option<Duration>,
     /// A round re-lists the overrides and re-reads the resources (the catalog) only when the
     /// `cluster/placement-changes` marker moved, and at least every this many rounds anyway: a
@@ -145,6 +164,8 @@ pub struct OwnershipRunner<H> {
     /// Every record the last round listed, for the broker's owner cache (Metadata): the
     /// round's listing serves it too, so the cache costs no listing of its own.
     records: watch::Sender<Arc<BTreeMap<String, VersionedRecord>>>,
+    /// When the move watch first found each resource it awaits a handover of (monotonic).
+    awaited_since: BTreeMap<String, Duration>,
 }
 
 impl<H: ResourceHost> OwnershipRunner<H> {
@@ -171,6 +192,7 @@ impl<H: ResourceHost> OwnershipRunner<H> {
             overrides_seen: BTreeMap::new(),
             rounds_since_full: 0,
             records: watch::Sender::new(Arc::new(BTreeMap::new())),
+            awaited_since: BTreeMap::new(),
         }
     }
 
@@ -321,7 +343,9 @@ impl<H: ResourceHost> OwnershipRunner<H> {
     ///   and the marker only costs speed: full rounds list every override.
     /// - The records of the resources we await from a live owner
     ///   ([`OwnershipController::awaiting_handover`]) are re-read, so we claim as soon as the
-    ///   old owner released.
+    ///   old owner released: for the first [`HANDOVER_WATCHED_FOR`] of each handover (a
+    ///   slower one is left to the full rounds), one topic's records through one listing when
+    ///   more than [`AWAITED_READS_PER_TOPIC`] of them are awaited.
     ///
     /// Everything decided here is what a full round would decide from the same reads: the
     /// controller's rules hold whichever path fed it.
@@ -332,19 +356,56 @@ impl<H: ResourceHost> OwnershipRunner<H> {
             // again at the next watch.
             return self.observe_after(changes).await;
         }
-        let awaited = self.controller.awaiting_handover(self.clock.monotonic());
-        if awaited.is_empty() {
+        let now = self.clock.monotonic();
+        let awaited: BTreeSet<String> =
+            self.controller.awaiting_handover(now).into_iter().collect();
+        self.awaited_since
+            .retain(|resource, _| awaited.contains(resource));
+        let mut watched = Vec::new();
+        for resource in awaited {
+            let since = *self.awaited_since.entry(resource.clone()).or_insert(now);
+            if now.saturating_sub(since) < HANDOVER_WATCHED_FOR {
+                watched.push(resource);
+            }
+        }
+        if watched.is_empty() {
             return Ok(());
         }
-        let mut events = Vec::with_capacity(awaited.len());
-        for resource in awaited {
-            let record = self.ownership.read(&resource).await?;
-            events.push(Event::Observed { resource, record });
-        }
+        let events = self.read_awaited(watched).await?;
         let now = self.clock.monotonic();
         let actions = self.controller.step_all(now, events);
         self.pending.extend(actions);
         Ok(())
+    }
+
+    /// The current records of `resources` (sorted), as events: one read each, except that a
+    /// topic with more than [`AWAITED_READS_PER_TOPIC`] of them is listed once and only its
+    /// records whose change tag moved since they were last read are read again.
+    async fn read_awaited(&self, resources: Vec<String>) -> ClusterResult<Vec<Event>> {
+        let mut events = Vec::with_capacity(resources.len());
+        // Sorted, so each topic's resources are one run.
+        for group in resources.chunk_by(|a, b| topic_prefix(a) == topic_prefix(b)) {
+            let prefix = topic_prefix(&group[0]);
+            if group.len() > AWAITED_READS_PER_TOPIC && !prefix.is_empty() {
+                let listing = self.ownership.list_owners(prefix).await?;
+                for resource in group {
+                    let record = self.ownership.read_listed(&listing, resource).await?;
+                    events.push(Event::Observed {
+                        resource: resource.clone(),
+                        record,
+                    });
+                }
+            } else {
+                for resource in group {
+                    let record = self.ownership.read(resource).await?;
+                    events.push(Event::Observed {
+                        resource: resource.clone(),
+                        record,
+                    });
+                }
+            }
+        }
+        Ok(events)
     }
 
     /// Carries out the oldest pending action. Returns false when nothing was pending.
@@ -744,7 +805,7 @@ mod tests {
     use crate::fence::parse_seal;
     use crate::keys::wal_key;
     use crate::placement::assign;
-    use crate::testkit::{node, round, serving, Node};
+    use crate::testkit::{node, round, serving, two_settled, Node};
     use strata_core::clock::ManualClock;
     use strata_core::BrokerId;
     use strata_storage::MemoryStore;
@@ -754,15 +815,7 @@ mod tests {
         let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
         let clock = Arc::new(ManualClock::new(0));
         let names: BTreeSet<String> = (0..12).map(|i| format!("t/{i}")).collect();
-        let mut a = node(&store, &clock, 1, &names);
-        let mut b = node(&store, &clock, 2, &names);
-        a.membership.try_register().await.unwrap();
-        b.membership.try_register().await.unwrap();
-        for _ in 0..3 {
-            clock.advance(Duration::from_millis(500));
-            round(&mut a).await;
-            round(&mut b).await;
-        }
+        let (mut a, mut b) = two_settled(&store, &store, &clock, &names).await;
         let both = BTreeSet::from([BrokerId(1), BrokerId(2)]);
         let expected = assign(&both, names.iter().map(String::as_str), &BTreeMap::new());
         let on = |id| {
@@ -819,15 +872,7 @@ mod tests {
         ));
         let clock = Arc::new(ManualClock::new(0));
         let names: BTreeSet<String> = (0..200).map(|i| format!("t/{i}")).collect();
-        let mut a = node(&store, &clock, 1, &names);
-        let mut b = node(&store, &clock, 2, &names);
-        a.membership.try_register().await.unwrap();
-        b.membership.try_register().await.unwrap();
-        for _ in 0..3 {
-            clock.advance(Duration::from_millis(500));
-            round(&mut a).await;
-            round(&mut b).await;
-        }
+        let (mut a, b) = two_settled(&store, &store, &clock, &names).await;
         let on_b = serving(&b).len();
         assert!(on_b > 50, "{on_b}");
         assert_eq!(*listings.lock().unwrap(), 0);
@@ -853,15 +898,7 @@ mod tests {
         let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
         let clock = Arc::new(ManualClock::new(0));
         let names: BTreeSet<String> = (0..4).map(|i| format!("t/{i}")).collect();
-        let mut a = node(&store, &clock, 1, &names);
-        let mut b = node(&store, &clock, 2, &names);
-        a.membership.try_register().await.unwrap();
-        b.membership.try_register().await.unwrap();
-        for _ in 0..3 {
-            clock.advance(Duration::from_millis(500));
-            round(&mut a).await;
-            round(&mut b).await;
-        }
+        let (mut a, mut b) = two_settled(&store, &store, &clock, &names).await;
         let moved = serving(&a).into_iter().next().expect("a serves something");
         // Nothing to do while nothing moves: no record is awaited.
         b.runner.watch().await.unwrap();
@@ -900,6 +937,108 @@ mod tests {
         assert!(b.runner.controller().awaiting_handover(now).is_empty());
     }
 
+    /// Two brokers over 100 partitions of one topic; every partition `a` serves is then moved
+    /// to `b`, which watches through a metered store. Returns them, the moved partitions (b
+    /// awaits all of them from a, which has not seen the move) and b's metrics.
+    async fn b_awaits_a_whole_drain() -> (
+        Node,
+        Node,
+        BTreeSet<String>,
+        Arc<ManualClock>,
+        Arc<strata_storage::StorageMetrics>,
+    ) {
+        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let clock = Arc::new(ManualClock::new(0));
+        let metered = Arc::new(strata_storage::MetricsStore::new(
+            store.clone(),
+            clock.clone(),
+        ));
+        let metrics = Arc::clone(metered.metrics());
+        let names: BTreeSet<String> = (0..100).map(|i| format!("t/{i}")).collect();
+        let (a, mut b) =
+            two_settled(&store, &(metered as Arc<dyn ObjectStore>), &clock, &names).await;
+        let moved = serving(&a);
+        assert!(moved.len() > 2 * AWAITED_READS_PER_TOPIC, "{}", moved.len());
+        let mover = Ownership::new(store.clone());
+        for resource in &moved {
+            mover
+                .set_placement_override(resource, BrokerId(2))
+                .await
+                .unwrap();
+        }
+        b.runner.watch().await.unwrap();
+        b.runner.act().await;
+        let awaited = b.runner.controller().awaiting_handover(clock.monotonic());
+        assert_eq!(awaited.into_iter().collect::<BTreeSet<_>>(), moved);
+        // The first watch that awaits them starts their handovers' watch (and may read the
+        // records its cache does not hold yet).
+        b.runner.watch().await.unwrap();
+        (a, b, moved, clock, metrics)
+    }
+
+    /// (LIST, GET) requests `metrics` counted.
+    fn lists_and_gets(metrics: &strata_storage::StorageMetrics) -> (u64, u64) {
+        let snapshot = metrics.snapshot();
+        (
+            snapshot.op(strata_storage::OpKind::List).requests,
+            snapshot.op(strata_storage::OpKind::Get).requests,
+        )
+    }
+
+    /// A drain moves every partition of a broker at once. Re-reading each awaited record every
+    /// watch (10 ms) was a read per partition per watch — 100 partitions, 10,000 reads a second
+    /// — for as long as the handovers took; one listing of the topic tells which changed.
+    #[tokio::test]
+    async fn awaiting_many_handovers_costs_one_listing_a_watch_not_a_read_each() {
+        let (mut a, mut b, moved, _clock, metrics) = b_awaits_a_whole_drain().await;
+        let before = lists_and_gets(&metrics);
+        for _ in 0..20 {
+            b.runner.watch().await.unwrap();
+        }
+        let (lists, gets) = lists_and_gets(&metrics);
+        // Each watch: the placement-changes marker (one get) and one listing of the topic.
+        assert_eq!((lists - before.0, gets - before.1), (20, 20));
+        // The old owner hands over; b's next watch sees every release through the listing.
+        a.runner.watch().await.unwrap();
+        while a.runner.act_one().await {}
+        assert!(serving(&a).is_empty());
+        b.runner.watch().await.unwrap();
+        while b.runner.act_one().await {}
+        assert_eq!(serving(&b), (0..100).map(|i| format!("t/{i}")).collect());
+        for resource in &moved {
+            let (_, record) = Ownership::new(Arc::clone(&b.runner.store))
+                .read(resource)
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                (record.owner, record.epoch),
+                (BrokerId(2), Epoch(2)),
+                "{resource}"
+            );
+        }
+    }
+
+    /// A handover still not done after [`HANDOVER_WATCHED_FOR`] is left to the full rounds:
+    /// the watch stops reading it, and the next round claims it once released.
+    #[tokio::test]
+    async fn a_slow_handover_is_left_to_the_full_rounds() {
+        let (mut a, mut b, moved, clock, metrics) = b_awaits_a_whole_drain().await;
+        clock.advance(HANDOVER_WATCHED_FOR);
+        let before = lists_and_gets(&metrics);
+        b.runner.watch().await.unwrap();
+        let (lists, gets) = lists_and_gets(&metrics);
+        // Only the placement-changes marker.
+        assert_eq!((lists - before.0, gets - before.1), (0, 1));
+        a.runner.watch().await.unwrap();
+        while a.runner.act_one().await {}
+        b.runner.watch().await.unwrap();
+        assert!(serving(&b).is_disjoint(&moved), "the watch no longer looks");
+        round(&mut b).await;
+        while b.runner.act_one().await {}
+        assert!(serving(&b).is_superset(&moved));
+    }
+
     /// A mover that dies after writing the override but before signalling it: the watches
     /// miss it (they read only the signal), the next full round does not.
     #[tokio::test]
@@ -907,15 +1046,7 @@ mod tests {
         let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
         let clock = Arc::new(ManualClock::new(0));
         let names: BTreeSet<String> = (0..4).map(|i| format!("t/{i}")).collect();
-        let mut a = node(&store, &clock, 1, &names);
-        let mut b = node(&store, &clock, 2, &names);
-        a.membership.try_register().await.unwrap();
-        b.membership.try_register().await.unwrap();
-        for _ in 0..3 {
-            clock.advance(Duration::from_millis(500));
-            round(&mut a).await;
-            round(&mut b).await;
-        }
+        let (mut a, mut b) = two_settled(&store, &store, &clock, &names).await;
         // Both have watched once since the last signal (the first watch always runs a round).
         a.runner.watch().await.unwrap();
         b.runner.watch().await.unwrap();

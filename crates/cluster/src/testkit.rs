@@ -118,6 +118,26 @@ pub(crate) async fn round(node: &mut Node) {
     node.runner.act().await;
 }
 
+/// Brokers 1 and 2 over `names`, registered and through three rounds half a second
+/// apart, so placement has settled and each serves its share.
+pub(crate) async fn two_settled(
+    a_store: &Arc<dyn ObjectStore>,
+    b_store: &Arc<dyn ObjectStore>,
+    clock: &Arc<ManualClock>,
+    names: &BTreeSet<String>,
+) -> (Node, Node) {
+    let mut a = node(a_store, clock, 1, names);
+    let mut b = node(b_store, clock, 2, names);
+    a.membership.try_register().await.unwrap();
+    b.membership.try_register().await.unwrap();
+    for _ in 0..3 {
+        clock.advance(Duration::from_millis(500));
+        round(&mut a).await;
+        round(&mut b).await;
+    }
+    (a, b)
+}
+
 pub(crate) fn serving(node: &Node) -> BTreeSet<String> {
     node.runner
         .host()
