@@ -79,17 +79,23 @@ pub const CLAIMS_AT_ONCE: usize = 32;
 /// log holds every batched partition's recovered state until the batch is served).
 pub const BATCH_MAX: usize = 4096;
 
-/// How long after a handover starts the move watch keeps re-reading its record. Nearly every
-/// handover is done within tens of milliseconds (the old owner's flush); one that takes
-/// longer is compacting a backlog, and waiting out a full round (`interval`) costs it little,
-/// while polling it every few milliseconds — for every partition of a drained broker — would
-/// cost a storage request each time.
+/// How long the move watch keeps re-reading an awaited record after its handover started or,
+/// if later, after the last awaited handover finished. Nearly every handover is done within
+/// tens of milliseconds (the old owner's flush), and a drain releases its partitions one
+/// after another for seconds, finishing some all the time. A handover that makes no progress
+/// for this long is compacting a backlog or stuck; waiting out a full round (`interval`)
+/// costs it little, while polling it every few milliseconds would cost a request each time.
 pub const HANDOVER_WATCHED_FOR: Duration = Duration::from_secs(1);
 
 /// Awaited records of one topic that the move watch reads one by one; more than this and it
 /// lists the topic's records instead, reading only those whose change tag moved (one
 /// request instead of one per partition when a drain moves a whole topic).
 pub const AWAITED_READS_PER_TOPIC: usize = 4;
+
+/// Storage requests one move watch may send for the awaited records; a watch that would send
+/// more (a drain of a broker serving many small topics) lists every record once instead, as a
+/// full round does.
+pub const AWAITED_REQUESTS_MAX: usize = 16;
 
 /// The part of a resource name up to and including its last `/` (a partition's topic), or ""
 /// for a name without one.
@@ -166,6 +172,8 @@ pub struct OwnershipRunner<H> {
     records: watch::Sender<Arc<BTreeMap<String, VersionedRecord>>>,
     /// When the move watch first found each resource it awaits a handover of (monotonic).
     awaited_since: BTreeMap<String, Duration>,
+    /// When the move watch last found that a handover it awaited had finished (monotonic).
+    handover_done: Option<Duration>,
 }
 
 impl<H: ResourceHost> OwnershipRunner<H> {
@@ -193,6 +201,7 @@ impl<H: ResourceHost> OwnershipRunner<H> {
             rounds_since_full: 0,
             records: watch::Sender::new(Arc::new(BTreeMap::new())),
             awaited_since: BTreeMap::new(),
+            handover_done: None,
         }
     }
 
@@ -343,9 +352,11 @@ impl<H: ResourceHost> OwnershipRunner<H> {
     ///   and the marker only costs speed: full rounds list every override.
     /// - The records of the resources we await from a live owner
     ///   ([`OwnershipController::awaiting_handover`]) are re-read, so we claim as soon as the
-    ///   old owner released: for the first [`HANDOVER_WATCHED_FOR`] of each handover (a
-    ///   slower one is left to the full rounds), one topic's records through one listing when
-    ///   more than [`AWAITED_READS_PER_TOPIC`] of them are awaited.
+    ///   old owner released: while each handover is younger than [`HANDOVER_WATCHED_FOR`] or
+    ///   another finished within that time (one that makes no progress is left to the full
+    ///   rounds); one topic's records through one listing when more than
+    ///   [`AWAITED_READS_PER_TOPIC`] of them are awaited, and every record through one listing
+    ///   when that would still take more than [`AWAITED_REQUESTS_MAX`] requests.
     ///
     /// Everything decided here is what a full round would decide from the same reads: the
     /// controller's rules hold whichever path fed it.
@@ -359,12 +370,18 @@ impl<H: ResourceHost> OwnershipRunner<H> {
         let now = self.clock.monotonic();
         let awaited: BTreeSet<String> =
             self.controller.awaiting_handover(now).into_iter().collect();
+        // A resource no longer awaited has been handed over (or its move was called off):
+        // progress, which keeps the rest of a drain watched.
+        if self.awaited_since.keys().any(|r| !awaited.contains(r)) {
+            self.handover_done = Some(now);
+        }
         self.awaited_since
             .retain(|resource, _| awaited.contains(resource));
         let mut watched = Vec::new();
         for resource in awaited {
             let since = *self.awaited_since.entry(resource.clone()).or_insert(now);
-            if now.saturating_sub(since) < HANDOVER_WATCHED_FOR {
+            let progress = self.handover_done.map_or(since, |done| done.max(since));
+            if now.saturating_sub(progress) < HANDOVER_WATCHED_FOR {
                 watched.push(resource);
             }
         }
@@ -380,14 +397,33 @@ impl<H: ResourceHost> OwnershipRunner<H> {
 
     /// The current records of `resources` (sorted), as events: one read each, except that a
     /// topic with more than [`AWAITED_READS_PER_TOPIC`] of them is listed once and only its
-    /// records whose change tag moved since they were last read are read again.
+    /// records whose change tag moved since they were last read are read again, and that
+    /// every record is listed once if that would still take more than
+    /// [`AWAITED_REQUESTS_MAX`] requests.
     async fn read_awaited(&self, resources: Vec<String>) -> ClusterResult<Vec<Event>> {
         let mut events = Vec::with_capacity(resources.len());
         // Sorted, so each topic's resources are one run.
-        for group in resources.chunk_by(|a, b| topic_prefix(a) == topic_prefix(b)) {
-            let prefix = topic_prefix(&group[0]);
-            if group.len() > AWAITED_READS_PER_TOPIC && !prefix.is_empty() {
-                let listing = self.ownership.list_owners(prefix).await?;
+        let groups: Vec<&[String]> = resources
+            .chunk_by(|a, b| topic_prefix(a) == topic_prefix(b))
+            .collect();
+        let listed = |group: &[String]| {
+            group.len() > AWAITED_READS_PER_TOPIC && !topic_prefix(&group[0]).is_empty()
+        };
+        let requests: usize = groups
+            .iter()
+            .map(|g| if listed(g) { 1 } else { g.len() })
+            .sum();
+        if requests > AWAITED_REQUESTS_MAX {
+            let listing = self.ownership.list_owners("").await?;
+            for resource in resources {
+                let record = self.ownership.read_listed(&listing, &resource).await?;
+                events.push(Event::Observed { resource, record });
+            }
+            return Ok(events);
+        }
+        for group in groups {
+            if listed(group) {
+                let listing = self.ownership.list_owners(topic_prefix(&group[0])).await?;
                 for resource in group {
                     let record = self.ownership.read_listed(&listing, resource).await?;
                     events.push(Event::Observed {
@@ -937,10 +973,12 @@ mod tests {
         assert!(b.runner.controller().awaiting_handover(now).is_empty());
     }
 
-    /// Two brokers over 100 partitions of one topic; every partition `a` serves is then moved
-    /// to `b`, which watches through a metered store. Returns them, the moved partitions (b
-    /// awaits all of them from a, which has not seen the move) and b's metrics.
-    async fn b_awaits_a_whole_drain() -> (
+    /// Two brokers over `names`; every partition `a` serves is then moved to `b`, which
+    /// watches through a metered store. Returns them, the moved partitions (b awaits all of
+    /// them from a, which has not seen the move) and b's metrics.
+    async fn b_awaits_a_whole_drain(
+        names: BTreeSet<String>,
+    ) -> (
         Node,
         Node,
         BTreeSet<String>,
@@ -954,11 +992,10 @@ mod tests {
             clock.clone(),
         ));
         let metrics = Arc::clone(metered.metrics());
-        let names: BTreeSet<String> = (0..100).map(|i| format!("t/{i}")).collect();
         let (a, mut b) =
             two_settled(&store, &(metered as Arc<dyn ObjectStore>), &clock, &names).await;
         let moved = serving(&a);
-        assert!(moved.len() > 2 * AWAITED_READS_PER_TOPIC, "{}", moved.len());
+        assert!(moved.len() > AWAITED_REQUESTS_MAX, "{}", moved.len());
         let mover = Ownership::new(store.clone());
         for resource in &moved {
             mover
@@ -976,6 +1013,11 @@ mod tests {
         (a, b, moved, clock, metrics)
     }
 
+    /// 100 partitions of one topic.
+    fn one_topic() -> BTreeSet<String> {
+        (0..100).map(|i| format!("t/{i}")).collect()
+    }
+
     /// (LIST, GET) requests `metrics` counted.
     fn lists_and_gets(metrics: &strata_storage::StorageMetrics) -> (u64, u64) {
         let snapshot = metrics.snapshot();
@@ -990,7 +1032,7 @@ mod tests {
     /// — for as long as the handovers took; one listing of the topic tells which changed.
     #[tokio::test]
     async fn awaiting_many_handovers_costs_one_listing_a_watch_not_a_read_each() {
-        let (mut a, mut b, moved, _clock, metrics) = b_awaits_a_whole_drain().await;
+        let (mut a, mut b, moved, _clock, metrics) = b_awaits_a_whole_drain(one_topic()).await;
         let before = lists_and_gets(&metrics);
         for _ in 0..20 {
             b.runner.watch().await.unwrap();
@@ -1019,11 +1061,51 @@ mod tests {
         }
     }
 
+    /// A drain hands its partitions over one after another, for seconds: while some finish,
+    /// the rest stay watched however long ago the drain began.
+    #[tokio::test]
+    async fn a_drain_that_makes_progress_stays_watched() {
+        let (mut a, mut b, moved, clock, metrics) = b_awaits_a_whole_drain(one_topic()).await;
+        // a sees the move and stops serving every moved partition (one action each), which
+        // queues their releases: each action after that hands one partition over.
+        a.runner.watch().await.unwrap();
+        for _ in 0..moved.len() {
+            assert!(a.runner.act_one().await);
+        }
+        for handed_over in 1..=4 {
+            clock.advance(HANDOVER_WATCHED_FOR * 3 / 5);
+            assert!(a.runner.act_one().await);
+            b.runner.watch().await.unwrap();
+            while b.runner.act_one().await {}
+            assert_eq!(serving(&b).intersection(&moved).count(), handed_over);
+        }
+        // The next watch finds the last handover done; after it, no progress for a while:
+        // the watch stops reading the records.
+        b.runner.watch().await.unwrap();
+        clock.advance(HANDOVER_WATCHED_FOR);
+        let before = lists_and_gets(&metrics);
+        b.runner.watch().await.unwrap();
+        let (lists, gets) = lists_and_gets(&metrics);
+        assert_eq!((lists - before.0, gets - before.1), (0, 1));
+    }
+
+    /// A drain of a broker serving many single-partition topics: one listing of every record
+    /// per watch, not a read per topic.
+    #[tokio::test]
+    async fn awaiting_many_topics_costs_one_listing_of_everything() {
+        let names = (0..100).map(|i| format!("t{i}/0")).collect();
+        let (_a, mut b, _moved, _clock, metrics) = b_awaits_a_whole_drain(names).await;
+        let before = lists_and_gets(&metrics);
+        b.runner.watch().await.unwrap();
+        let (lists, gets) = lists_and_gets(&metrics);
+        assert_eq!((lists - before.0, gets - before.1), (1, 1));
+    }
+
     /// A handover still not done after [`HANDOVER_WATCHED_FOR`] is left to the full rounds:
     /// the watch stops reading it, and the next round claims it once released.
     #[tokio::test]
     async fn a_slow_handover_is_left_to_the_full_rounds() {
-        let (mut a, mut b, moved, clock, metrics) = b_awaits_a_whole_drain().await;
+        let (mut a, mut b, moved, clock, metrics) = b_awaits_a_whole_drain(one_topic()).await;
         clock.advance(HANDOVER_WATCHED_FOR);
         let before = lists_and_gets(&metrics);
         b.runner.watch().await.unwrap();

@@ -368,7 +368,9 @@ pub struct Settings {
     /// completes) without waiting for a full ownership round; 0s turns the watch off (moves
     /// started elsewhere then wait for up to two ownership rounds; those started through this
     /// broker do not). Default by backend: 10ms; off for S3, where each read is billed (it
-    /// was 10 of an idle broker's ~17 requests a second).
+    /// was 10 of an idle broker's ~17 requests a second). While this broker awaits handovers
+    /// the watch also reads their records: at most 16 requests a watch, a topic with many of
+    /// them listed once (docs/ARCHITECTURE.md, "Move watch cost during a move").
     #[serde(with = "humantime_serde::option")]
     pub move_watch_interval: Option<Duration>,
     /// Cluster mode: spread partitions over the live brokers automatically, moving some to a
