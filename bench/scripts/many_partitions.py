@@ -14,6 +14,10 @@ Phases, each against freshly spawned `strata serve` processes on a fresh file://
            (so each owns about --partitions), records to every partition, SIGKILL one owner,
            time until Metadata shows every partition led by a survivor. The lease period is
            part of that time (a dead owner is only known dead when its lease lapses).
+  drain    --brokers cluster brokers as for takeover, then `strata broker drain` of the last one: time
+           until Metadata shows every partition led by another broker, and the storage
+           requests the receiving broker (broker 1) sent during the drain, by area (what the
+           move watch costs while it awaits the drained partitions' handovers).
 
 Python client: confluent-kafka (librdkafka). Example (release build):
 
@@ -215,8 +219,8 @@ def idle(broker, seconds):
     return (c1 - c0) / seconds * 100, (s1 - s0) / seconds, areas
 
 
-def fmt_areas(areas):
-    top = sorted(areas.items(), key=lambda kv: -kv[1])[:4]
+def fmt_areas(areas, n=4):
+    top = sorted(areas.items(), key=lambda kv: -kv[1])[:n]
     return ", ".join(f"{k} {v:.1f}" for k, v in top)
 
 
@@ -293,23 +297,30 @@ def single(args, rows, workdir):
             shutil.rmtree(data, ignore_errors=True)
 
 
+def start_cluster(brokers, n):
+    """Starts `brokers`, creates a topic of n partitions and waits until every partition is
+    led and every broker leads some (placement settles as brokers join). Returns the topic
+    and its leaders."""
+    for b in brokers:
+        b.start()
+    topic = f"many-{n}"
+    create_topic(brokers[0].bootstrap, topic, n)
+    led = wait_all_led(brokers[0].bootstrap, topic, n, 600)
+    deadline = time.monotonic() + 300
+    while len(set(led.values())) < len(brokers) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        led = wait_all_led(brokers[0].bootstrap, topic, n, 600)
+    return topic, led
+
+
 def takeover(args, rows, workdir):
     nb = args.brokers
     n = args.partitions * nb
     data = tempfile.mkdtemp(prefix="takeover-", dir=workdir)
     brokers = [Broker(args, f"file://{data}", node_id=i + 1, logdir=workdir) for i in range(nb)]
     try:
-        for b in brokers:
-            b.start()
-        topic = f"many-{n}"
         t = time.monotonic()
-        create_topic(brokers[0].bootstrap, topic, n)
-        led = wait_all_led(brokers[0].bootstrap, topic, n, 600)
-        # Placement settles as brokers join: wait until every broker leads some.
-        deadline = time.monotonic() + 300
-        while len(set(led.values())) < nb and time.monotonic() < deadline:
-            time.sleep(0.5)
-            led = wait_all_led(brokers[0].bootstrap, topic, n, 600)
+        topic, led = start_cluster(brokers, n)
         rows.append((f"{nb} brokers", "create topic, all led", f"{time.monotonic() - t:.2f} s", f"{n} partitions"))
         time.sleep(args.settle)
         owned = {b.node_id: sum(1 for l in led.values() if l == b.node_id) for b in brokers}
@@ -360,6 +371,45 @@ def takeover(args, rows, workdir):
             shutil.rmtree(data, ignore_errors=True)
 
 
+def drain(args, rows, workdir):
+    nb = args.brokers
+    n = args.partitions * nb
+    data = tempfile.mkdtemp(prefix="drain-", dir=workdir)
+    brokers = [Broker(args, f"file://{data}", node_id=i + 1, logdir=workdir) for i in range(nb)]
+    try:
+        topic, led = start_cluster(brokers, n)
+        total, _ = produce_all(brokers[0].bootstrap, topic, n, args.per_partition, args.rate)
+        time.sleep(args.settle)  # let the produce's compaction settle before the baseline
+        victim, receiver = brokers[-1], brokers[0]
+        # Placement may still have been settling when the topic was first all led.
+        led = wait_all_led(receiver.bootstrap, topic, n, 600)
+        moved = sum(1 for l in led.values() if l == victim.node_id)
+        c0, (s0, a0) = cpu_seconds(receiver.proc.pid), storage_requests(receiver.metrics_port)
+        t = time.monotonic()
+        subprocess.run([args.strata, "broker", "drain", str(victim.node_id), "--storage", f"file://{data}"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        released = time.monotonic() - t
+        wait_all_led(receiver.bootstrap, topic, n, 600, exclude=victim.node_id, poll=0.05)
+        took = time.monotonic() - t
+        c1, (s1, a1) = cpu_seconds(receiver.proc.pid), storage_requests(receiver.metrics_port)
+        areas = {k: v - a0.get(k, 0.0) for k, v in a1.items() if v - a0.get(k, 0.0) > 0}
+        rows.append((f"{nb} brokers", "drain: released / all led elsewhere", f"{released:.2f} / {took:.2f} s",
+                     f"{moved} partitions"))
+        rows.append((f"{nb} brokers", "receiver's storage requests in the drain",
+                     f"{s1 - s0:.0f} ({(s1 - s0) / took:.0f}/s), CPU {(c1 - c0) / took * 100:.0f}%",
+                     "requests by area: " + fmt_areas(areas, 8)))
+        time.sleep(args.settle)
+        cpu, req, areas = idle(receiver, args.idle)
+        rows.append((f"{nb} brokers", "receiver idle after the drain", f"{cpu:.1f}% / {req:.1f}/s", fmt_areas(areas)))
+        got, ctook = consume_all(receiver.bootstrap, topic, n, total)
+        rows.append((f"{nb} brokers", "consume all after the drain", f"{got / ctook:,.0f} rec/s", f"{got} records"))
+    finally:
+        for b in brokers:
+            b.stop()
+        if not args.keep:
+            shutil.rmtree(data, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--strata", default="target/release/strata")
@@ -381,7 +431,7 @@ def main():
     print(f"strata={args.strata} cpus={os.cpu_count()} load={os.getloadavg()[0]:.2f} logs={workdir}", flush=True)
     try:
         for phase in args.phases.split(","):
-            {"single": single, "takeover": takeover}[phase](args, rows, workdir)
+            {"single": single, "takeover": takeover, "drain": drain}[phase](args, rows, workdir)
     finally:
         print(f"load after={os.getloadavg()[0]:.2f}")
         w = [max(len(r[i]) for r in rows) if rows else 0 for i in range(4)]
