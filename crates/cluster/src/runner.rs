@@ -114,8 +114,8 @@ pub struct RunnerConfig {
     /// rounds; None: moves wait for full rounds (up to two `interval`s). Each run reads the
     /// small `cluster/placement-changes` marker (one request, whatever the number of
     /// partitions or overrides) and re-reads the records of resources whose handover we await
-    /// (usually none; see [`HANDOVER_WATCHED_FOR`] and [`AWAITED_READS_PER_TOPIC`] for what
-    /// bounds that).
+    /// (usually none; [`HANDOVER_WATCHED_FOR`], [`AWAITED_READS_PER_TOPIC`] and
+    /// [`AWAITED_REQUESTS_MAX`] bound that).
     pub watch_interval: Option<Duration>,
     /// A round re-lists the overrides and re-reads the resources (the catalog) only when the
     /// `cluster/placement-changes` marker moved, and at least every this many rounds anyway: a
