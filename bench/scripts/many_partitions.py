@@ -26,6 +26,7 @@ Python client: confluent-kafka (librdkafka). Example (release build):
 """
 
 import argparse
+import datetime
 import os
 import re
 import shutil
@@ -238,6 +239,27 @@ def wait_log_sum(log, skip, marker, field, target, deadline):
         time.sleep(0.05)
 
 
+TIMELINE = [("dead", "owner is dead; sealing"), ("sealed", "stream sealed"),
+            ("claimed", ": claimed "), ("acquire", "took partitions over")]
+
+
+def timeline(lines, since):
+    """When the survivor's log lines of each takeover step came, in seconds after `since`
+    (wall clock): the first and the last line of each kind."""
+    seen = {}
+    for line in lines:
+        for name, marker in TIMELINE:
+            if marker in line:
+                try:
+                    at = datetime.datetime.fromisoformat(line.split()[0].replace("Z", "+00:00")).timestamp()
+                except ValueError:
+                    continue
+                first, _ = seen.get(name, (at, at))
+                seen[name] = (first, at)
+    return " ".join(f"{name} {seen[name][0] - since:.2f}/{seen[name][1] - since:.2f}"
+                    for name, _ in TIMELINE if name in seen)
+
+
 def took_over_line(log, skip=0):
     """The 'took partitions over' phase lines after the first `skip` lines, summed per phase."""
     phases = {}
@@ -338,6 +360,7 @@ def takeover(args, rows, workdir):
         moved = owned[victim.node_id]
         lines_before = sum(1 for _ in open(survivor.log, errors="replace"))
         t = time.monotonic()
+        killed_at = time.time()
         victim.stop(signal.SIGKILL)
         wait_all_led(survivor.bootstrap, topic, n, 600, exclude=victim.node_id, poll=0.05)
         took = time.monotonic() - t
@@ -355,13 +378,15 @@ def takeover(args, rows, workdir):
         # The acquires log how many they queued (replayed=N).
         queued = sum(int(m) for line in lines if "took partitions over" in line
                      for m in re.findall(r"replayed=(\d+)", line))
-        compacted, _ = wait_log_sum(survivor.log, lines_before, "compacted replayed tails",
+        compacted, lines = wait_log_sum(survivor.log, lines_before, "compacted replayed tails",
                                     "partitions", queued, deadline)
         rows.append((f"{nb} brokers", "replayed tails compacted (background)", f"{time.monotonic() - t:.2f} s",
                      f"{compacted} of {queued} queued"))
         count, phases = took_over_line(survivor.log, skip=lines_before)
         rows.append((f"{nb} brokers", "survivor's takeover phases (log)",
                      " ".join(f"{k}={v:.0f}ms" for k, v in phases.items()), f"{count} acquire calls"))
+        rows.append((f"{nb} brokers", "timeline after SIGKILL (survivor's log)",
+                     timeline(lines, killed_at), "first / last line of each kind, seconds"))
         got, ctook = consume_all(survivor.bootstrap, topic, n, total)
         rows.append((f"{nb} brokers", "consume all after takeover", f"{got / ctook:,.0f} rec/s", f"{got} records"))
     finally:

@@ -725,11 +725,21 @@ fn decide_one(
                             }
                         };
                         // The grace guards against sealing a live newcomer we have not
-                        // listed yet. An earlier incarnation of our own id needs none: we hold
-                        // the id's registration, so that process is dead to the cluster (and
-                        // the seal stops it should it still be running).
+                        // listed yet. Two kinds of owner need none. An earlier incarnation of
+                        // our own id: we hold the id's registration, so that process is dead
+                        // to the cluster (and the seal stops it should it still be running).
+                        // An incarnation this observer saw live and then saw go (its lease
+                        // lapsed by our own clock, or it left): it is no newcomer, and the
+                        // lapse is the contract by which it stopped serving (its own
+                        // `self_lease_margin`). Waiting the grace out there only added two
+                        // heartbeats to every takeover.
                         let own_predecessor = record.owner == me.broker;
-                        if !own_predecessor && cx.now < since + cx.dead_owner_grace {
+                        let seen_leaving = view
+                            .departed
+                            .get(&record.owner)
+                            .is_some_and(|d| d.registration.incarnation == record.incarnation);
+                        if !own_predecessor && !seen_leaving && cx.now < since + cx.dead_owner_grace
+                        {
                             return None;
                         }
                         Action::FenceThenClaim {
@@ -1016,6 +1026,50 @@ mod tests {
                 ..
             }]
         ));
+    }
+
+    #[test]
+    fn an_owner_seen_live_then_gone_is_fenced_without_the_grace() {
+        let grace = ControllerConfig {
+            dead_owner_grace: ms(2000),
+            ..config()
+        };
+        let r = placed_on(1, &[1]);
+        let held_by_3 = record(3, 4, OwnerState::Active, 9);
+        // Our view had broker 3 live, then lost it (its lease lapsed by our clock).
+        let gone = |incarnation: Incarnation| {
+            let mut v = view(ms(0), &[1]);
+            let (_, mut m) = member(3, false, Duration::ZERO);
+            m.registration.incarnation = incarnation;
+            v.departed.insert(
+                BrokerId(3),
+                crate::membership::Departed {
+                    registration: m.registration,
+                    since: ms(0),
+                },
+            );
+            v
+        };
+        let mut c = OwnershipController::new(claimant(1), grace);
+        assert!(c
+            .step(ms(0), Event::View(gone(claimant(3).incarnation)))
+            .is_empty());
+        assert!(c.step(ms(0), resources(&[&r])).is_empty());
+        assert!(matches!(
+            &c.step(ms(0), observed(&r, Some(held_by_3.clone())))[..],
+            [Action::FenceThenClaim {
+                dead_owner: BrokerId(3),
+                ..
+            }]
+        ));
+        // Another incarnation of broker 3 went: the record's may be a newcomer's, so the
+        // grace still applies to it.
+        let mut c = OwnershipController::new(claimant(1), grace);
+        assert!(c.step(ms(0), Event::View(gone(Incarnation(1)))).is_empty());
+        assert!(c.step(ms(0), resources(&[&r])).is_empty());
+        assert!(c
+            .step(ms(1999), observed(&r, Some(held_by_3.clone())))
+            .is_empty());
     }
 
     #[test]
