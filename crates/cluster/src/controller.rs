@@ -543,6 +543,12 @@ impl OwnershipController {
             .placement_candidates(now, self.config.placement_settle)
     }
 
+    /// Whether a decision at `now` would take our own lease for in doubt, by the view last
+    /// applied (the runner then takes a fresh round first when that view is old).
+    pub fn lease_in_doubt(&self, now: Duration) -> bool {
+        !self.self_ok(now)
+    }
+
     /// Whether nobody can have judged us dead yet (with the configured margin).
     fn self_ok(&self, now: Duration) -> bool {
         match self.view.self_lease_until {

@@ -174,6 +174,9 @@ pub struct OwnershipRunner<H> {
     awaited_since: BTreeMap<String, Duration>,
     /// When the move watch last found that a handover it awaited had finished (monotonic).
     handover_done: Option<Duration>,
+    /// When the last round started (monotonic): the age of the view and records the
+    /// controller decides on.
+    last_round: Option<Duration>,
 }
 
 impl<H: ResourceHost> OwnershipRunner<H> {
@@ -202,6 +205,7 @@ impl<H: ResourceHost> OwnershipRunner<H> {
             records: watch::Sender::new(Arc::new(BTreeMap::new())),
             awaited_since: BTreeMap::new(),
             handover_done: None,
+            last_round: None,
         }
     }
 
@@ -273,6 +277,8 @@ impl<H: ResourceHost> OwnershipRunner<H> {
 
     /// [`Self::observe`] with the marker already read (by `watch`).
     async fn observe_after(&mut self, changes: Option<Version>) -> ClusterResult<()> {
+        // Set before anything can fail: a failing round is not retried before every action.
+        self.last_round = Some(self.clock.monotonic());
         let view = self.view.borrow_and_update().clone();
         let full = self.placement_changes_seen.as_ref() != Some(&changes)
             || self.rounds_since_full + 1 >= self.config.full_listing_every;
@@ -462,16 +468,55 @@ impl<H: ResourceHost> OwnershipRunner<H> {
     /// [`ResourceHost::start_serving_all`]): a takeover of thousands of partitions was
     /// thousands of sequential seals, claims and replays of the same dead stream.
     pub async fn act(&mut self) {
-        loop {
-            match self.pending.front() {
-                None => return,
-                Some(Action::Claim { .. } | Action::FenceThenClaim { .. }) => {
-                    self.claim_batch().await;
-                }
-                Some(Action::Serve { .. }) => self.serve_batch().await,
-                Some(_) => {
-                    self.act_one().await;
-                }
+        while !self.pending.is_empty() {
+            self.act_step().await;
+        }
+    }
+
+    /// [`Self::act`] as the spawned loop runs it: it stops, leaving the rest pending, when the
+    /// last round's view would put our own lease in doubt and that round is older than
+    /// `interval`; the loop takes a round before it goes on.
+    ///
+    /// The controller decides on the view of its last round, including how long our own
+    /// lease runs. A takeover of thousands of partitions acts for seconds (claims, then the
+    /// log's acquires), and a decision after that saw a lease that had run out in the old
+    /// view, although heartbeats kept landing: it stopped serving everything as "lease in
+    /// doubt" and served it all again a round later, about 5 s of a 10,000-partition
+    /// takeover. A fresh round brings the view and the records together, as every round does
+    /// (a fresh view with old records could miss what others did while we were paused).
+    ///
+    /// The loop, not this, takes the round, so commands (our stream found sealed) are still
+    /// heard between the steps of a long takeover.
+    pub async fn act_in_rounds(&mut self) {
+        while !self.pending.is_empty() && !self.round_due() {
+            self.act_step().await;
+        }
+    }
+
+    /// Whether actions are pending that the controller would decide on a view in which our
+    /// own lease is in doubt, from a round older than `interval`. Only a long run of actions
+    /// gets there (seconds: the lease less its margin and a heartbeat), so normal acting
+    /// takes no extra round; a doubt the fresh round confirms is acted on, since that round
+    /// is then younger than `interval`.
+    fn round_due(&self) -> bool {
+        let now = self.clock.monotonic();
+        !self.pending.is_empty()
+            && self.controller.lease_in_doubt(now)
+            && self
+                .last_round
+                .is_none_or(|at| now.saturating_sub(at) >= self.config.interval)
+    }
+
+    /// One step of [`Self::act`]: a batch of claims, a batch of serves, or one other action.
+    async fn act_step(&mut self) {
+        match self.pending.front() {
+            None => {}
+            Some(Action::Claim { .. } | Action::FenceThenClaim { .. }) => {
+                self.claim_batch().await;
+            }
+            Some(Action::Serve { .. }) => self.serve_batch().await,
+            Some(_) => {
+                self.act_one().await;
             }
         }
     }
@@ -700,6 +745,12 @@ impl<H: ResourceHost> OwnershipRunner<H> {
                     }
                     None => return Ok(()),
                 },
+                // Actions left pending by a long takeover (`act_in_rounds`): a round first.
+                _ = std::future::ready(()), if self.round_due() => {
+                    if let Err(e) = self.observe().await {
+                        tracing::warn!(error = %e, "ownership observation failed");
+                    }
+                }
                 _ = ticker.tick() => {
                     if let Err(e) = self.observe().await {
                         tracing::warn!(error = %e, "ownership observation failed");
@@ -729,7 +780,7 @@ impl<H: ResourceHost> OwnershipRunner<H> {
                     }
                 }
             }
-            self.act().await;
+            self.act_in_rounds().await;
             // Only a real change is published: watchers (the broker's owner cache) take every
             // publication for a change of what we serve and poll fast for a while after it,
             // and this loop runs every move watch, a hundred times a second.
@@ -894,6 +945,55 @@ mod tests {
             .unwrap()
             .iter()
             .all(|(_, why)| *why == StopReason::Lost));
+    }
+
+    /// Actions decided by a round acted on after our own lease has run out *in that round's
+    /// view*, while heartbeats kept landing (a takeover of thousands of partitions acting for
+    /// seconds): `act` decides on the stale view and holds the claims back as if our lease were
+    /// in doubt; `act_in_rounds` stops until a round brings the fresh view, then serves.
+    #[tokio::test]
+    async fn actions_wait_for_a_fresh_round_rather_than_decide_on_a_stale_own_lease() {
+        let names: BTreeSet<String> = (0..8).map(|i| format!("t/{i}")).collect();
+        let start = || async {
+            let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+            let clock = Arc::new(ManualClock::new(0));
+            let mut a = node(&store, &clock, 1, &names);
+            a.membership.try_register().await.unwrap();
+            a.membership.heartbeat().await.unwrap();
+            a.membership.refresh().await.unwrap();
+            a.runner.observe().await.unwrap();
+            assert_eq!(
+                a.runner.pending(),
+                names.len(),
+                "a round decides the claims"
+            );
+            // Acting starts late (the runner was busy): 4.5 s of a 5 s lease with a 1 s
+            // margin are gone by the round's view, but a heartbeat landed meanwhile.
+            clock.advance(Duration::from_millis(4_500));
+            a.membership.heartbeat().await.unwrap();
+            (a, clock)
+        };
+
+        let (mut stale, _) = start().await;
+        stale.runner.act().await;
+        assert!(serving(&stale).is_empty(), "act decided on the stale lease");
+
+        let (mut fresh, clock) = start().await;
+        fresh.runner.act_in_rounds().await;
+        assert_eq!(
+            fresh.runner.pending(),
+            names.len(),
+            "nothing acted on the stale round"
+        );
+        fresh.runner.observe().await.unwrap();
+        fresh.runner.act_in_rounds().await;
+        assert_eq!(serving(&fresh), names);
+        // While the round's view leaves our lease in no doubt, nothing waits for a round.
+        clock.advance(Duration::from_secs(1));
+        fresh.runner.self_fenced();
+        assert!(fresh.runner.pending() > 0);
+        fresh.runner.act_in_rounds().await;
+        assert_eq!(fresh.runner.pending(), 0);
     }
 
     /// A takeover of many resources of one dead owner seals its stream once and hands the
