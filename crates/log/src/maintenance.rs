@@ -1012,7 +1012,9 @@ async fn collect_segments(shared: &Shared, part: &Arc<Partition>) -> LogResult<u
     let mut deleted = 0usize;
     let seen = {
         let st = part.lock();
-        if st.manifest_version.is_some() && st.segments_collected == st.manifest_version {
+        // Empty partitions too: without this, 10,000 idle partitions that never had a
+        // manifest were listed again on every pass (10,000 listings every 30 s).
+        if st.segments_collected.as_ref() == Some(&st.manifest_version) {
             return Ok(0);
         }
         st.manifest_version.clone()
@@ -1099,7 +1101,7 @@ use strata_layout::partition::parse_segment_key;
 fn collected(part: &Partition, seen: Option<Version>) {
     let mut st = part.lock();
     if st.manifest_version == seen {
-        st.segments_collected = seen;
+        st.segments_collected = Some(seen);
     }
 }
 

@@ -117,8 +117,10 @@ pub struct PartState {
     /// under. Orphan segments appear only with a manifest change (a compaction, a cleaning
     /// pass) or a failed pass (which clears this), so an unchanged partition is not listed
     /// again: listing every partition every pass was 10,000 listings per pass at 10,000
-    /// partitions, idle or not.
-    pub segments_collected: Option<Version>,
+    /// partitions, idle or not. The inner None is a partition without a manifest yet (never
+    /// compacted): it is collected once too, since nothing else leaves segments there; the
+    /// outer None is "not collected since the last failure or start".
+    pub segments_collected: Option<Option<Version>>,
 }
 
 #[derive(Debug)]

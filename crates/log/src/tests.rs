@@ -942,7 +942,8 @@ async fn the_collector_removes_what_crashed_incarnations_left_and_nothing_still_
 
 /// The collector does not poll storage per partition: a partition whose manifest did not
 /// change since its segments were last listed is not listed again (with 10,000 partitions
-/// that was 10,000 listings every `retention_check_interval`, idle or not).
+/// that was 10,000 listings every `retention_check_interval`, idle or not), and neither is
+/// an empty one that never had a manifest.
 #[tokio::test]
 async fn the_collector_lists_only_partitions_whose_manifest_changed() {
     let metrics;
@@ -957,6 +958,10 @@ async fn the_collector_lists_only_partitions_whose_manifest_changed() {
     log.create_topic("t", Some(20), BTreeMap::new(), false)
         .await
         .unwrap();
+    // Ten more that stay empty (no manifest ever): listed once, like the others.
+    log.create_topic("empty", Some(10), BTreeMap::new(), false)
+        .await
+        .unwrap();
     for p in 0..20 {
         log.append(&tp("t", p), batch(&["a"], 0, None), DURABLE)
             .await
@@ -967,7 +972,7 @@ async fn the_collector_lists_only_partitions_whose_manifest_changed() {
     // other stream is registered, so no write-ahead objects are listed).
     let before = lists();
     log.collect_garbage().await.unwrap();
-    assert_eq!(lists() - before, 1 + 20);
+    assert_eq!(lists() - before, 1 + 20 + 10);
     // Nothing changed: only the registrations.
     let before = lists();
     log.collect_garbage().await.unwrap();
