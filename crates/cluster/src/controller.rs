@@ -106,6 +106,12 @@ pub enum Event {
     Tick,
     /// The membership published a new view.
     View(ClusterView),
+    /// The membership's latest view, for our own standing only: its `self_lease_until` is
+    /// taken if our lease held all along since the view last applied
+    /// ([`ClusterView::self_lease_unbroken_since`]); a lost registration is always taken.
+    /// Members and everything else stay as that view had them, the records having been read
+    /// after it.
+    SelfStanding(ClusterView),
     /// The resources that exist (from the catalog). Those not listed are stopped and forgotten.
     Resources(BTreeSet<String>),
     /// The operator's placement overrides.
@@ -405,6 +411,13 @@ impl OwnershipController {
         match event {
             Event::Tick => {}
             Event::View(view) => self.view = view,
+            Event::SelfStanding(latest) => {
+                let margin = self.config.self_lease_margin.unwrap_or_default();
+                if latest.self_lease_unbroken_since(self.view.observed_at, margin) {
+                    self.view.self_lease_until = latest.self_lease_until;
+                }
+                self.view.registration_lost |= latest.registration_lost;
+            }
             Event::Resources(resources) => self.resources = resources,
             Event::Overrides(overrides) => self.overrides = overrides,
             Event::SelfFenced => self.fenced = true,
@@ -744,7 +757,16 @@ fn decide_one(
                             .departed
                             .get(&record.owner)
                             .is_some_and(|d| d.registration.incarnation == record.incarnation);
-                        if !own_predecessor && !seen_leaving && cx.now < since + cx.dead_owner_grace
+                        // The grace runs in listings, not in time: the owner must still be
+                        // missing from a view *listed* a grace after we first found it
+                        // missing. Decisions between rounds (after a long run of claims or
+                        // serves) use the round's view, and a grace counted on the clock ran
+                        // out there with no listing since: a broker 7 s old at 10,000
+                        // partitions was sealed that way, live, by a peer deciding on a view
+                        // listed before it joined.
+                        if !own_predecessor
+                            && !seen_leaving
+                            && view.observed_at < since + cx.dead_owner_grace
                         {
                             return None;
                         }
@@ -823,6 +845,7 @@ mod tests {
             departed: BTreeMap::new(),
             self_lease_until: Some(now + LEASE),
             registration_lost: false,
+            self_lease_renewals: Vec::new(),
         }
     }
 
@@ -1011,10 +1034,15 @@ mod tests {
         let other = record(3, 4, OwnerState::Active, 9);
         assert!(c.step(ms(0), observed(&r, Some(other.clone()))).is_empty());
         assert!(c
-            .step(ms(1999), observed(&r, Some(other.clone())))
+            .step(ms(1999), Event::View(view(ms(1999), &[1])))
+            .is_empty());
+        // The grace counts listings, not time: deciding on a view listed before it ran out
+        // (a long run of actions between rounds) waits, however late it is.
+        assert!(c
+            .step(ms(5000), observed(&r, Some(other.clone())))
             .is_empty());
         assert!(matches!(
-            &c.step(ms(2000), observed(&r, Some(other)))[..],
+            &c.step(ms(5000), Event::View(view(ms(2000), &[1])))[..],
             [Action::FenceThenClaim {
                 dead_owner: BrokerId(3),
                 ..

@@ -102,7 +102,7 @@ pub use fence::{
 pub use liveness::LivenessTracker;
 pub use membership::{
     BrokerRegistration, ClusterView, Departed, Incarnation, JoinProgress, ListenerEndpoint,
-    LocalBroker, Member, Membership, MembershipConfig, MembershipHandle,
+    LocalBroker, Member, Membership, MembershipConfig, MembershipHandle, Renewal, RENEWALS_KEPT,
 };
 pub use node_ids::{
     join_with_allocated_id, Newcomer, FIRST_ALLOCATED_NODE_ID, MAX_CONFIGURED_NODE_ID,

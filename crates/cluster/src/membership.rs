@@ -187,9 +187,48 @@ pub struct ClusterView {
     pub self_lease_until: Option<Duration>,
     /// Our registration was taken over: this process is considered dead and must stop.
     pub registration_lost: bool,
+    /// Our last registration writes that landed, oldest first (at most [`RENEWALS_KEPT`]),
+    /// and how much lease each found left: what [`Self::self_lease_unbroken_since`] needs to
+    /// tell whether our lease held all along since an earlier view.
+    pub self_lease_renewals: Vec<Renewal>,
+}
+
+/// How many [`Renewal`]s a view carries: half a minute of heartbeats at the default
+/// interval, more than any round or run of actions lasts.
+pub const RENEWALS_KEPT: usize = 32;
+
+/// One registration write of ours that landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Renewal {
+    /// Our monotonic time when we learned it landed (from then on the new lease counts).
+    pub landed: Duration,
+    /// Until when the lease before it ran (None: there was none, this write started one).
+    pub previous_until: Option<Duration>,
 }
 
 impl ClusterView {
+    /// Whether, by this view's renewals, our lease held with more than `margin` to spare at
+    /// every moment from `since` to this view: each write that landed after `since` landed
+    /// while the lease before it still had more than `margin` to run.
+    ///
+    /// That is what lets a decision use this view's `self_lease_until` with records read
+    /// after `since` (by an older view): nobody can have judged us dead in between, so
+    /// nobody can have taken over what those records say we hold. A renewal that landed late
+    /// breaks it, and so does a gap the kept renewals no longer cover.
+    pub fn self_lease_unbroken_since(&self, since: Duration, margin: Duration) -> bool {
+        let renewals = &self.self_lease_renewals;
+        // Every renewal after `since` is kept: the run of them starts before it, or nothing
+        // was ever dropped.
+        let covered =
+            renewals.len() < RENEWALS_KEPT || renewals.first().is_some_and(|r| r.landed <= since);
+        covered
+            && !self.registration_lost
+            && renewals.iter().filter(|r| r.landed > since).all(|r| {
+                r.previous_until
+                    .is_some_and(|until| r.landed + margin < until)
+            })
+    }
+
     pub fn is_live(&self, broker: BrokerId) -> bool {
         self.members.contains_key(&broker)
     }
@@ -299,6 +338,8 @@ pub struct Membership {
     tracker: LivenessTracker,
     /// Our monotonic time when we issued the last registration write known to have landed.
     last_write_issued: Option<Duration>,
+    /// The last [`RENEWALS_KEPT`] writes that landed (see [`ClusterView::self_lease_renewals`]).
+    renewals: std::collections::VecDeque<Renewal>,
     view: watch::Sender<ClusterView>,
     processes: Arc<dyn ProcessTable>,
 }
@@ -332,6 +373,7 @@ impl Membership {
             state: JoinState::Unregistered,
             tracker,
             last_write_issued: None,
+            renewals: std::collections::VecDeque::new(),
             view: watch::Sender::new(ClusterView::default()),
             processes: Arc::new(NoProcessTable),
         })
@@ -584,6 +626,7 @@ impl Membership {
             departed,
             self_lease_until: self.self_lease_until(),
             registration_lost: matches!(self.state, JoinState::Lost),
+            self_lease_renewals: self.renewals.iter().copied().collect(),
         };
         self.view.send_replace(view.clone());
         Ok(view)
@@ -719,6 +762,7 @@ impl Membership {
         tracing::info!(broker = %self.me.node_id, "left the cluster");
         self.state = JoinState::Unregistered;
         self.last_write_issued = None;
+        self.renewals.clear();
         self.publish_self_state();
         Ok(())
     }
@@ -737,6 +781,8 @@ impl Membership {
 
     async fn run(mut self, mut commands: mpsc::Receiver<Command>) -> ClusterResult<()> {
         let mut ticker = Ticker::new(Arc::clone(&self.clock), self.config.heartbeat_interval);
+        let interval = self.config.heartbeat_interval;
+        let mut last_beat: Option<Duration> = None;
         loop {
             tokio::select! {
                 command = commands.recv() => match command {
@@ -751,7 +797,26 @@ impl Membership {
                     None => return Ok(()),
                 },
                 _ = ticker.tick() => {
-                    match self.heartbeat().await {
+                    // A late or slow heartbeat eats the lease's margin; saying which of the
+                    // two it was (this task not run in time, or the write itself slow) is what
+                    // an operator needs before the lease is in doubt.
+                    let started = self.clock.monotonic();
+                    if let Some(gap) = last_beat.map(|at| started.saturating_sub(at)) {
+                        if gap >= interval * 2 {
+                            tracing::warn!(gap_ms = gap.as_millis() as u64,
+                                interval_ms = interval.as_millis() as u64,
+                                "heartbeat started late: the membership task was not run in time");
+                        }
+                    }
+                    last_beat = Some(started);
+                    let beat = self.heartbeat().await;
+                    let took = self.clock.monotonic().saturating_sub(started);
+                    if took >= interval {
+                        tracing::warn!(took_ms = took.as_millis() as u64,
+                            interval_ms = interval.as_millis() as u64,
+                            "slow heartbeat: writing the registration took longer than the interval");
+                    }
+                    match beat {
                         Ok(()) => {}
                         Err(e @ ClusterError::RegistrationLost { .. }) => {
                             tracing::error!(error = %e, "membership lost; stopping heartbeats");
@@ -785,6 +850,7 @@ impl Membership {
             "our registration was taken over; this process is considered dead");
         self.state = JoinState::Lost;
         self.last_write_issued = None;
+        self.renewals.clear();
         self.publish_self_state();
         ClusterError::RegistrationLost {
             broker: self.me.node_id,
@@ -804,9 +870,11 @@ impl Membership {
     fn publish_self_state(&self) {
         let lost = matches!(self.state, JoinState::Lost);
         let until = self.self_lease_until();
+        let renewals: Vec<Renewal> = self.renewals.iter().copied().collect();
         self.view.send_modify(|view| {
             view.registration_lost = lost;
             view.self_lease_until = until;
+            view.self_lease_renewals = renewals;
         });
     }
 
@@ -829,6 +897,15 @@ impl Membership {
             },
             Err(e) => return Err(e.into()),
         };
+        let landed = self.clock.monotonic();
+        let previous_until = self.self_lease_until();
+        if self.renewals.len() == RENEWALS_KEPT {
+            self.renewals.pop_front();
+        }
+        self.renewals.push_back(Renewal {
+            landed,
+            previous_until,
+        });
         self.last_write_issued = Some(issued);
         if matches!(self.state, JoinState::Registered { .. }) {
             self.publish_self_state();
@@ -968,6 +1045,95 @@ mod tests {
 
     fn ids(view: &ClusterView) -> Vec<i32> {
         view.members.keys().map(|b| b.0).collect()
+    }
+
+    /// Our lease held since a moment only if every write that landed since found more than
+    /// the margin left of the lease before it, and the kept renewals reach back that far.
+    #[test]
+    fn a_lease_is_unbroken_only_if_every_renewal_since_landed_inside_the_margin() {
+        let s = Duration::from_secs;
+        let renewal = |landed: u64, until: Option<u64>| Renewal {
+            landed: s(landed),
+            previous_until: until.map(s),
+        };
+        let view = |renewals: Vec<Renewal>| ClusterView {
+            self_lease_renewals: renewals,
+            ..ClusterView::default()
+        };
+        // A 5 s lease renewed every second: 4 s of slack each time.
+        let steady = view(
+            (0..6)
+                .map(|i| renewal(i, (i > 0).then(|| i - 1 + 5)))
+                .collect(),
+        );
+        assert!(steady.self_lease_unbroken_since(s(1), s(1)));
+        assert!(steady.self_lease_unbroken_since(s(0), s(1)));
+        assert!(
+            !steady.self_lease_unbroken_since(s(0), s(5)),
+            "4 s of slack < a 5 s margin"
+        );
+        // Since before the first write ever: it started a lease, none held before it.
+        assert!(!view(vec![renewal(3, None)]).self_lease_unbroken_since(s(2), s(1)));
+        assert!(view(vec![renewal(3, None)]).self_lease_unbroken_since(s(3), s(1)));
+        // One write landed with 0.5 s of its predecessor's lease left: broken for a 1 s
+        // margin, not for a 0.25 s one, and only for windows that contain it.
+        let ms = Duration::from_millis;
+        let late = view(vec![
+            renewal(1, Some(5)),
+            Renewal {
+                landed: ms(9_500),
+                previous_until: Some(s(10)),
+            },
+            renewal(10, Some(14)),
+        ]);
+        assert!(!late.self_lease_unbroken_since(s(1), s(1)));
+        assert!(late.self_lease_unbroken_since(s(1), ms(250)));
+        assert!(late.self_lease_unbroken_since(ms(9_600), s(1)));
+        // A full ring that starts after the moment asked about proves nothing.
+        let full = view(
+            (10..10 + RENEWALS_KEPT as u64)
+                .map(|i| renewal(i, Some(i + 4)))
+                .collect(),
+        );
+        assert!(full.self_lease_unbroken_since(s(10), s(1)));
+        assert!(!full.self_lease_unbroken_since(s(9), s(1)));
+        // A lost registration holds nothing.
+        let lost = ClusterView {
+            registration_lost: true,
+            ..steady.clone()
+        };
+        assert!(!lost.self_lease_unbroken_since(s(1), s(1)));
+    }
+
+    /// The renewals a membership publishes are the writes that landed, each with the lease
+    /// it found: a heartbeat late by more than the lease leaves one that found none left.
+    #[tokio::test]
+    async fn renewals_record_each_landed_write_and_the_lease_it_found() {
+        let (store, clock) = setup();
+        let mut m = membership(&store, &clock, 1, 100);
+        m.try_register().await.unwrap();
+        m.heartbeat().await.unwrap();
+        clock.advance(Duration::from_secs(1));
+        m.heartbeat().await.unwrap();
+        let view = m.view();
+        let lease = MembershipConfig::default().lease_period;
+        assert!(view.self_lease_renewals.len() >= 2);
+        let last = view.self_lease_renewals.last().copied().unwrap();
+        assert_eq!(last.landed, clock.monotonic());
+        assert_eq!(
+            last.previous_until,
+            Some(clock.monotonic() - Duration::from_secs(1) + lease)
+        );
+        let since = clock.monotonic() - Duration::from_secs(1);
+        assert!(view.self_lease_unbroken_since(since, Duration::from_secs(1)));
+
+        clock.advance(lease + Duration::from_secs(1));
+        m.heartbeat().await.unwrap();
+        let view = m.view();
+        assert!(
+            !view.self_lease_unbroken_since(since, Duration::ZERO),
+            "the lease ran out between"
+        );
     }
 
     #[tokio::test]

@@ -121,7 +121,19 @@ pub struct RunnerConfig {
     /// `cluster/placement-changes` marker moved, and at least every this many rounds anyway: a
     /// mover or topic creator that died between its change and the marker is seen that late.
     pub full_listing_every: u32,
+    /// A regular round (the `interval` tick) waits until at least this many times as long as
+    /// the last round took has passed since that round started, so rounds take at most about
+    /// `1 / round_cost_ratio` of the runner's time whatever the number of partitions. Rounds
+    /// that answer an announced change (a new view, a moved placement marker, a command, a
+    /// long takeover's fresh round) are never held back. See [`OwnershipRunner::round_due_by_cost`].
+    pub round_cost_ratio: u32,
 }
+
+/// The default of [`RunnerConfig::round_cost_ratio`]: regular rounds take at most about a
+/// quarter of the runner's time. At a thousand partitions a round takes a few milliseconds,
+/// so this never holds one back; at 10,000 a broker on `file://` a round took about 240 ms
+/// and ran four times a second, most of an idle broker's core (docs/BENCHMARKS.md).
+pub const ROUND_COST_RATIO: u32 = 4;
 
 /// The default of [`RunnerConfig::full_listing_every`]: 30 s at S3's 1 s round, 7.5 s at the
 /// 250 ms local one, for changes whose writer died before announcing them.
@@ -134,6 +146,7 @@ impl Default for RunnerConfig {
             in_flight_window: 64,
             watch_interval: None,
             full_listing_every: FULL_LISTING_EVERY,
+            round_cost_ratio: ROUND_COST_RATIO,
         }
     }
 }
@@ -177,6 +190,8 @@ pub struct OwnershipRunner<H> {
     /// When the last round started (monotonic): the age of the view and records the
     /// controller decides on.
     last_round: Option<Duration>,
+    /// How long the last round took, start to end, whether it succeeded or not.
+    last_round_took: Duration,
 }
 
 impl<H: ResourceHost> OwnershipRunner<H> {
@@ -206,6 +221,7 @@ impl<H: ResourceHost> OwnershipRunner<H> {
             awaited_since: BTreeMap::new(),
             handover_done: None,
             last_round: None,
+            last_round_took: Duration::ZERO,
         }
     }
 
@@ -243,8 +259,18 @@ impl<H: ResourceHost> OwnershipRunner<H> {
     /// Feeds an event to the controller and queues what it decides.
     pub fn feed(&mut self, event: Event) {
         let now = self.clock.monotonic();
-        let actions = self.controller.step(now, event);
+        let actions = self.controller.step_all(now, [self.self_standing(), event]);
         self.pending.extend(actions);
+    }
+
+    /// Our own standing as the membership has it now, for decisions made between rounds
+    /// (see [`Event::SelfStanding`]). A decision after a long run of actions (a takeover of
+    /// thousands of partitions acts for seconds) judged our lease by the round's view, which
+    /// had it running out although heartbeats kept landing: it stopped serving everything
+    /// as "lease in doubt" and a round later served it all again. The view is only peeked
+    /// at, not marked seen, so the loop still takes a round when who is live changes.
+    fn self_standing(&self) -> Event {
+        Event::SelfStanding(self.view.borrow().clone())
     }
 
     /// Feeds a batch's events and decides once: deciding after each of them placed every
@@ -254,7 +280,10 @@ impl<H: ResourceHost> OwnershipRunner<H> {
             return;
         }
         let now = self.clock.monotonic();
-        let actions = self.controller.step_all(now, events);
+        let standing = self.self_standing();
+        let actions = self
+            .controller
+            .step_all(now, std::iter::once(standing).chain(events));
         self.pending.extend(actions);
     }
 
@@ -275,10 +304,40 @@ impl<H: ResourceHost> OwnershipRunner<H> {
         self.observe_after(changes).await
     }
 
-    /// [`Self::observe`] with the marker already read (by `watch`).
+    /// [`Self::observe`] with the marker already read (by `watch`), timed for
+    /// [`Self::round_due_by_cost`].
     async fn observe_after(&mut self, changes: Option<Version>) -> ClusterResult<()> {
+        let started = self.clock.monotonic();
         // Set before anything can fail: a failing round is not retried before every action.
-        self.last_round = Some(self.clock.monotonic());
+        self.last_round = Some(started);
+        let result = self.round(changes).await;
+        self.last_round_took = self.clock.monotonic().saturating_sub(started);
+        result
+    }
+
+    /// Whether a regular round may start now: once the last round is older than
+    /// [`RunnerConfig::round_cost_ratio`] times what it took.
+    ///
+    /// A round lists every owner record and decides over every resource, so its cost grows
+    /// with the partitions: on `file://` at 10,000 a broker it took about 240 ms, and at the
+    /// 250 ms interval an idle broker spent most of a core on rounds. Nothing is missed by
+    /// spacing them out: deaths, placement changes and commands start rounds of their own,
+    /// and what only a regular round notices (a claim or release by another broker we do not
+    /// await, a grace running out) is seen a little later, in proportion to the cluster's
+    /// size. A slow storage (an S3 listing of many pages) spaces them out the same way,
+    /// which also bounds the requests they send.
+    pub fn round_due_by_cost(&self) -> bool {
+        let now = self.clock.monotonic();
+        self.last_round.is_none_or(|at| {
+            now.saturating_sub(at)
+                >= self
+                    .last_round_took
+                    .saturating_mul(self.config.round_cost_ratio)
+        })
+    }
+
+    /// The body of [`Self::observe_after`].
+    async fn round(&mut self, changes: Option<Version>) -> ClusterResult<()> {
         let view = self.view.borrow_and_update().clone();
         let full = self.placement_changes_seen.as_ref() != Some(&changes)
             || self.rounds_since_full + 1 >= self.config.full_listing_every;
@@ -325,6 +384,9 @@ impl<H: ResourceHost> OwnershipRunner<H> {
             let record = records.get(&resource).cloned();
             events.push(Event::Observed { resource, record });
         }
+        // The listing and reads can take seconds at many partitions on a busy machine: judge
+        // our lease by the standing of now, if it held since the view the round began with.
+        events.push(self.self_standing());
         let now = self.clock.monotonic();
         let actions = self.controller.step_all(now, events);
         self.pending.extend(actions);
@@ -488,7 +550,13 @@ impl<H: ResourceHost> OwnershipRunner<H> {
     /// The loop, not this, takes the round, so commands (our stream found sealed) are still
     /// heard between the steps of a long takeover.
     pub async fn act_in_rounds(&mut self) {
-        while !self.pending.is_empty() && !self.round_due() {
+        loop {
+            // Heartbeats that landed while we acted count before a round is called for.
+            let now = self.clock.monotonic();
+            self.controller.apply(now, self.self_standing());
+            if self.pending.is_empty() || self.round_due() {
+                return;
+            }
             self.act_step().await;
         }
     }
@@ -751,9 +819,13 @@ impl<H: ResourceHost> OwnershipRunner<H> {
                         tracing::warn!(error = %e, "ownership observation failed");
                     }
                 }
+                // Skipped while the last round's cost says it is too soon (see
+                // `round_due_by_cost`); a later tick takes it.
                 _ = ticker.tick() => {
-                    if let Err(e) = self.observe().await {
-                        tracing::warn!(error = %e, "ownership observation failed");
+                    if self.round_due_by_cost() {
+                        if let Err(e) = self.observe().await {
+                            tracing::warn!(error = %e, "ownership observation failed");
+                        }
                     }
                 }
                 _ = watch_tick => {
@@ -994,6 +1066,44 @@ mod tests {
         assert!(fresh.runner.pending() > 0);
         fresh.runner.act_in_rounds().await;
         assert_eq!(fresh.runner.pending(), 0);
+    }
+
+    /// Heartbeats that land on time while the runner acts keep counting: a decision after
+    /// seconds of acting takes our lease from the latest view, not the round's, so nothing is
+    /// suspended and no extra round is needed. At 10,000 partitions a broker a takeover acts
+    /// for seconds, and every decision after that suspended everything the broker served.
+    #[tokio::test]
+    async fn heartbeats_landing_while_acting_keep_the_lease_without_a_round() {
+        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let clock = Arc::new(ManualClock::new(0));
+        let names: BTreeSet<String> = (0..8).map(|i| format!("t/{i}")).collect();
+        let mut a = node(&store, &clock, 1, &names);
+        a.membership.try_register().await.unwrap();
+        a.membership.heartbeat().await.unwrap();
+        a.membership.refresh().await.unwrap();
+        a.runner.observe().await.unwrap();
+        assert_eq!(a.runner.pending(), names.len());
+        let round = a.runner.last_round;
+        // 4.5 s of a 5 s lease (1 s margin) pass by the round's view, with a heartbeat every
+        // second, each well inside the lease before it.
+        for _ in 0..4 {
+            clock.advance(Duration::from_secs(1));
+            a.membership.heartbeat().await.unwrap();
+        }
+        clock.advance(Duration::from_millis(500));
+        a.runner.act_in_rounds().await;
+        assert_eq!(a.runner.pending(), 0);
+        assert_eq!(
+            serving(&a),
+            names,
+            "served on the lease the heartbeats kept"
+        );
+        assert_eq!(a.runner.last_round, round, "no round was needed");
+        // The controller decided on the round's records and the latest lease: a fenced
+        // stop afterwards still goes through.
+        a.runner.self_fenced();
+        a.runner.act_in_rounds().await;
+        assert!(serving(&a).is_empty());
     }
 
     /// A takeover of many resources of one dead owner seals its stream once and hands the
@@ -1269,6 +1379,112 @@ mod tests {
     /// The membership republishes its view after every heartbeat and listing; the runner ran a
     /// full round for each publication (two or three a second, each a listing, whatever
     /// `ownership_interval` said). Only a change of who is live, or how, is worth one now.
+    /// A store whose listings of owner records take `took` of the manual clock's time, as a
+    /// listing of thousands of records does.
+    #[derive(Debug)]
+    struct SlowListing {
+        inner: MemoryStore,
+        clock: Arc<ManualClock>,
+        took: std::sync::Mutex<Duration>,
+    }
+
+    impl SlowListing {
+        fn pass_time(&self, prefix: &str) {
+            if prefix.starts_with(crate::keys::OWNERS_PREFIX) {
+                self.clock.advance(*self.took.lock().unwrap());
+            }
+        }
+    }
+
+    #[async_trait]
+    impl ObjectStore for SlowListing {
+        async fn put(
+            &self,
+            key: &strata_storage::ObjectKey,
+            data: bytes::Bytes,
+            mode: strata_storage::PutMode,
+        ) -> strata_storage::StorageResult<Version> {
+            self.inner.put(key, data, mode).await
+        }
+        async fn get(
+            &self,
+            key: &strata_storage::ObjectKey,
+        ) -> strata_storage::StorageResult<(bytes::Bytes, Version)> {
+            self.inner.get(key).await
+        }
+        async fn get_range(
+            &self,
+            key: &strata_storage::ObjectKey,
+            range: std::ops::Range<u64>,
+        ) -> strata_storage::StorageResult<bytes::Bytes> {
+            self.inner.get_range(key, range).await
+        }
+        async fn list(
+            &self,
+            prefix: &str,
+        ) -> strata_storage::StorageResult<Vec<strata_storage::ObjectMeta>> {
+            self.pass_time(prefix);
+            self.inner.list(prefix).await
+        }
+        async fn list_keys(
+            &self,
+            prefix: &str,
+        ) -> strata_storage::StorageResult<Vec<strata_storage::ListedKey>> {
+            self.pass_time(prefix);
+            self.inner.list_keys(prefix).await
+        }
+        async fn delete(
+            &self,
+            key: &strata_storage::ObjectKey,
+        ) -> strata_storage::StorageResult<()> {
+            self.inner.delete(key).await
+        }
+        fn backend_name(&self) -> &'static str {
+            "slow-listing"
+        }
+    }
+
+    /// A round that took long holds the next regular round back for `round_cost_ratio` times
+    /// as long, counted from its start; a cheap round holds nothing back. At 10,000 partitions
+    /// a broker, 240 ms rounds every 250 ms took most of an idle broker's core.
+    #[tokio::test]
+    async fn regular_rounds_wait_in_proportion_to_what_the_last_one_took() {
+        let clock = Arc::new(ManualClock::new(0));
+        let slow = Arc::new(SlowListing {
+            inner: MemoryStore::new(),
+            clock: Arc::clone(&clock),
+            took: std::sync::Mutex::new(Duration::ZERO),
+        });
+        let store: Arc<dyn ObjectStore> = slow.clone();
+        let names: BTreeSet<String> = (0..4).map(|i| format!("t/{i}")).collect();
+        let mut a = node(&store, &clock, 1, &names);
+        a.membership.try_register().await.unwrap();
+        a.membership.refresh().await.unwrap();
+        assert!(a.runner.round_due_by_cost(), "no round yet");
+        a.runner.observe().await.unwrap();
+        assert!(a.runner.round_due_by_cost(), "a round that took no time");
+
+        *slow.took.lock().unwrap() = Duration::from_millis(300);
+        a.runner.observe().await.unwrap();
+        let ratio = RunnerConfig::default().round_cost_ratio;
+        assert!(ratio > 1);
+        // 300 ms have passed inside the round; the next waits until 300 ms × ratio after it
+        // started.
+        let due = Duration::from_millis(300) * ratio;
+        clock.advance(due - Duration::from_millis(301));
+        assert!(
+            !a.runner.round_due_by_cost(),
+            "too soon after a 300 ms round"
+        );
+        clock.advance(Duration::from_millis(1));
+        assert!(a.runner.round_due_by_cost());
+
+        // The cost is the last round's: a cheap one lifts the wait again.
+        *slow.took.lock().unwrap() = Duration::ZERO;
+        a.runner.observe().await.unwrap();
+        assert!(a.runner.round_due_by_cost());
+    }
+
     #[tokio::test]
     async fn only_a_change_of_the_live_brokers_is_worth_a_round_before_the_tick() {
         let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
