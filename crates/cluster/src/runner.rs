@@ -135,6 +135,11 @@ pub struct RunnerConfig {
 /// and ran four times a second, most of an idle broker's core (docs/BENCHMARKS.md).
 pub const ROUND_COST_RATIO: u32 = 4;
 
+/// The longest a regular round is held back by [`RunnerConfig::round_cost_ratio`], however
+/// long the last one took: a round that waited out storage timeouts in an outage (10 s each)
+/// would otherwise hold the next one back for most of a minute after the storage is back.
+pub const ROUND_SPACING_MAX: Duration = Duration::from_secs(10);
+
 /// The default of [`RunnerConfig::full_listing_every`]: 30 s at S3's 1 s round, 7.5 s at the
 /// 250 ms local one, for changes whose writer died before announcing them.
 pub const FULL_LISTING_EVERY: u32 = 30;
@@ -341,6 +346,7 @@ impl<H: ResourceHost> OwnershipRunner<H> {
                 >= self
                     .last_round_took
                     .saturating_mul(self.config.round_cost_ratio)
+                    .min(ROUND_SPACING_MAX)
         })
     }
 
@@ -1492,6 +1498,18 @@ mod tests {
         );
         clock.advance(Duration::from_millis(1));
         assert!(a.runner.round_due_by_cost());
+
+        // However long a round took (an outage's timeouts), the next waits 10 s at most.
+        // A 5 s round would hold the next back 20 s; 5 s of it have passed inside the round.
+        *slow.took.lock().unwrap() = Duration::from_secs(5);
+        a.runner.observe().await.unwrap();
+        clock.advance(ROUND_SPACING_MAX - Duration::from_secs(5) - Duration::from_millis(1));
+        assert!(!a.runner.round_due_by_cost());
+        clock.advance(Duration::from_millis(1));
+        assert!(
+            a.runner.round_due_by_cost(),
+            "held back no longer than the cap"
+        );
 
         // The cost is the last round's: a cheap one lifts the wait again.
         *slow.took.lock().unwrap() = Duration::ZERO;
