@@ -223,6 +223,16 @@ struct Slot {
 }
 
 impl Slot {
+    /// Idle, with a known record that another broker holds Active.
+    fn held_active_elsewhere(&self, me: &Claimant) -> bool {
+        self.phase == Phase::Idle
+            && self.known
+            && self
+                .record
+                .as_ref()
+                .is_some_and(|(_, r)| r.state == OwnerState::Active && !r.is_held_by(me))
+    }
+
     fn new() -> Self {
         Self {
             phase: Phase::Idle,
@@ -244,6 +254,11 @@ pub struct OwnershipController {
     resources: BTreeSet<String>,
     overrides: BTreeMap<String, BrokerId>,
     slots: BTreeMap<String, Slot>,
+    /// The resources whose slot is idle with a known record another broker holds Active (see
+    /// [`Slot::held_active_elsewhere`]): the only ones a handover can be awaited for. Noted by
+    /// each decision, so the move watch, every few milliseconds, does not scan 10,000 slots
+    /// to find none; None after an event that may have changed a slot, until the next one.
+    held_elsewhere: Option<BTreeSet<String>>,
     fenced: bool,
 }
 
@@ -256,6 +271,7 @@ impl OwnershipController {
             resources: BTreeSet::new(),
             overrides: BTreeMap::new(),
             slots: BTreeMap::new(),
+            held_elsewhere: None,
             fenced: false,
         }
     }
@@ -320,22 +336,38 @@ impl OwnershipController {
     /// so a move costs the old owner's flush rather than our next full round. Empty almost
     /// always, so the fast path costs nothing when no move is under way.
     pub fn awaiting_handover(&self, now: Duration) -> Vec<String> {
-        let candidates = self.candidates(now);
-        self.slots
-            .iter()
-            .filter(|(resource, slot)| {
-                slot.phase == Phase::Idle
-                    && slot.known
-                    && self.resources.contains(*resource)
-                    && self.placement(resource, &candidates) == Some(self.me.broker)
-                    && slot.record.as_ref().is_some_and(|(_, r)| {
-                        r.state == OwnerState::Active
-                            && !r.is_held_by(&self.me)
-                            && self.view.is_live_incarnation(r.owner, r.incarnation)
+        let awaited = |resource: &String, slot: &Slot, candidates: &BTreeSet<BrokerId>| {
+            slot.held_active_elsewhere(&self.me)
+                && self.resources.contains(resource)
+                && self.placement(resource, candidates) == Some(self.me.broker)
+                && slot
+                    .record
+                    .as_ref()
+                    .is_some_and(|(_, r)| self.view.is_live_incarnation(r.owner, r.incarnation))
+        };
+        match &self.held_elsewhere {
+            Some(noted) if noted.is_empty() => Vec::new(),
+            Some(noted) => {
+                let candidates = self.candidates(now);
+                noted
+                    .iter()
+                    .filter(|resource| {
+                        self.slots
+                            .get(*resource)
+                            .is_some_and(|slot| awaited(resource, slot, &candidates))
                     })
-            })
-            .map(|(resource, _)| resource.clone())
-            .collect()
+                    .cloned()
+                    .collect()
+            }
+            None => {
+                let candidates = self.candidates(now);
+                self.slots
+                    .iter()
+                    .filter(|(resource, slot)| awaited(resource, slot, &candidates))
+                    .map(|(resource, _)| resource.clone())
+                    .collect()
+            }
+        }
     }
 
     /// The placement overrides as last observed.
@@ -408,6 +440,9 @@ impl OwnershipController {
 
     /// Applies `event` without deciding anything (see [`Self::step_all`]).
     pub fn apply(&mut self, now: Duration, event: Event) {
+        if !matches!(event, Event::Tick | Event::SelfStanding(_)) {
+            self.held_elsewhere = None;
+        }
         match event {
             Event::Tick => {}
             Event::View(view) => self.view = view,
@@ -595,6 +630,7 @@ impl OwnershipController {
             .cloned()
             .collect();
         let mut actions = Vec::new();
+        let mut held_elsewhere = BTreeSet::new();
         for name in names {
             let exists = self.resources.contains(&name);
             let target = if exists {
@@ -610,8 +646,11 @@ impl OwnershipController {
             }
             if !exists && slot.phase == Phase::Idle {
                 self.slots.remove(&name);
+            } else if slot.held_active_elsewhere(&self.me) {
+                held_elsewhere.insert(name);
             }
         }
+        self.held_elsewhere = Some(held_elsewhere);
         actions
     }
 }
@@ -998,6 +1037,43 @@ mod tests {
         let released = record(2, 3, OwnerState::Released, 8);
         assert_eq!(c.step(ms(3), observed(&r, Some(released))).len(), 1);
         assert!(c.awaiting_handover(ms(3)).is_empty());
+    }
+
+    /// The move watch asks every few milliseconds; the decisions note which slots could be
+    /// awaited so it need not scan them all. It must answer as the scan would, after every
+    /// kind of step, including an event applied without a decision.
+    #[test]
+    fn the_awaited_handovers_noted_by_decisions_are_those_a_scan_finds() {
+        let names: Vec<String> = (0..40).map(|i| format!("t/{i}")).collect();
+        let refs: Vec<&String> = names.iter().collect();
+        let mut c = controller(1, &[1, 2], &refs);
+        let scanned = |c: &OwnershipController, now| {
+            let mut scan = c.clone();
+            scan.held_elsewhere = None;
+            scan.awaiting_handover(now)
+        };
+        let mut awaited_somewhere = false;
+        for (i, name) in names.iter().enumerate() {
+            let held = match i % 4 {
+                0 => record(2, 3, OwnerState::Active, 7),
+                1 => record(2, 3, OwnerState::Released, 7),
+                2 => record(1, 1, OwnerState::Active, 7),
+                _ => record(3, 4, OwnerState::Active, 7),
+            };
+            c.step(ms(i as u64), observed(name, Some(held)));
+            let now = ms(i as u64);
+            assert_eq!(c.awaiting_handover(now), scanned(&c, now), "after {name}");
+            awaited_somewhere |= !c.awaiting_handover(now).is_empty();
+        }
+        assert!(awaited_somewhere, "some record is awaited from broker 2");
+        // Broker 2 leaves the view: nothing is awaited from it any more.
+        let mut view = c.view.clone();
+        view.members.remove(&BrokerId(2));
+        c.apply(ms(50), Event::View(view));
+        assert_eq!(c.awaiting_handover(ms(50)), scanned(&c, ms(50)));
+        c.step(ms(51), Event::Tick);
+        assert!(c.awaiting_handover(ms(51)).is_empty());
+        assert_eq!(c.awaiting_handover(ms(51)), scanned(&c, ms(51)));
     }
 
     #[test]
