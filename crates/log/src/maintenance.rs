@@ -137,14 +137,17 @@ pub(crate) async fn compact_replayed(shared: Arc<Shared>, mut stop: watch::Recei
         let shared = &shared;
         let stop = &stop;
         futures::stream::iter(parts)
-            .for_each_concurrent(crate::ownership::TAKEOVER_CONCURRENCY, |part| async move {
-                if !*stop.borrow() {
-                    if let Err(e) = compact(shared, &part).await {
-                        on_failure(shared, &part, "compacting a replayed tail", &e).await;
+            .for_each_concurrent(
+                crate::ownership::REPLAYED_COMPACTIONS_AT_ONCE,
+                |part| async move {
+                    if !*stop.borrow() {
+                        if let Err(e) = compact(shared, &part).await {
+                            on_failure(shared, &part, "compacting a replayed tail", &e).await;
+                        }
                     }
-                }
-                shared.replayed.done();
-            })
+                    shared.replayed.done();
+                },
+            )
             .await;
         let elapsed = shared.clock.monotonic().saturating_sub(began);
         tracing::info!(

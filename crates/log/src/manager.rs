@@ -97,6 +97,7 @@ impl LogManager {
             wal_newest: Mutex::new((0, None)),
             retired_streams: Mutex::new(HashMap::new()),
             unsealed_tops: Mutex::new(HashMap::new()),
+            sealed_streams: Default::default(),
             producer_ids: tokio::sync::Mutex::new(ProducerIdBlock::default()),
             catalog_lock: tokio::sync::Mutex::new(()),
             cleaner_slots: Semaphore::new(config_cleaner_threads.max(1)),

@@ -55,6 +55,8 @@ pub(crate) struct Shared {
     /// late writes landed above the seal does not, and is searched once (see
     /// `maintenance::find_end_seal`).
     pub unsealed_tops: Mutex<HashMap<u32, (u64, bool)>>,
+    /// What takeovers read of the streams they sealed, for a takeover's later batches.
+    pub sealed_streams: crate::ownership::SealedStreams,
     pub producer_ids: tokio::sync::Mutex<ProducerIdBlock>,
     /// Serialises catalog changes made by this broker.
     pub catalog_lock: tokio::sync::Mutex<()>,

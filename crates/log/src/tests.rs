@@ -741,6 +741,98 @@ async fn broker_two_took_over(
     (a, b)
 }
 
+/// The cluster hands a big takeover to the log in batches; each batch sealed the dead stream
+/// again and read every object of it again. The later batches of one takeover now seal and
+/// read nothing of it, and still replay exactly what the dead owner acknowledged.
+#[tokio::test]
+async fn a_takeover_in_batches_seals_and_reads_the_dead_stream_once() {
+    let metrics = Arc::new(strata_storage::StorageMetrics::new());
+    // Areas by write-ahead stream, so the dead one's requests are told from the new owner's.
+    metrics.set_key_areas(|key| {
+        static STREAMS: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+        let Some(stream) = key.strip_prefix("wal/").and_then(|rest| rest.get(..8)) else {
+            return "other";
+        };
+        let mut streams = STREAMS.lock().unwrap();
+        match streams.iter().find(|s| **s == stream) {
+            Some(interned) => interned,
+            None => {
+                let interned: &'static str = Box::leak(stream.to_string().into_boxed_str());
+                streams.push(interned);
+                interned
+            }
+        }
+    });
+    let clock = SystemClock::shared();
+    let store: Arc<dyn ObjectStore> = Arc::new(strata_storage::MetricsStore::with_shared(
+        Arc::new(MemoryStore::new()),
+        Arc::clone(&metrics),
+        Arc::new(strata_storage::StorageHealth::new(Arc::clone(&clock))),
+        clock,
+    ));
+    let dead_stream_requests = |a: &LogManager| {
+        metrics
+            .snapshot()
+            .area_requests(&format!("{:08x}", a.stream()))
+    };
+    let a = open_managed(&store, 1).await;
+    a.create_topic("t", Some(4), BTreeMap::new(), false)
+        .await
+        .unwrap();
+    let all: Vec<(String, i32, u64)> = (0..4).map(|p| ("t".to_string(), p, 1)).collect();
+    for (_, r) in a.acquire(all).await.unwrap() {
+        r.unwrap();
+    }
+    // Partition p gets p + 1 appends of two records, each its own write-ahead object.
+    for p in 0..4 {
+        for i in 0..=p {
+            a.append(&tp("t", p), batch(&["a", "b"], i as i64, None), DURABLE)
+                .await
+                .unwrap();
+        }
+    }
+    let b = open_managed(&store, 2).await;
+    a.abort_for_test();
+    b.refresh_catalog().await.unwrap();
+    let before = dead_stream_requests(&a);
+    for (_, r) in b
+        .acquire(vec![("t".into(), 0, 2), ("t".into(), 1, 2)])
+        .await
+        .unwrap()
+    {
+        r.unwrap();
+    }
+    let first = dead_stream_requests(&a) - before;
+    assert!(
+        first > 10,
+        "the first batch seals and reads the stream: {first}"
+    );
+    let before = dead_stream_requests(&a);
+    for (_, r) in b
+        .acquire(vec![("t".into(), 2, 2), ("t".into(), 3, 2)])
+        .await
+        .unwrap()
+    {
+        r.unwrap();
+    }
+    assert_eq!(
+        dead_stream_requests(&a) - before,
+        0,
+        "the second batch seals and reads nothing of the dead stream"
+    );
+    assert_eq!(b.shared.sealed_streams.len(), 1);
+    for p in 0..4 {
+        assert_eq!(
+            b.watermarks(&tp("t", p)).unwrap().high,
+            Offset(2 * (p as i64 + 1))
+        );
+        assert_eq!(
+            base_offsets(&b, &tp("t", p), 0).await,
+            (0..=p as i64).map(|i| 2 * i).collect::<Vec<_>>()
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_takeover_fences_the_old_owner_and_keeps_every_acknowledged_record() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
