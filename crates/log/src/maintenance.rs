@@ -39,6 +39,8 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             return;
         }
         let now = shared.clock.monotonic();
+        // Without this, a takeover's kept stream copy stayed until the next takeover.
+        shared.sealed_streams.expire(now);
         let parts: Vec<Arc<Partition>> = shared.partitions_snapshot();
         for part in &parts {
             let due = {

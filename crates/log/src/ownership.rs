@@ -87,8 +87,9 @@ struct WalObject {
 }
 
 impl SealedStreams {
-    /// Forgets what was last used longer ago than [`SEALED_STREAM_KEPT_FOR`].
-    fn expire(&self, now: std::time::Duration) {
+    /// Forgets what was last used longer ago than [`SEALED_STREAM_KEPT_FOR`]: at every
+    /// takeover batch and every maintenance tick.
+    pub(crate) fn expire(&self, now: std::time::Duration) {
         lock_mutex(&self.streams)
             .retain(|_, s| now.saturating_sub(s.used_at) < SEALED_STREAM_KEPT_FOR);
     }
@@ -971,5 +972,26 @@ impl LogManager {
             }
         }
         Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod sealed_streams_tests {
+    use std::time::Duration;
+
+    use super::{SealedStreams, SEALED_STREAM_KEPT_FOR};
+
+    #[test]
+    fn a_kept_stream_is_forgotten_once_unused_for_the_keep_period() {
+        let kept = SealedStreams::default();
+        kept.sealed(7, 12, Duration::ZERO);
+        let just_before = SEALED_STREAM_KEPT_FOR - Duration::from_millis(1);
+        kept.expire(just_before);
+        assert_eq!(kept.seal(7, just_before), Some(12), "a use renews it");
+        kept.expire(just_before + just_before);
+        assert_eq!(kept.len(), 1);
+        kept.expire(just_before + SEALED_STREAM_KEPT_FOR);
+        assert_eq!(kept.len(), 0);
+        assert_eq!(kept.seal(7, just_before + SEALED_STREAM_KEPT_FOR), None);
     }
 }
