@@ -369,6 +369,17 @@ async fn compacted_data_is_read_through_the_index_after_restart() {
     assert_eq!(base_offsets(&log, &tp("t", 0), 84).await, vec![84, 87, 90]);
 }
 
+/// A memory store whose requests `metrics` counts (by key area, if the test set them).
+fn metered_memory_store(metrics: &Arc<strata_storage::StorageMetrics>) -> Arc<dyn ObjectStore> {
+    let clock = SystemClock::shared();
+    Arc::new(strata_storage::MetricsStore::with_shared(
+        Arc::new(MemoryStore::new()),
+        Arc::clone(metrics),
+        Arc::new(strata_storage::StorageHealth::new(Arc::clone(&clock))),
+        clock,
+    ))
+}
+
 /// A cold read by offset costs one index chunk read, whatever the offset: the previous chunk
 /// is read only when the offset lies in a batch that started there.
 #[tokio::test]
@@ -382,13 +393,7 @@ async fn a_cold_lookup_reads_one_index_chunk_unless_its_batch_started_in_the_pre
             "other"
         }
     });
-    let clock = SystemClock::shared();
-    let store: Arc<dyn ObjectStore> = Arc::new(strata_storage::MetricsStore::with_shared(
-        Arc::new(MemoryStore::new()),
-        Arc::clone(&metrics),
-        Arc::new(strata_storage::StorageHealth::new(Arc::clone(&clock))),
-        clock,
-    ));
+    let store = metered_memory_store(&metrics);
     let index_requests = || metrics.snapshot().area_requests("index");
     let log = open(&store, config()).await;
     log.create_topic("t", Some(1), BTreeMap::new(), false)
@@ -763,13 +768,7 @@ async fn a_takeover_in_batches_seals_and_reads_the_dead_stream_once() {
             }
         }
     });
-    let clock = SystemClock::shared();
-    let store: Arc<dyn ObjectStore> = Arc::new(strata_storage::MetricsStore::with_shared(
-        Arc::new(MemoryStore::new()),
-        Arc::clone(&metrics),
-        Arc::new(strata_storage::StorageHealth::new(Arc::clone(&clock))),
-        clock,
-    ));
+    let store = metered_memory_store(&metrics);
     let dead_stream_requests = |a: &LogManager| {
         metrics
             .snapshot()
