@@ -254,11 +254,10 @@ pub struct OwnershipController {
     resources: BTreeSet<String>,
     overrides: BTreeMap<String, BrokerId>,
     slots: BTreeMap<String, Slot>,
-    /// The resources whose slot is idle with a known record another broker holds Active (see
-    /// [`Slot::held_active_elsewhere`]): the only ones a handover can be awaited for. Noted by
-    /// each decision, so the move watch, every few milliseconds, does not scan 10,000 slots
-    /// to find none; None after an event that may have changed a slot, until the next one.
-    held_elsewhere: Option<BTreeSet<String>>,
+    /// The resources a handover could be awaited for, noted by each decision so that the move
+    /// watch, every few milliseconds, does not scan 10,000 slots to find none. None after an
+    /// event that may have changed a slot, until the next decision.
+    awaited_note: Option<AwaitedNote>,
     fenced: bool,
 }
 
@@ -271,7 +270,7 @@ impl OwnershipController {
             resources: BTreeSet::new(),
             overrides: BTreeMap::new(),
             slots: BTreeMap::new(),
-            held_elsewhere: None,
+            awaited_note: None,
             fenced: false,
         }
     }
@@ -336,37 +335,36 @@ impl OwnershipController {
     /// so a move costs the old owner's flush rather than our next full round. Empty almost
     /// always, so the fast path costs nothing when no move is under way.
     pub fn awaiting_handover(&self, now: Duration) -> Vec<String> {
-        let awaited = |resource: &String, slot: &Slot, candidates: &BTreeSet<BrokerId>| {
+        let candidates = self.candidates(now);
+        let awaited = |resource: &String, slot: &Slot| {
             slot.held_active_elsewhere(&self.me)
                 && self.resources.contains(resource)
-                && self.placement(resource, candidates) == Some(self.me.broker)
+                && self.placement(resource, &candidates) == Some(self.me.broker)
                 && slot
                     .record
                     .as_ref()
                     .is_some_and(|(_, r)| self.view.is_live_incarnation(r.owner, r.incarnation))
         };
-        match &self.held_elsewhere {
-            Some(noted) if noted.is_empty() => Vec::new(),
-            Some(noted) => {
-                let candidates = self.candidates(now);
-                noted
-                    .iter()
-                    .filter(|resource| {
-                        self.slots
-                            .get(*resource)
-                            .is_some_and(|slot| awaited(resource, slot, &candidates))
-                    })
-                    .cloned()
-                    .collect()
-            }
-            None => {
-                let candidates = self.candidates(now);
-                self.slots
-                    .iter()
-                    .filter(|(resource, slot)| awaited(resource, slot, &candidates))
-                    .map(|(resource, _)| resource.clone())
-                    .collect()
-            }
+        match &self.awaited_note {
+            // Nothing but time has passed since the note: a slot outside it could only qualify
+            // through a placement that changed, and placement changes with time only through
+            // the candidates (a member settling in, a lease lapsing).
+            Some(note) if note.candidates == candidates => note
+                .resources
+                .iter()
+                .filter(|resource| {
+                    self.slots
+                        .get(*resource)
+                        .is_some_and(|slot| awaited(resource, slot))
+                })
+                .cloned()
+                .collect(),
+            _ => self
+                .slots
+                .iter()
+                .filter(|(resource, slot)| awaited(resource, slot))
+                .map(|(resource, _)| resource.clone())
+                .collect(),
         }
     }
 
@@ -441,7 +439,7 @@ impl OwnershipController {
     /// Applies `event` without deciding anything (see [`Self::step_all`]).
     pub fn apply(&mut self, now: Duration, event: Event) {
         if !matches!(event, Event::Tick | Event::SelfStanding(_)) {
-            self.held_elsewhere = None;
+            self.awaited_note = None;
         }
         match event {
             Event::Tick => {}
@@ -630,7 +628,7 @@ impl OwnershipController {
             .cloned()
             .collect();
         let mut actions = Vec::new();
-        let mut held_elsewhere = BTreeSet::new();
+        let mut awaitable = Vec::new();
         for name in names {
             let exists = self.resources.contains(&name);
             let target = if exists {
@@ -646,13 +644,25 @@ impl OwnershipController {
             }
             if !exists && slot.phase == Phase::Idle {
                 self.slots.remove(&name);
-            } else if slot.held_active_elsewhere(&self.me) {
-                held_elsewhere.insert(name);
+            } else if target == Some(self.me.broker) && slot.held_active_elsewhere(&self.me) {
+                awaitable.push(name);
             }
         }
-        self.held_elsewhere = Some(held_elsewhere);
+        self.awaited_note = Some(AwaitedNote {
+            candidates,
+            resources: awaitable,
+        });
         actions
     }
+}
+
+/// What a decision noted for [`OwnershipController::awaiting_handover`]: the slots placed on
+/// us that another broker holds Active, and the placement candidates they were placed among.
+/// A slot placed elsewhere is left out, which in a cluster of two is half of all partitions.
+#[derive(Debug, Clone)]
+struct AwaitedNote {
+    candidates: BTreeSet<BrokerId>,
+    resources: Vec<String>,
 }
 
 struct Context {
@@ -1049,7 +1059,7 @@ mod tests {
         let mut c = controller(1, &[1, 2], &refs);
         let scanned = |c: &OwnershipController, now| {
             let mut scan = c.clone();
-            scan.held_elsewhere = None;
+            scan.awaited_note = None;
             scan.awaiting_handover(now)
         };
         let mut awaited_somewhere = false;
@@ -1074,6 +1084,34 @@ mod tests {
         c.step(ms(51), Event::Tick);
         assert!(c.awaiting_handover(ms(51)).is_empty());
         assert_eq!(c.awaiting_handover(ms(51)), scanned(&c, ms(51)));
+    }
+
+    /// The note leaves out what is placed elsewhere, and placement can change with time alone:
+    /// while no member has settled in every member is a candidate, and once one has, only it
+    /// is. A partition broker 2 holds then becomes ours with no event between, and the watch
+    /// must see that without waiting for the next decision.
+    #[test]
+    fn a_handover_that_time_alone_makes_ours_is_awaited_without_a_decision() {
+        let r = placed_on(2, &[1, 2]);
+        let mut c = OwnershipController::new(
+            claimant(1),
+            ControllerConfig {
+                placement_settle: Duration::from_secs(2),
+                ..ControllerConfig::default()
+            },
+        );
+        let mut joined = view(ms(1_500), &[1]);
+        joined.members.extend([member(2, false, ms(1_000))]);
+        c.step(ms(1_500), Event::View(joined));
+        c.step(ms(1_500), resources(&[&r]));
+        let held_by_2 = record(2, 3, OwnerState::Active, 7);
+        assert!(c.step(ms(1_500), observed(&r, Some(held_by_2))).is_empty());
+        assert!(
+            c.awaiting_handover(ms(1_500)).is_empty(),
+            "placed on 2 among both"
+        );
+        // At 2.5 s broker 1 has settled in and broker 2 (live since 1 s) has not.
+        assert_eq!(c.awaiting_handover(ms(2_500)), std::slice::from_ref(&r));
     }
 
     #[test]
