@@ -233,16 +233,32 @@ type Snapshot<'a> = (
 pub(crate) struct Leaders<'a> {
     node_id: i32,
     cluster: Option<Snapshot<'a>>,
+    /// [`Self::live_ids`], worked out once: every partition's replicas are drawn from it.
+    live: Vec<i32>,
 }
 
 impl<'a> Leaders<'a> {
     pub(crate) fn of(broker: &'a Broker) -> Self {
+        let node_id = broker.settings.node_id.0;
+        let cluster = broker
+            .cluster
+            .as_deref()
+            .map(|node| (node, node.view(), node.owners()));
+        let live = match &cluster {
+            None => vec![node_id],
+            Some((_, view, _)) => {
+                let mut ids: Vec<i32> = view.members.keys().map(|id| id.0).collect();
+                if !ids.contains(&node_id) {
+                    ids.push(node_id);
+                    ids.sort_unstable();
+                }
+                ids
+            }
+        };
         Self {
-            node_id: broker.settings.node_id.0,
-            cluster: broker
-                .cluster
-                .as_deref()
-                .map(|node| (node, node.view(), node.owners())),
+            node_id,
+            cluster,
+            live,
         }
     }
 
@@ -306,17 +322,7 @@ impl<'a> Leaders<'a> {
 
     /// The ids of [`Self::brokers`].
     pub(crate) fn live_ids(&self) -> Vec<i32> {
-        match &self.cluster {
-            None => vec![self.node_id],
-            Some((_, view, _)) => {
-                let mut ids: Vec<i32> = view.members.keys().map(|id| id.0).collect();
-                if !ids.contains(&self.node_id) {
-                    ids.push(self.node_id);
-                    ids.sort_unstable();
-                }
-                ids
-            }
-        }
+        self.live.clone()
     }
 
     /// The replicas (and ISR: they are the same) reported for a partition led by `leader`:
@@ -327,20 +333,24 @@ impl<'a> Leaders<'a> {
     /// under-replicated or offline replica to report, only fewer replicas while fewer brokers
     /// are live. Metadata and DescribeTopicPartitions both answer from this.
     pub(crate) fn replicas(&self, info: &TopicInfo, partition: i32, leader: i32) -> Vec<i32> {
-        let live = self.live_ids();
         let assigned = info.assignments.get(&partition);
         let factor = match assigned {
             Some(brokers) => brokers.len(),
             None => usize::try_from(info.replication_factor.unwrap_or(1)).unwrap_or(1),
         }
         .max(1);
+        if factor == 1 {
+            // The leader alone: no order of the others to work out (a hash per live broker,
+            // per partition, per Metadata answer).
+            return vec![leader];
+        }
         let others: Vec<i32> = match assigned {
             Some(brokers) => brokers
                 .iter()
                 .copied()
-                .filter(|b| live.contains(b))
+                .filter(|b| self.live.contains(b))
                 .collect(),
-            None => rendezvous_order(info, partition, live),
+            None => rendezvous_order(info, partition, self.live.clone()),
         };
         let mut replicas = vec![leader];
         replicas.extend(others.into_iter().filter(|b| *b != leader));
@@ -370,7 +380,7 @@ impl<'a> Leaders<'a> {
 
     /// Whether `broker` is live (this broker always is, to itself).
     pub(crate) fn is_live(&self, broker: i32) -> bool {
-        self.live_ids().contains(&broker)
+        self.live.contains(&broker)
     }
 
     /// The lowest live id (ourselves while the view is still empty).
