@@ -335,6 +335,21 @@ def start_cluster(brokers, n):
     return topic, led
 
 
+def start_profile(args, broker):
+    """With --profile, samples the broker's stacks (DWARF unwinding: release builds keep no
+    frame pointers) while it takes over. Started before the kill, and waited on until it has
+    attached, so the profile covers the takeover from its first step."""
+    if not args.profile:
+        return None
+    perf = subprocess.Popen(["perf", "record", "-F", "199", "--call-graph", "dwarf,16384",
+                             "-p", str(broker.proc.pid), "-o", args.profile, "--",
+                             "sleep", str(args.profile_seconds)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # perf prints nothing on attaching; a second is ample for it to open its events.
+    time.sleep(1)
+    return perf
+
+
 def takeover(args, rows, workdir):
     nb = args.brokers
     n = args.partitions * nb
@@ -359,6 +374,7 @@ def takeover(args, rows, workdir):
         survivor = brokers[0]
         moved = owned[victim.node_id]
         lines_before = sum(1 for _ in open(survivor.log, errors="replace"))
+        perf = start_profile(args, survivor)
         t = time.monotonic()
         killed_at = time.time()
         victim.stop(signal.SIGKILL)
@@ -387,6 +403,10 @@ def takeover(args, rows, workdir):
                      " ".join(f"{k}={v:.0f}ms" for k, v in phases.items()), f"{count} acquire calls"))
         rows.append((f"{nb} brokers", "timeline after SIGKILL (survivor's log)",
                      timeline(lines, killed_at), "first / last line of each kind, seconds"))
+        if perf is not None:
+            perf.wait()
+            rows.append((f"{nb} brokers", "profile of the survivor", args.profile,
+                         f"{args.profile_seconds:.0f} s from the SIGKILL; `perf report -i {args.profile}`"))
         got, ctook = consume_all(survivor.bootstrap, topic, n, total)
         rows.append((f"{nb} brokers", "consume all after takeover", f"{got / ctook:,.0f} rec/s", f"{got} records"))
     finally:
@@ -449,6 +469,9 @@ def main():
     ap.add_argument("--phases", default="single,takeover")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--profile", default=None, metavar="FILE",
+                    help="takeover: `perf record` the survivor from the SIGKILL for --profile-seconds into FILE")
+    ap.add_argument("--profile-seconds", type=float, default=20)
     args = ap.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="many-partitions-")
     os.makedirs(workdir, exist_ok=True)
