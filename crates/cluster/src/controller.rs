@@ -942,6 +942,18 @@ mod tests {
         c
     }
 
+    /// A controller for broker `me` whose placement waits 2 s for a member to settle in,
+    /// with no view or resources yet.
+    fn settling_controller(me: i32) -> OwnershipController {
+        OwnershipController::new(
+            claimant(me),
+            ControllerConfig {
+                placement_settle: Duration::from_secs(2),
+                ..ControllerConfig::default()
+            },
+        )
+    }
+
     /// Drives `c` to serving `resource` at epoch 1 from an absent record.
     fn serve_fresh(c: &mut OwnershipController, resource: &str, now: Duration) -> VersionedRecord {
         let actions = c.step(now, observed(resource, None));
@@ -1093,13 +1105,7 @@ mod tests {
     #[test]
     fn a_handover_that_time_alone_makes_ours_is_awaited_without_a_decision() {
         let r = placed_on(2, &[1, 2]);
-        let mut c = OwnershipController::new(
-            claimant(1),
-            ControllerConfig {
-                placement_settle: Duration::from_secs(2),
-                ..ControllerConfig::default()
-            },
-        );
+        let mut c = settling_controller(1);
         let mut joined = view(ms(1_500), &[1]);
         joined.members.extend([member(2, false, ms(1_000))]);
         c.step(ms(1_500), Event::View(joined));
@@ -1599,13 +1605,7 @@ mod tests {
     #[test]
     fn a_returning_broker_gets_resources_back_only_after_it_settled() {
         let r = placed_on(2, &[1, 2]);
-        let mut c = OwnershipController::new(
-            claimant(1),
-            ControllerConfig {
-                placement_settle: Duration::from_secs(2),
-                ..ControllerConfig::default()
-            },
-        );
+        let mut c = settling_controller(1);
         c.step(ms(0), Event::View(view(ms(0), &[1])));
         c.step(ms(0), resources(&[&r]));
         serve_fresh(&mut c, &r, ms(0));
