@@ -247,7 +247,7 @@ def wait_log_sum(log, skip, marker, field, target, deadline):
             time.sleep(0.05)
 
 
-TIMELINE = [("dead", "owner is dead; sealing"), ("sealed", "stream sealed"),
+TIMELINE = [("left", "broker left the view"), ("dead", "owner is dead; sealing"), ("sealed", "stream sealed"),
             ("claimed", ": claimed "), ("acquire", "took partitions over")]
 
 

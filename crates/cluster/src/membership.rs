@@ -619,6 +619,7 @@ impl Membership {
                 ))
             })
             .collect();
+        self.log_departures(now, &members);
         let departed = self.departed(now, &members);
         let view = ClusterView {
             observed_at: now,
@@ -630,6 +631,41 @@ impl Membership {
         };
         self.view.send_replace(view.clone());
         Ok(view)
+    }
+
+    /// Says which brokers of the last view are not in the next: the moment a takeover can
+    /// start, which an operator (and the takeover benchmark's timeline) needs to see.
+    fn log_departures(&self, now: Duration, members: &BTreeMap<BrokerId, Member>) {
+        let previous = self.view.borrow();
+        for id in previous.members.keys() {
+            if members.contains_key(id) || *id == self.me.node_id {
+                continue;
+            }
+            match self.tracker.silent_for(now, *id) {
+                Some(silent) => tracing::info!(broker = %id,
+                    silent_ms = silent.as_millis() as u64,
+                    "broker left the view: its registration stood still for a whole lease"),
+                None => tracing::info!(broker = %id,
+                    "broker left the view: its registration is gone"),
+            }
+        }
+    }
+
+    /// When the next broker we see live will lapse unless its registration moves: the
+    /// earliest [`LivenessTracker::expires_at`] of the live brokers other than us, later than
+    /// `after`. The spawned task lists again then, instead of at its next heartbeat: a
+    /// listing on a tick finds a broker still live by a few microseconds about half the
+    /// time (the one that first saw its last version took longer to read), and a takeover
+    /// then started a whole heartbeat interval later.
+    pub fn next_lapse(&self, after: Duration) -> Option<Duration> {
+        let now = self.clock.monotonic();
+        self.tracker
+            .live(now)
+            .into_iter()
+            .filter(|id| *id != self.me.node_id)
+            .filter_map(|id| self.tracker.expires_at(id))
+            .filter(|at| *at > after)
+            .min()
     }
 
     /// The departed brokers of the view about to be published with `members`: those the last
@@ -783,8 +819,25 @@ impl Membership {
         let mut ticker = Ticker::new(Arc::clone(&self.clock), self.config.heartbeat_interval);
         let interval = self.config.heartbeat_interval;
         let mut last_beat: Option<Duration> = None;
+        // The lapse last listed for: a listing that failed must not be retried at once, for
+        // ever (the next tick retries it).
+        let mut lapse_listed = Duration::ZERO;
         loop {
+            let lapse = self.next_lapse(lapse_listed);
+            let clock = Arc::clone(&self.clock);
+            let lapse_due = async move {
+                match lapse {
+                    Some(at) => clock.sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
+                _ = lapse_due => {
+                    lapse_listed = lapse.unwrap_or(lapse_listed);
+                    if let Err(e) = self.refresh().await {
+                        tracing::warn!(error = %e, "membership listing failed");
+                    }
+                }
                 command = commands.recv() => match command {
                     Some(Command::SetDraining(draining, reply)) => {
                         let _ = reply.send(self.set_draining(draining).await);
@@ -975,7 +1028,9 @@ mod tests {
     use crate::keys::{wal_key, wal_stream_prefix};
     use crate::testkit::FakeProcesses;
     use strata_core::clock::ManualClock;
-    use strata_storage::{FaultConfig, FaultInjectingStore, InjectedError, MemoryStore, OpKind};
+    use strata_storage::{
+        Fault, FaultConfig, FaultInjectingStore, InjectedError, MemoryStore, OpKind,
+    };
 
     const SECOND: Duration = Duration::from_secs(1);
 
@@ -1510,6 +1565,50 @@ mod tests {
         a.heartbeat().await.unwrap();
         b.heartbeat().await.unwrap();
         assert_eq!(ids(&a.refresh().await.unwrap()), [1, 2]);
+    }
+
+    /// A peer that stops is dropped from the view at its lapse, not at the next tick after it.
+    /// The listing that first saw the peer's last version was slow (300 ms), so the listing of
+    /// the tick five leases of ticks later finds it silent for 4.7 s, still live; without the
+    /// wake at the lapse the view kept it until the tick after, 5.7 s after that first sight.
+    /// Virtual time (tokio paused, the store's delay a sleep on it), so the figures are exact.
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_peer_leaves_the_view_at_its_lapse_not_at_the_next_tick() {
+        let clock = strata_core::SystemClock::shared();
+        let faults = Arc::new(
+            FaultInjectingStore::new(
+                Arc::new(MemoryStore::new()) as Arc<dyn ObjectStore>,
+                FaultConfig::none(),
+                1,
+            )
+            .with_clock(clock.clone()),
+        );
+        let store: Arc<dyn ObjectStore> = faults.clone();
+        let config = MembershipConfig {
+            heartbeat_interval: Duration::from_secs(1),
+            lease_period: Duration::from_secs(5),
+            ..MembershipConfig::default()
+        };
+        let mut one = Membership::new(store.clone(), clock.clone(), config, local(1, 11)).unwrap();
+        one.join().await.unwrap();
+        // Registered after broker 1's first listing, and silent from then on.
+        let mut two = Membership::new(store.clone(), clock.clone(), config, local(2, 22)).unwrap();
+        two.join().await.unwrap();
+        faults.inject_next(OpKind::List, Fault::Delay(Duration::from_millis(300)));
+        let started = clock.monotonic();
+        let handle = one.spawn();
+        let mut view = handle.view();
+        view.wait_for(|v| v.is_live(BrokerId(2))).await.unwrap();
+        let first_seen = clock.monotonic();
+        assert_eq!(first_seen - started, Duration::from_millis(300));
+        view.wait_for(|v| !v.is_live(BrokerId(2))).await.unwrap();
+        assert_eq!(
+            clock.monotonic() - first_seen,
+            config.lease_period,
+            "broker 2 leaves the view one lease after broker 1 first saw its last version"
+        );
+        assert!(view.borrow().departed.contains_key(&BrokerId(2)));
+        handle.leave().await.unwrap();
     }
 
     /// The spawned task heartbeats on its clock's ticks: the real clock here, on tokio's paused
